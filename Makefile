@@ -1,0 +1,47 @@
+# a2acc: two commands do all set-up on a fresh machine.
+#   make run   -> creates .venv, installs a2acc, runs the main job on the embedded default
+#   make test  -> same environment, runs ruff, mypy and the whole test suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.deps-stamp
+RUN_DIR := build/run
+
+.PHONY: run test lint typecheck unit install bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip "setuptools>=69" wheel
+	$(BIN)/pip install -q -e ".[dev,plot]" --config-settings editable_mode=strict
+	$(BIN)/pip install -q "torch>=2.1" || echo "warning: torch could not be installed; runtime tests will be skipped"
+	touch $(STAMP)
+
+# strict editable installs link files present at install time: refresh the link tree (fast, no downloads)
+install: $(STAMP)
+	@$(BIN)/pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
+
+run: install
+	@mkdir -p $(RUN_DIR)
+	$(BIN)/a2acc traffic gen moe --topology dgx-h100 --servers 4 --skew 0.8 --seed 7 --size 256M -o $(RUN_DIR)/moe.npy
+	$(BIN)/a2acc traffic show $(RUN_DIR)/moe.npy
+	$(BIN)/a2acc plan --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --algorithm direct -o $(RUN_DIR)/direct.json
+	$(BIN)/a2acc verify $(RUN_DIR)/direct.json
+	$(BIN)/a2acc report $(RUN_DIR)/direct.json
+
+lint: install
+	$(BIN)/ruff check compiler backends runtime_patches tests benchmarks examples
+	$(BIN)/ruff format --check compiler backends runtime_patches tests benchmarks examples
+
+typecheck: install
+	$(BIN)/mypy -p a2acc
+
+unit: install
+	$(BIN)/pytest -q
+
+test: lint typecheck unit
+
+bench: install
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b; done
+
+clean:
+	rm -rf build $(VENV) .mypy_cache .pytest_cache .ruff_cache

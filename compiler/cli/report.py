@@ -1,0 +1,41 @@
+"""``a2acc report PLAN``: a short human-readable summary of a plan."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from a2acc.ir import load_program
+from a2acc.units import format_bytes
+from a2acc.verify import verify_program
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("report", help="summarise a plan JSON")
+    p.add_argument("file")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    prog = load_program(args.file)
+    rep = verify_program(prog)
+    links = Counter(op.link or "?" for op in prog.ops)
+    stages = Counter(op.stage for op in prog.ops)
+    by_link: Counter[str] = Counter()
+    for op in prog.ops:
+        by_link[op.link or "?"] += op.cnt * prog.unit_bytes
+    print(f"plan       : {prog.name} ({prog.algorithm}), {prog.nranks} ranks")
+    print(
+        f"layout     : unit {format_bytes(prog.unit_bytes)}, {int(prog.counts.sum())} chunks, "
+        f"{format_bytes(prog.padded_bytes)} moved incl. padding {format_bytes(max(prog.padding_bytes, 0))}"
+    )
+    print(
+        f"ops        : {len(prog.ops)} ({', '.join(f'{k}={v}' for k, v in sorted(links.items()))}), "
+        f"{len(stages)} stages, DAG depth {rep.depth}"
+    )
+    print("bytes      : " + ", ".join(f"{k} {format_bytes(v)}" for k, v in sorted(by_link.items())))
+    print(f"scratch    : max {max(prog.scratch, default=0)} chunks per rank")
+    print(f"verified   : {'OK' if rep.ok else 'FAILED'}" + ("" if rep.ok else f" ({len(rep.errors)} errors)"))
+    for e in rep.errors[:10]:
+        print(f"  - {e}")
+    return 0 if rep.ok else 1

@@ -1,0 +1,92 @@
+"""``a2acc traffic gen|show``: generate seeded matrices and print their statistics."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from a2acc.errors import InputError
+from a2acc.topology import load_topology
+from a2acc.traffic import GENERATORS, MoeSpec, generate, load_matrix, save_matrix, stats
+from a2acc.units import format_bytes, parse_size
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "traffic", help="generate and inspect traffic matrices", description="Traffic matrices."
+    )
+    tsub = p.add_subparsers(dest="traffic_cmd", metavar="ACTION")
+    gen = tsub.add_parser(
+        "gen",
+        help="generate a seeded matrix",
+        description="Generate a seeded traffic matrix (bytes, row = sender). Kinds: "
+        "balanced (size/N everywhere), uniform (FAST: rand()%%10000), zipf (skew s), lognormal (sigma), "
+        "moe (tokens/experts/top-k/hidden/dtype/skew).",
+    )
+    gen.add_argument("kind", choices=GENERATORS)
+    who = gen.add_mutually_exclusive_group(required=True)
+    who.add_argument("--ranks", type=int, help="number of GPUs")
+    who.add_argument("--topology", "-t", help="take the GPU count from a preset or file")
+    gen.add_argument("--servers", "-n", type=int, default=None, help="with --topology: scale to N servers")
+    gen.add_argument("--size", help="bytes per rank (mean row sum), e.g. 256M (1024-based)")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--skew", type=float, default=0.8, help="Zipf exponent (zipf, moe router skew)")
+    gen.add_argument("--sigma", type=float, default=1.0, help="log-normal sigma")
+    gen.add_argument("--align", type=int, default=16, help="round entries to multiples of this many bytes")
+    gen.add_argument("--tokens", type=int, default=4096, help="moe: tokens per rank (ignored with --size)")
+    gen.add_argument("--experts", type=int, default=0, help="moe: experts (default 2 per rank)")
+    gen.add_argument("--top-k", type=int, default=2, help="moe: experts per token")
+    gen.add_argument("--hidden", type=int, default=4096, help="moe: hidden size")
+    gen.add_argument("--dtype-bytes", type=int, default=2, help="moe: bytes per element (2 = bf16)")
+    gen.add_argument("-o", "--output", required=True, help="output file (.npy, .csv, .json, .txt)")
+    gen.set_defaults(func=_gen)
+    show = tsub.add_parser("show", help="print row/column sums and skew statistics")
+    show.add_argument("file")
+    show.add_argument("--full", action="store_true", help="print every row and column sum")
+    show.set_defaults(func=_show)
+
+
+def _gen(args: argparse.Namespace) -> int:
+    if args.ranks is not None:
+        n = args.ranks
+    else:
+        n = load_topology(args.topology, args.servers).nranks
+    size = parse_size(args.size, field="--size") if args.size is not None else None
+    spec = MoeSpec(args.tokens, args.experts, args.top_k, args.hidden, args.dtype_bytes, args.skew)
+    m = generate(args.kind, n, size, args.seed, skew=args.skew, sigma=args.sigma, align=args.align, moe=spec)
+    if m.sum() == 0:
+        raise InputError(
+            "traffic gen", "--size", args.size, "the generated matrix is all zeros; use a larger size"
+        )
+    save_matrix(m, args.output)
+    print(f"wrote {args.output}: {n} x {n}, {format_bytes(m.sum())} total, {args.kind} seed {args.seed}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    m = load_matrix(args.file)
+    s = stats(m)
+    rows, cols = np.array(s.row_sums), np.array(s.col_sums)
+    print(f"matrix     : {args.file}  {s.n} x {s.n}, total {format_bytes(s.total)} ({s.total} B)")
+    print(
+        f"row sums   : min {format_bytes(rows.min())}  median {format_bytes(np.median(rows))}  "
+        f"max {format_bytes(rows.max())} (rank {int(rows.argmax())})"
+    )
+    print(
+        f"col sums   : min {format_bytes(cols.min())}  median {format_bytes(np.median(cols))}  "
+        f"max {format_bytes(cols.max())} (rank {int(cols.argmax())})"
+    )
+    print(
+        f"entries    : max {format_bytes(s.max_entry)}  median {format_bytes(s.median_entry)}  "
+        f"p90 {format_bytes(s.p90_entry)}  zeros {100 * s.zero_fraction:.1f}% (off-diagonal)"
+    )
+    print(
+        f"skew       : max/median {s.max_over_median:.2f}  p90/median "
+        f"{(s.p90_entry / s.median_entry if s.median_entry else float('inf')):.2f}  "
+        f"gini {s.gini:.3f}  cv {s.cv:.3f}  max row/mean row {rows.max() / max(rows.mean(), 1):.2f}"
+    )
+    if args.full:
+        for i in range(s.n):
+            print(f"  rank {i:4d}: sends {s.row_sums[i]:>14d} B  receives {s.col_sums[i]:>14d} B")
+    return 0

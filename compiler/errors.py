@@ -1,0 +1,65 @@
+"""Exception hierarchy of a2acc.
+
+Library code raises these; only the CLI turns them into an exit code. Every input error names the file, the
+field, the offending value and what is allowed, so a user can fix the input without reading code.
+"""
+
+from __future__ import annotations
+
+
+class A2accError(Exception):
+    """Base class of every error a2acc raises on purpose."""
+
+
+class InputError(A2accError):
+    """A user-supplied file or value is invalid.
+
+    The message has the form ``FILE: FIELD: value VALUE is invalid; ALLOWED``.
+    """
+
+    def __init__(self, source: str, field: str, value: object, allowed: str) -> None:
+        self.source = source
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        shown = repr(value)
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        where = f"{source}: " if source else ""
+        fld = f"{field}: " if field else ""
+        super().__init__(f"{where}{fld}value {shown} is invalid; {allowed}")
+
+
+class TopologyError(InputError):
+    """A topology file or preset is invalid."""
+
+
+class TrafficMatrixError(InputError):
+    """A traffic matrix file or generator argument is invalid."""
+
+
+class PlanFormatError(InputError):
+    """A serialised Program (plan JSON) is malformed or of an unsupported version."""
+
+
+class PlannerError(A2accError):
+    """A planner cannot handle the given topology or matrix (e.g. FAST on a direct-connect graph)."""
+
+
+class VerificationError(A2accError):
+    """A Program or lowered file failed verification; ``issues`` lists every problem found."""
+
+    def __init__(self, what: str, issues: list[str]) -> None:
+        self.issues = issues
+        head = f"{what}: {len(issues)} verification error(s)"
+        body = "\n".join(f"  - {i}" for i in issues[:50])
+        more = f"\n  ... and {len(issues) - 50} more" if len(issues) > 50 else ""
+        super().__init__(f"{head}\n{body}{more}")
+
+
+class LoweringError(A2accError):
+    """A Program cannot be lowered to a backend, e.g. it exceeds an executor limit."""
+
+
+class RuntimeHookError(A2accError):
+    """The JIT/runtime integration cannot serve a call; callers fall back to the stock collective."""

@@ -1,0 +1,322 @@
+"""Traffic matrices: N x N non-negative integer bytes, row = sender, column = receiver.
+
+Formats (chosen by extension): ``.npy``; ``.csv`` (comma separated, no header); ``.json``
+(``{"units": "bytes", "matrix": [[...]]}`` or a bare list of lists); ``.txt``/anything else: the
+whitespace-separated square matrix of bytes that nccl-tests' ``alltoallv_perf`` reads through
+``NCCL_TESTS_ALLTOALLV_MATRIX_FILE`` (row i = sender i).
+
+Generators (all seeded with ``numpy.random.default_rng(seed)``, so the same arguments give the same matrix
+on every machine) and what ``size`` means for each:
+
+- ``balanced``: every entry ``size // N`` (nccl-tests ``alltoall``: size = per-rank send buffer, self included).
+- ``uniform``: FAST's simulator workload: every off-diagonal entry ``rand() % 10000``, diagonal 0, scaled so
+  the mean row sum is ``size``.
+- ``zipf``: FAST's skewed workload: i.i.d. Zipf(s) entries over {1..10000}, diagonal 0, scaled likewise.
+- ``lognormal``: i.i.d. log-normal(0, sigma) entries (DeepEP PR #393 found log-normal fits real routing).
+- ``moe``: MoE routing: each rank routes ``tokens`` tokens to ``top_k`` distinct experts drawn from a
+  Zipf(skew) popularity over ``experts`` experts (experts are spread evenly over ranks, popularity order is a
+  seeded permutation); entry = tokens routed x hidden x dtype bytes. If ``size`` is given, ``tokens`` is set so
+  a rank sends about ``size`` bytes.
+
+Entries are rounded to multiples of ``align`` bytes (default 16, as nccl-tests aligns alltoallv entries).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from a2acc.errors import TrafficMatrixError
+from a2acc.fileio import atomic_write_bytes, atomic_write_text
+
+Matrix = npt.NDArray[np.int64]
+GENERATORS = ("balanced", "uniform", "zipf", "lognormal", "moe")
+
+
+def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> Matrix:
+    """Check that ``raw`` is a square matrix of finite non-negative integers; return it as int64."""
+    try:
+        arr = np.asarray(raw, dtype=np.float64) if not isinstance(raw, np.ndarray) else raw
+    except (ValueError, TypeError) as exc:
+        raise TrafficMatrixError(
+            source, "matrix", "ragged or non-numeric", f"need an N x N numeric matrix ({exc})"
+        ) from exc
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
+        raise TrafficMatrixError(
+            source, "shape", tuple(arr.shape), "the matrix must be square N x N with N >= 1"
+        )
+    if arr.dtype.kind not in "iuf":
+        raise TrafficMatrixError(source, "dtype", str(arr.dtype), "entries must be numbers of bytes")
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            i, j = (int(x) for x in np.argwhere(bad)[0])
+            raise TrafficMatrixError(source, f"entry [{i}][{j}]", float(arr[i, j]), "entries must be finite")
+        frac = arr != np.floor(arr)
+        if frac.any():
+            i, j = (int(x) for x in np.argwhere(frac)[0])
+            raise TrafficMatrixError(
+                source, f"entry [{i}][{j}]", float(arr[i, j]), "entries must be whole bytes"
+            )
+        if (np.abs(arr) > 2**62).any():
+            raise TrafficMatrixError(source, "matrix", "overflow", "entries must be below 2**62 bytes")
+    neg = arr < 0
+    if neg.any():
+        i, j = (int(x) for x in np.argwhere(neg)[0])
+        raise TrafficMatrixError(source, f"entry [{i}][{j}]", arr[i, j].item(), "entries must be >= 0 bytes")
+    out = np.ascontiguousarray(arr, dtype=np.int64)
+    if expect_ranks is not None and out.shape[0] != expect_ranks:
+        raise TrafficMatrixError(
+            source,
+            "shape",
+            tuple(out.shape),
+            f"the topology has {expect_ranks} GPUs, so the matrix must be {expect_ranks} x {expect_ranks}",
+        )
+    return out
+
+
+def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
+    """Read a matrix file (format by extension, see module doc) and validate it."""
+    p = Path(path)
+    src = str(p)
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".npy":
+            try:
+                raw: Any = np.load(p, allow_pickle=False)
+            except ValueError as exc:
+                raise TrafficMatrixError(src, "", p.name, f"not a valid .npy array file ({exc})") from exc
+        else:
+            text = p.read_text(encoding="utf-8")
+            if suffix == ".json":
+                try:
+                    doc = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise TrafficMatrixError(src, "", p.name, f"not valid JSON ({exc})") from exc
+                if isinstance(doc, dict):
+                    units = doc.get("units", "bytes")
+                    if units != "bytes":
+                        raise TrafficMatrixError(src, "units", units, "only 'bytes' is supported")
+                    if "matrix" not in doc:
+                        raise TrafficMatrixError(src, "matrix", None, "the JSON object needs a 'matrix' list")
+                    raw = doc["matrix"]
+                else:
+                    raw = doc
+            elif suffix == ".csv":
+                cells = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
+                raw = _parse_rows([[c.strip() for c in r] for r in cells], src)
+            else:
+                rows2 = [
+                    ln.split() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+                ]
+                raw = _parse_rows(rows2, src)
+    except OSError as exc:
+        raise TrafficMatrixError(src, "", str(p), f"cannot read the file ({exc.__class__.__name__})") from exc
+    except UnicodeDecodeError as exc:
+        raise TrafficMatrixError(src, "", p.name, "not a text file; use .npy for binary matrices") from exc
+    return validate_matrix(raw, src, expect_ranks)
+
+
+def _parse_rows(rows: list[list[str]], src: str) -> list[list[float]]:
+    out: list[list[float]] = []
+    for i, r in enumerate(rows):
+        vals: list[float] = []
+        for j, c in enumerate(r):
+            try:
+                vals.append(float(c))
+            except ValueError:
+                raise TrafficMatrixError(
+                    src, f"entry [{i}][{j}]", c, "entries must be numbers of bytes"
+                ) from None
+        out.append(vals)
+    if not out:
+        raise TrafficMatrixError(src, "matrix", "empty", "the file holds no matrix rows")
+    n = len(out[0])
+    for i, vrow in enumerate(out):
+        if len(vrow) != n:
+            raise TrafficMatrixError(src, f"row {i}", len(vrow), f"every row needs {n} entries (row 0 has {n})")
+    return out
+
+
+def save_matrix(matrix: Matrix, path: str | Path) -> None:
+    """Write a matrix atomically in the format named by the extension."""
+    p = Path(path)
+    m = validate_matrix(matrix, str(p))
+    suffix = p.suffix.lower()
+    if suffix == ".npy":
+        buf = io.BytesIO()
+        np.save(buf, m, allow_pickle=False)
+        atomic_write_bytes(p, buf.getvalue())
+    elif suffix == ".json":
+        atomic_write_text(p, json.dumps({"units": "bytes", "matrix": m.tolist()}) + "\n")
+    elif suffix == ".csv":
+        atomic_write_text(p, "".join(",".join(str(int(x)) for x in row) + "\n" for row in m))
+    else:
+        atomic_write_text(p, "".join(" ".join(str(int(x)) for x in row) + "\n" for row in m))
+
+
+# ---------------------------------------------------------------------- generators
+@dataclass(frozen=True)
+class MoeSpec:
+    """Parameters of the MoE routing generator (see module doc)."""
+
+    tokens: int = 4096
+    experts: int = 0  # 0 -> 2 experts per rank
+    top_k: int = 2
+    hidden: int = 4096
+    dtype_bytes: int = 2
+    skew: float = 0.8
+
+
+def _align(x: npt.NDArray[np.float64], align: int) -> Matrix:
+    return (np.rint(x / align) * align).astype(np.int64)
+
+
+def _scale_rows(raw: npt.NDArray[np.float64], size: int, align: int) -> Matrix:
+    mean_row = raw.sum(axis=1).mean()
+    if mean_row <= 0:
+        return np.zeros(raw.shape, dtype=np.int64)
+    return _align(raw * (size / mean_row), align)
+
+
+def _zipf_entries(rng: np.random.Generator, s: float, shape: tuple[int, int], vmax: int = 10000) -> Any:
+    ranks = np.arange(1, vmax + 1, dtype=np.float64)
+    p = ranks ** (-s)
+    p /= p.sum()
+    return rng.choice(ranks, size=shape, p=p)
+
+
+def generate(
+    kind: str,
+    nranks: int,
+    size: int | None,
+    seed: int = 0,
+    *,
+    skew: float = 0.8,
+    sigma: float = 1.0,
+    align: int = 16,
+    moe: MoeSpec | None = None,
+) -> Matrix:
+    """Generate a seeded traffic matrix (see module doc for each kind and what ``size`` means)."""
+    src = f"traffic gen {kind}"
+    if kind not in GENERATORS:
+        raise TrafficMatrixError(src, "KIND", kind, f"allowed generators: {', '.join(GENERATORS)}")
+    if nranks < 1:
+        raise TrafficMatrixError(src, "--ranks", nranks, "must be >= 1")
+    if align < 1:
+        raise TrafficMatrixError(src, "--align", align, "must be >= 1 byte")
+    if size is not None and size < 0:
+        raise TrafficMatrixError(src, "--size", size, "must be >= 0 bytes per rank")
+    if kind != "moe" and size is None:
+        raise TrafficMatrixError(src, "--size", None, "bytes per rank are required for this generator")
+    if not (skew >= 0 and math.isfinite(skew)):
+        raise TrafficMatrixError(src, "--skew", skew, "must be a finite number >= 0")
+    rng = np.random.default_rng(seed)
+    n = nranks
+    if kind == "balanced":
+        assert size is not None
+        return np.full((n, n), (size // n) // align * align, dtype=np.int64)
+    if kind == "moe":
+        return _moe(rng, n, size, align, moe or MoeSpec(skew=skew), src)
+    if kind == "uniform":
+        raw = rng.integers(0, 10000, size=(n, n)).astype(np.float64)
+    elif kind == "zipf":
+        raw = _zipf_entries(rng, skew, (n, n))
+    else:
+        if not (sigma > 0 and math.isfinite(sigma)):
+            raise TrafficMatrixError(src, "--sigma", sigma, "must be a finite number > 0")
+        raw = rng.lognormal(0.0, sigma, size=(n, n))
+    if n > 1:
+        np.fill_diagonal(raw, 0.0)
+    assert size is not None
+    return _scale_rows(raw, size, align)
+
+
+def _moe(rng: np.random.Generator, n: int, size: int | None, align: int, spec: MoeSpec, src: str) -> Matrix:
+    experts = spec.experts or 2 * n
+    if experts % n != 0:
+        raise TrafficMatrixError(src, "--experts", experts, f"must be a multiple of the rank count {n}")
+    if not 1 <= spec.top_k <= experts:
+        raise TrafficMatrixError(src, "--top-k", spec.top_k, f"must be in 1..{experts}")
+    for name, v in (
+        ("--hidden", spec.hidden),
+        ("--dtype-bytes", spec.dtype_bytes),
+        ("--tokens", spec.tokens),
+    ):
+        if v < 1:
+            raise TrafficMatrixError(src, name, v, "must be >= 1")
+    tokens = spec.tokens
+    per_token = spec.top_k * spec.hidden * spec.dtype_bytes
+    if size is not None:
+        tokens = max(1, round(size / per_token))
+    order = rng.permutation(experts)
+    pop = np.empty(experts, dtype=np.float64)
+    pop[order] = np.arange(1, experts + 1, dtype=np.float64) ** (-spec.skew)
+    logp = np.log(pop / pop.sum())
+    per_rank = experts // n
+    out = np.zeros((n, n), dtype=np.int64)
+    chunk = max(1, 2_000_000 // experts)
+    for r in range(n):
+        counts = np.zeros(experts, dtype=np.int64)
+        left = tokens
+        while left > 0:
+            t = min(left, chunk)
+            # Gumbel-top-k: k distinct experts per token, drawn proportionally to popularity
+            g = logp + rng.gumbel(size=(t, experts))
+            top = np.argpartition(-g, spec.top_k - 1, axis=1)[:, : spec.top_k]
+            counts += np.bincount(top.ravel(), minlength=experts)
+            left -= t
+        per_dst = counts.reshape(n, per_rank).sum(axis=1)
+        out[r] = per_dst * spec.hidden * spec.dtype_bytes
+    return (out // align) * align
+
+
+# ---------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class MatrixStats:
+    """Summary statistics printed by ``a2acc traffic show``."""
+
+    n: int
+    total: int
+    row_sums: tuple[int, ...]
+    col_sums: tuple[int, ...]
+    max_entry: int
+    median_entry: float
+    p90_entry: float
+    zero_fraction: float
+    gini: float
+    cv: float
+
+    @property
+    def max_over_median(self) -> float:
+        return self.max_entry / self.median_entry if self.median_entry > 0 else float("inf")
+
+
+def stats(m: Matrix) -> MatrixStats:
+    off = m[~np.eye(m.shape[0], dtype=bool)] if m.shape[0] > 1 else m.ravel()
+    vals = np.sort(off.astype(np.float64))
+    total = float(vals.sum())
+    k = len(vals)
+    gini = float((2 * np.arange(1, k + 1) - k - 1).dot(vals) / (k * total)) if total > 0 and k > 0 else 0.0
+    mean = vals.mean() if k else 0.0
+    cv = float(vals.std() / mean) if mean > 0 else 0.0
+    return MatrixStats(
+        n=int(m.shape[0]),
+        total=int(m.sum()),
+        row_sums=tuple(int(x) for x in m.sum(axis=1)),
+        col_sums=tuple(int(x) for x in m.sum(axis=0)),
+        max_entry=int(m.max()),
+        median_entry=float(np.median(vals)) if k else 0.0,
+        p90_entry=float(np.percentile(vals, 90)) if k else 0.0,
+        zero_fraction=float((vals == 0).mean()) if k else 0.0,
+        gini=gini,
+        cv=cv,
+    )

@@ -1,0 +1,130 @@
+"""Parsing of sizes, bandwidths and latencies with units.
+
+Conventions (the ones our users know from nccl-tests): sizes given on the command line accept ``K/M/G/T``
+suffixes meaning **1024-based** units (``1M`` = 1,048,576 B); bandwidths are reported in GB/s with
+**1 GB = 1e9 B**. Bandwidth strings may name their unit (``"400Gbps"``, ``"50GB/s"``), latencies too
+(``"900ns"``, ``"3us"``); bare numbers are GB/s and microseconds.
+"""
+
+from __future__ import annotations
+
+import re
+
+from a2acc.errors import InputError
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
+_SIZE_MULT = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def parse_size(text: str | int, *, source: str = "", field: str = "size") -> int:
+    """Parse ``"64M"``-style sizes (1024-based) into bytes."""
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m:
+            raise InputError(
+                source, field, text, "use a byte count with an optional K/M/G/T suffix, e.g. 64M"
+            )
+        value = int(float(m.group(1)) * _SIZE_MULT[m.group(2).upper()])
+    if value < 0:
+        raise InputError(source, field, text, "sizes must be non-negative")
+    return value
+
+
+def parse_size_range(text: str, *, source: str = "", field: str = "--sizes") -> list[int]:
+    """Parse ``MIN:MAX:xF`` (geometric) or ``MIN:MAX:+STEP`` or a comma list into byte sizes."""
+    if "," in text or ":" not in text:
+        return [parse_size(p, source=source, field=field) for p in text.split(",") if p.strip()]
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise InputError(
+            source, field, text, "use MIN:MAX:xFACTOR (e.g. 1M:1G:x4) or MIN:MAX:+STEP or a list"
+        )
+    lo = parse_size(parts[0], source=source, field=field)
+    hi = parse_size(parts[1], source=source, field=field)
+    step = parts[2].strip()
+    if lo <= 0 or hi < lo:
+        raise InputError(source, field, text, "need 0 < MIN <= MAX")
+    out: list[int] = []
+    if step.startswith("x"):
+        factor = float(step[1:])
+        if factor <= 1:
+            raise InputError(source, field, text, "the factor after 'x' must be > 1")
+        v = float(lo)
+        while v <= hi * (1 + 1e-9):
+            out.append(round(v))
+            v *= factor
+    elif step.startswith("+"):
+        inc = parse_size(step[1:], source=source, field=field)
+        if inc <= 0:
+            raise InputError(source, field, text, "the step after '+' must be > 0")
+        out = list(range(lo, hi + 1, inc))
+    else:
+        raise InputError(source, field, text, "the third part must be xFACTOR or +STEP")
+    return out
+
+
+_BW_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z/]*)\s*$")
+_BW_UNITS = {
+    "": 1.0,
+    "gb/s": 1.0,
+    "gbyte/s": 1.0,
+    "gbps": 1.0 / 8.0,
+    "gbit/s": 1.0 / 8.0,
+    "tb/s": 1000.0,
+    "tbps": 1000.0 / 8.0,
+    "mb/s": 1e-3,
+    "mbps": 1e-3 / 8.0,
+}
+_LAT_UNITS = {"": 1.0, "us": 1.0, "ns": 1e-3, "ms": 1e3, "s": 1e6}
+
+
+def parse_bandwidth(value: object, *, source: str, field: str, error: type[InputError] = InputError) -> float:
+    """Return a bandwidth in GB/s (1e9 B/s); must be finite and > 0."""
+    if isinstance(value, bool):
+        raise error(source, field, value, "give a positive bandwidth in GB/s or a string like '400Gbps'")
+    if isinstance(value, (int, float)):
+        gbs = float(value)
+    elif isinstance(value, str):
+        m = _BW_RE.match(value)
+        unit = m.group(2).lower() if m else None
+        if not m or unit not in _BW_UNITS:
+            raise error(
+                source, field, value, "give GB/s as a number or a string with unit GB/s, Gbps, TB/s, Mbps"
+            )
+        gbs = float(m.group(1)) * _BW_UNITS[unit]
+    else:
+        raise error(source, field, value, "give a positive bandwidth in GB/s or a string like '400Gbps'")
+    if not (gbs > 0 and gbs < float("inf")):
+        raise error(source, field, value, "bandwidth must be a finite number > 0 (GB/s)")
+    return gbs
+
+
+def parse_latency(value: object, *, source: str, field: str, error: type[InputError] = InputError) -> float:
+    """Return a latency in microseconds; must be finite and >= 0."""
+    if isinstance(value, bool):
+        raise error(source, field, value, "give a latency in microseconds or a string like '900ns'")
+    if isinstance(value, (int, float)):
+        us = float(value)
+    elif isinstance(value, str):
+        m = _BW_RE.match(value)
+        unit = m.group(2).lower() if m else None
+        if not m or unit not in _LAT_UNITS:
+            raise error(source, field, value, "give microseconds as a number or a string with ns/us/ms/s")
+        us = float(m.group(1)) * _LAT_UNITS[unit]
+    else:
+        raise error(source, field, value, "give a latency in microseconds or a string like '900ns'")
+    if not (us >= 0 and us < float("inf")):
+        raise error(source, field, value, "latency must be a finite number >= 0 (us)")
+    return us
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable 1024-based size, e.g. ``256.0 MiB``."""
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"

@@ -1,0 +1,334 @@
+"""The shared verifier: symbolic execution of a Program.
+
+Every planner's Program and every lowered file goes through this one checker (networkx's pattern: one validator
+over every algorithm). It reports **every** problem, each naming the op ids involved:
+
+- structural: ranks/buffers/offsets out of range, ``cnt`` < 1, writes into an input buffer, bad dependency ids;
+- a dependency cycle (printed as ``op a -> op b -> ... -> op a``): the plan would deadlock;
+- a read of scratch/output chunks that nothing has written yet ("uninitialised");
+- races over the happens-before order of the DAG: a read not ordered after the write it reads (read races
+  write), two writes to a chunk that are not ordered, a write not ordered after an earlier read of the old
+  value (write races read);
+- the postcondition: every output chunk holds exactly the right input chunk (all-to-all-v layout of the
+  Program), and no output chunk is left unwritten.
+
+Method: each input chunk gets a symbolic value (its global id); ops run in one topological order (Kahn, ties by
+op id); per chunk we track the last writer and the readers since that write. Every RAW/WAW/WAR pair found is
+checked for reachability in the DAG, so a race is reported even when this particular order happens to give the
+right answer. Reachability is a backward search pruned by topological position, memoised per pair.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+import numpy.typing as npt
+
+from a2acc.errors import VerificationError
+from a2acc.ir import Buf, Op, Program
+
+_BUF_NAME = ("input", "output", "scratch")
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Outcome of :func:`verify_program`: ``ok`` iff ``errors`` is empty."""
+
+    ok: bool
+    errors: tuple[str, ...]
+    ops: int
+    chunks_moved: int
+    depth: int
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+class _HB:
+    """Happens-before queries over the op DAG (a -> b iff a path of dependencies leads from a to b)."""
+
+    def __init__(self, ops: tuple[Op, ...], pos: list[int]) -> None:
+        self.ops = ops
+        self.pos = pos
+        self.memo: dict[tuple[int, int], bool] = {}
+
+    def before(self, a: int, b: int) -> bool:
+        if a == b:
+            return False
+        if self.pos[a] >= self.pos[b]:
+            return False
+        deps_b = self.ops[b].deps
+        if a in deps_b:
+            return True
+        key = (a, b)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        pa = self.pos[a]
+        seen = {b}
+        stack = [d for d in deps_b if self.pos[d] >= pa]
+        found = False
+        while stack:
+            x = stack.pop()
+            if x == a:
+                found = True
+                break
+            if x in seen:
+                continue
+            seen.add(x)
+            for d in self.ops[x].deps:
+                if d not in seen and self.pos[d] >= pa:
+                    stack.append(d)
+        self.memo[key] = found
+        return found
+
+
+def _fmt_range(rank: int, buf: int, a: int, b: int) -> str:
+    rng = f"chunk {a}" if b - a == 1 else f"chunks [{a},{b})"
+    return f"rank {rank} {_BUF_NAME[buf]} {rng}"
+
+
+def _topo_order(p: Program, errors: list[str]) -> list[int] | None:
+    n = len(p.ops)
+    indeg = [0] * n
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for op in p.ops:
+        for d in op.deps:
+            indeg[op.id] += 1
+            succ[d].append(op.id)
+    ready = deque(i for i in range(n) if indeg[i] == 0)
+    order: list[int] = []
+    while ready:
+        x = ready.popleft()
+        order.append(x)
+        for y in succ[x]:
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                ready.append(y)
+    if len(order) == n:
+        return order
+    left = [i for i in range(n) if indeg[i] > 0]
+    g: nx.DiGraph = nx.DiGraph()
+    left_set = set(left)
+    for i in left:
+        for d in p.ops[i].deps:
+            if d in left_set:
+                g.add_edge(d, i)
+    try:
+        cyc = nx.find_cycle(g)
+        path = " -> ".join(f"op {u}" for u, _v in cyc) + f" -> op {cyc[0][0]}"
+        errors.append(f"dependency cycle (the plan would deadlock): {path}")
+    except nx.NetworkXNoCycle:  # pragma: no cover - cannot happen when Kahn stalls
+        errors.append(f"dependency cycle among ops {left[:20]}")
+    return None
+
+
+def _structural(p: Program, errors: list[str]) -> None:
+    n = p.nranks
+    nops = len(p.ops)
+    if p.counts.shape != (n, n):
+        errors.append(f"layout: counts has shape {p.counts.shape}, expected ({n}, {n})")
+        return
+    if len(p.scratch) != n:
+        errors.append(f"layout: scratch sizes for {len(p.scratch)} ranks, expected {n}")
+        return
+    caps = [[p.input_chunks(r), p.output_chunks(r), p.scratch[r]] for r in range(n)]
+    for k, op in enumerate(p.ops):
+        if op.id != k:
+            errors.append(f"op at position {k} has id {op.id}; ids must be 0..n-1 in order")
+            continue
+        bad = False
+        for role, rank, buf, off in (
+            ("source", op.src_rank, op.src_buf, op.src_off),
+            ("destination", op.dst_rank, op.dst_buf, op.dst_off),
+        ):
+            if not 0 <= rank < n:
+                errors.append(f"op {op.id}: {role} rank {rank} out of range 0..{n - 1}")
+                bad = True
+                continue
+            if buf not in (0, 1, 2):
+                errors.append(f"op {op.id}: {role} buffer {buf} is not input/output/scratch")
+                bad = True
+                continue
+            cap = caps[rank][buf]
+            if op.cnt < 1 or off < 0 or off + op.cnt > cap:
+                errors.append(
+                    f"op {op.id}: {role} {_fmt_range(rank, buf, off, off + op.cnt)} out of bounds "
+                    f"({_BUF_NAME[buf]} of rank {rank} has {cap} chunks; cnt must be >= 1)"
+                )
+                bad = True
+        if not bad and op.dst_buf == Buf.INPUT:
+            errors.append(
+                f"op {op.id}: writes the input buffer of rank {op.dst_rank}; programs are out-of-place"
+            )
+        for d in op.deps:
+            if not 0 <= d < nops or d == op.id:
+                errors.append(f"op {op.id}: dangling dependency {d} (must be another op id in 0..{nops - 1})")
+
+
+def verify_program(p: Program, *, max_errors: int = 200) -> VerifyReport:
+    """Verify ``p`` and return a report listing every problem (see module docstring)."""
+    errors: list[str] = []
+    _structural(p, errors)
+    if errors:
+        return VerifyReport(False, tuple(errors[:max_errors]), len(p.ops), 0, 0)
+    order = _topo_order(p, errors)
+    if order is None:
+        return VerifyReport(False, tuple(errors[:max_errors]), len(p.ops), 0, 0)
+    n = p.nranks
+    pos = [0] * len(p.ops)
+    for i, x in enumerate(order):
+        pos[x] = i
+    hb = _HB(p.ops, pos)
+    in_sizes = np.array([p.input_chunks(r) for r in range(n)], dtype=np.int64)
+    in_base = np.concatenate([[0], np.cumsum(in_sizes)[:-1]])
+    content: list[list[npt.NDArray[np.int64]]] = []
+    writer: list[list[npt.NDArray[np.int64]]] = []
+    reader: list[list[npt.NDArray[np.int64]]] = []
+    extra_readers: list[list[dict[int, list[int]]]] = []
+    for r in range(n):
+        sizes = [int(in_sizes[r]), p.output_chunks(r), p.scratch[r]]
+        content.append(
+            [
+                np.arange(in_base[r], in_base[r] + sizes[0], dtype=np.int64),
+                np.full(sizes[1], -1, np.int64),
+                np.full(sizes[2], -1, np.int64),
+            ]
+        )
+        writer.append([np.full(s, -1, np.int64) for s in sizes])
+        reader.append([np.full(s, -1, np.int64) for s in sizes])
+        extra_readers.append([{}, {}, {}])
+    depth = [0] * len(p.ops)
+    moved = 0
+    races = 0
+
+    def _ids(arr: npt.NDArray[np.int64]) -> list[int]:
+        first = int(arr[0])
+        if arr.shape[0] == 1 or bool((arr == first).all()):
+            return [first] if first >= 0 else []
+        return [int(x) for x in np.unique(arr) if x >= 0]
+
+    for oid in order:
+        if len(errors) >= max_errors:
+            break
+        op = p.ops[oid]
+        depth[oid] = 1 + max((depth[d] for d in op.deps), default=0)
+        moved += op.cnt
+        sr, sb, so = op.src_rank, op.src_buf, op.src_off
+        dr, db, do = op.dst_rank, op.dst_buf, op.dst_off
+        c = op.cnt
+        src_vals = content[sr][sb][so : so + c]
+        if sb != Buf.INPUT:
+            # read-after-write ordering and initialisation
+            if (src_vals < 0).any():
+                bad = np.flatnonzero(src_vals < 0)
+                errors.append(
+                    f"op {oid}: reads uninitialised {_fmt_range(sr, sb, so + int(bad[0]), so + int(bad[-1]) + 1)}"
+                    f" (nothing writes it before this op)"
+                )
+            for w in _ids(writer[sr][sb][so : so + c]):
+                if not hb.before(w, oid):
+                    errors.append(
+                        f"race: op {oid} reads {_fmt_range(sr, sb, so, so + c)} written by op {w}, "
+                        f"but op {w} is not ordered before op {oid} (missing dependency)"
+                    )
+                    races += 1
+            rd = reader[sr][sb][so : so + c]
+            if (rd >= 0).any():
+                ex = extra_readers[sr][sb]
+                for k in np.flatnonzero(rd >= 0):
+                    ex.setdefault(so + int(k), []).append(int(rd[k]))
+            rd[:] = oid
+        # write: order after previous writer(s) and readers of the old value
+        dst_w = writer[dr][db][do : do + c]
+        for w in _ids(dst_w):
+            if not hb.before(w, oid):
+                errors.append(
+                    f"race: ops {w} and {oid} both write {_fmt_range(dr, db, do, do + c)} and are not ordered"
+                )
+                races += 1
+        prev_readers = set(_ids(reader[dr][db][do : do + c]))
+        ex = extra_readers[dr][db]
+        if ex:
+            for ch in range(do, do + c):
+                lst = ex.pop(ch, None)
+                if lst:
+                    prev_readers.update(lst)
+        prev_readers.discard(oid)
+        for rd_op in sorted(prev_readers):
+            if not hb.before(rd_op, oid):
+                errors.append(
+                    f"race: op {oid} overwrites {_fmt_range(dr, db, do, do + c)} that op {rd_op} reads, "
+                    f"but op {rd_op} is not ordered before op {oid}"
+                )
+                races += 1
+        content[dr][db][do : do + c] = src_vals
+        dst_w[:] = oid
+        reader[dr][db][do : do + c] = -1
+    if len(errors) < max_errors:
+        _postcondition(p, content, writer, in_base, errors, max_errors)
+    return VerifyReport(
+        ok=not errors,
+        errors=tuple(errors[:max_errors]),
+        ops=len(p.ops),
+        chunks_moved=moved,
+        depth=max(depth, default=0),
+        stats={"races": races},
+    )
+
+
+def _postcondition(
+    p: Program,
+    content: list[list[npt.NDArray[np.int64]]],
+    writer: list[list[npt.NDArray[np.int64]]],
+    in_base: npt.NDArray[np.int64],
+    errors: list[str],
+    max_errors: int,
+) -> None:
+    n = p.nranks
+    in_base_list = [int(x) for x in in_base]
+    for d in range(n):
+        col = p.counts[:, d]
+        tot = int(col.sum())
+        if tot == 0:
+            continue
+        src_of = np.repeat(np.arange(n), col)
+        within = np.arange(tot) - np.repeat(np.cumsum(col) - col, col)
+        in_off_d = np.array([p.input_offset(s, d) for s in range(n)], dtype=np.int64)
+        expected = in_base[src_of] + in_off_d[src_of] + within
+        got = content[d][Buf.OUTPUT]
+        bad = np.flatnonzero(got != expected)
+        if bad.size == 0:
+            continue
+        # group consecutive mismatches into runs for readable messages
+        runs = np.split(bad, np.flatnonzero(np.diff(bad) != 1) + 1)
+        for run in runs:
+            if len(errors) >= max_errors:
+                return
+            a, b = int(run[0]), int(run[-1]) + 1
+            s = int(src_of[a])
+            exp_chunk = int(expected[a] - in_base[s])
+            g = int(got[a])
+            if g < 0:
+                errors.append(
+                    f"postcondition: {_fmt_range(d, Buf.OUTPUT, a, b)} (data from rank {s}) is never written; "
+                    f"expected input chunk {exp_chunk} of rank {s}"
+                )
+            else:
+                gs = int(np.searchsorted(in_base, g, side="right") - 1)
+                while gs + 1 < n and in_base_list[gs + 1] <= g and p.input_chunks(gs) == 0:
+                    gs += 1
+                w = int(writer[d][Buf.OUTPUT][a])
+                errors.append(
+                    f"postcondition: {_fmt_range(d, Buf.OUTPUT, a, b)} should hold input chunk {exp_chunk} of "
+                    f"rank {s} but holds input chunk {g - in_base_list[gs]} of rank {gs} (written by op {w})"
+                )
+
+
+def check_program(p: Program, what: str = "") -> VerifyReport:
+    """Verify and raise :class:`VerificationError` listing every problem if the Program is wrong."""
+    rep = verify_program(p)
+    if not rep.ok:
+        raise VerificationError(what or f"plan '{p.name}' ({p.algorithm})", list(rep.errors))
+    return rep

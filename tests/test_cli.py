@@ -1,0 +1,91 @@
+"""The command line: exit codes, messages naming file/field/value, no partial output."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from a2acc.cli import main
+
+
+def test_pipe_runs_end_to_end(tmp_path, capsys):
+    m = tmp_path / "m.npy"
+    plan = tmp_path / "plan.json"
+    assert (
+        main(
+            [
+                "traffic",
+                "gen",
+                "zipf",
+                "--topology",
+                "dgx-h100",
+                "--servers",
+                "2",
+                "--size",
+                "1M",
+                "-o",
+                str(m),
+            ]
+        )
+        == 0
+    )
+    assert main(["traffic", "show", str(m)]) == 0
+    assert (
+        main(["plan", "--topology", "dgx-h100", "--servers", "2", "--traffic", str(m), "-o", str(plan)]) == 0
+    )
+    assert main(["verify", str(plan)]) == 0
+    assert main(["report", str(plan)]) == 0
+    assert main(["topo", "show", "mi300x", "--servers", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "OK" in out and "n=3 servers" in out
+
+
+def test_plan_help_lists_planners(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "--help"])
+    assert exc.value.code == 0
+    assert "direct" in capsys.readouterr().out
+
+
+def test_bad_matrix_size_no_output(tmp_path, capsys):
+    m = tmp_path / "m.txt"
+    m.write_text("1 2\n3 4\n")
+    out = tmp_path / "plan.json"
+    rc = main(["plan", "--topology", "dgx-h100", "--traffic", str(m), "-o", str(out)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert str(m) in err and "32 x 32" in err
+    assert not out.exists()
+
+
+def test_verify_exit_codes(tmp_path, capsys):
+    m = tmp_path / "m.npy"
+    np.save(m, np.full((8, 8), 4096, dtype=np.int64))
+    plan = tmp_path / "p.json"
+    assert main(["plan", "-t", "dgx-h100", "-n", "1", "-m", str(m), "-o", str(plan)]) == 0
+    doc = json.loads(plan.read_text())
+    doc["ops"] = doc["ops"][1:]
+    for i, row in enumerate(doc["ops"]):
+        row[0] = i
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["verify", str(bad)]) == 1
+    assert "never written" in capsys.readouterr().err
+    doc["version"] = 9
+    bad.write_text(json.dumps(doc))
+    assert main(["verify", str(bad)]) == 2
+    assert "version" in capsys.readouterr().err
+
+
+def test_unknown_algorithm_and_topology(tmp_path, capsys):
+    m = tmp_path / "m.npy"
+    np.save(m, np.ones((8, 8), dtype=np.int64))
+    assert (
+        main(["plan", "-t", "dgx-h100", "-n", "1", "-m", str(m), "-a", "magic", "-o", str(tmp_path / "x")])
+        == 2
+    )
+    assert "known planners" in capsys.readouterr().err
+    assert main(["topo", "show", "nope"]) == 2
+    assert "presets" in capsys.readouterr().err
