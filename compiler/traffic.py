@@ -142,7 +142,9 @@ def _parse_rows(rows: list[list[str]], src: str) -> list[list[float]]:
     n = len(out[0])
     for i, vrow in enumerate(out):
         if len(vrow) != n:
-            raise TrafficMatrixError(src, f"row {i}", len(vrow), f"every row needs {n} entries (row 0 has {n})")
+            raise TrafficMatrixError(
+                src, f"row {i}", len(vrow), f"every row needs {n} entries (row 0 has {n})"
+            )
     return out
 
 

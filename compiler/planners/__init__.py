@@ -61,6 +61,17 @@ _REGISTRY: dict[str, PlannerInfo] = {
         PlannerInfo(
             "direct", "a2acc.planners.direct", "FanOut: every pair sends at once, self-chunks copied"
         ),
+        PlannerInfo(
+            "fast",
+            "a2acc.planners.fast",
+            "FAST/FLASH: balancing + Birkhoff stages + pipelined redistribution",
+        ),
+        PlannerInfo(
+            "spreadout", "a2acc.planners.spreadout", "MPI SpreadOut: stage k, rank r sends to (r+k) mod N"
+        ),
+        PlannerInfo(
+            "hierarchical", "a2acc.planners.hierarchical", "MSCCL relay: gather at one GPU, cross, scatter"
+        ),
     )
 }
 
