@@ -29,6 +29,11 @@ run: install
 	$(BIN)/a2acc plan --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --algorithm direct -o $(RUN_DIR)/direct.json
 	$(BIN)/a2acc verify $(RUN_DIR)/direct.json
 	$(BIN)/a2acc report $(RUN_DIR)/direct.json
+	$(BIN)/a2acc plan --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --algorithm fast -o $(RUN_DIR)/fast.json
+	$(BIN)/a2acc verify $(RUN_DIR)/fast.json
+	$(BIN)/a2acc bounds --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy
+	$(BIN)/a2acc compare --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --sizes 64M:256M:x4 \
+		--algorithms fast,spreadout,direct,hierarchical --plot $(RUN_DIR)/compare.png
 
 lint: install
 	$(BIN)/ruff check compiler backends runtime_patches tests benchmarks examples

@@ -178,7 +178,7 @@ def plot(rows: Sequence[Row], path: str, title: str) -> None:
         pts = sorted((r.size, r.algbw_GBps) for r in rows if r.algorithm == alg)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=alg)
     bound = {r.size: r.size / r.bound_s / 1e9 if r.bound_s > 0 else 0.0 for r in rows}
-    ax.plot(sizes, [bound[s] for s in sizes], "k--", label="lower bound")
+    ax.plot(sizes, [bound[s] for s in sizes], "k--", label="bound (best possible algbw)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("bytes per rank")
     ax.set_ylabel("algbw (GB/s, FAST definition)")

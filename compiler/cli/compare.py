@@ -7,6 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from a2acc.cli.common import add_topology_args, topology_from_args
 from a2acc.compare import format_table, plot, run_compare, stderr_progress
 from a2acc.errors import InputError
@@ -54,7 +57,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     if args.traffic in GENERATORS:
-        traffic: object = args.traffic
+        traffic: str | npt.NDArray[np.int64] = args.traffic
         tdesc = f"{args.traffic} (seed {args.seed}, skew {args.skew})"
     elif Path(args.traffic).exists():
         traffic = load_matrix(args.traffic, expect_ranks=topo.nranks)
@@ -78,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         skew=args.skew,
         incast=incast,
-        mcf=args.mcf,  # type: ignore[arg-type]
+        mcf=args.mcf,
         progress=stderr_progress,
     )
     if sys.stderr.isatty():

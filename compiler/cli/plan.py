@@ -41,7 +41,8 @@ def _run(args: argparse.Namespace) -> int:
     m = traffic_from_args(args, topo)
     unit = parse_size(args.unit, field="--unit") if args.unit else None
     t0 = time.perf_counter()
-    prog = schedule(topo, m, args.algorithm, unit=unit, target_chunks=args.target_chunks)
+    opts = {"compare_kuhn": True} if args.algorithm == "fast" else {}
+    prog = schedule(topo, m, args.algorithm, unit=unit, target_chunks=args.target_chunks, **opts)
     dt = time.perf_counter() - t0
     prog.save(args.output)
     pad = prog.padding_bytes / max(int(m.sum()), 1)
@@ -49,4 +50,9 @@ def _run(args: argparse.Namespace) -> int:
         f"wrote {args.output}: {args.algorithm}, {len(prog.ops)} ops, unit {format_bytes(prog.unit_bytes)}, "
         f"padding {100 * pad:.2f}%, planned+verified in {dt * 1e3:.1f} ms"
     )
+    if args.algorithm == "fast" and prog.meta.get("birkhoff_stages") is not None:
+        print(
+            f"stages     : {prog.meta['birkhoff_stages']} Birkhoff stages ({prog.meta['birkhoff_method']}); "
+            f"FAST's Kuhn method: {prog.meta['birkhoff_stages_kuhn']}; bound n^2-2n+2 = {prog.meta['stage_bound']}"
+        )
     return 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import pairwise
 
 #: (bytes per sender, eta at k_ref senders) from the MI300X logs (see module docstring)
 MI300X_ROCE_POINTS: tuple[tuple[float, float], ...] = (
@@ -65,7 +66,7 @@ class IncastModel:
         if b >= pts[-1][0]:
             return pts[-1][1]
         lb = math.log(b)
-        for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        for (x0, y0), (x1, y1) in pairwise(pts):
             if b <= x1:
                 f = (lb - math.log(x0)) / (math.log(x1) - math.log(x0))
                 return y0 + f * (y1 - y0)

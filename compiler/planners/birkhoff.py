@@ -111,19 +111,22 @@ def _hopcroft_karp(adj: list[list[int]], n: int, match_r: list[int], match_c: li
         if not found:
             return size
 
-        def dfs(i: int) -> bool:
-            for j in adj[i]:
-                k = match_c[j]
-                if k < 0 or (dist[k] == dist[i] + 1 and dfs(k)):
-                    match_r[i] = j
-                    match_c[j] = i
-                    return True
-            dist[i] = inf
-            return False
-
         for i in range(n):
-            if match_r[i] < 0 and dfs(i):
+            if match_r[i] < 0 and _hk_dfs(i, adj, dist, match_r, match_c, inf):
                 size += 1
+
+
+def _hk_dfs(
+    i: int, adj: list[list[int]], dist: list[int], match_r: list[int], match_c: list[int], inf: int
+) -> bool:
+    for j in adj[i]:
+        k = match_c[j]
+        if k < 0 or (dist[k] == dist[i] + 1 and _hk_dfs(k, adj, dist, match_r, match_c, inf)):
+            match_r[i] = j
+            match_c[j] = i
+            return True
+    dist[i] = inf
+    return False
 
 
 def _kuhn_from_scratch(p: npt.NDArray[np.int64]) -> list[int]:

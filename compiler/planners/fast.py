@@ -20,7 +20,8 @@ Stage synchronisation is pairwise, not a global barrier: a stage-k transfer from
 A_i's previous sends and B_i's previous receives, which is exactly what keeps every receiver incast-free.
 
 Options (``PlanRequest.options``): ``birkhoff`` = ``bottleneck`` (default) | ``kuhn`` (FAST's method);
-``balance`` = ``auto`` (default) | ``always`` | ``never``.
+``balance`` = ``auto`` (default) | ``always`` | ``never``; ``compare_kuhn`` = True also records how many
+stages FAST's own Kuhn method would need (``meta["birkhoff_stages_kuhn"]``), next to ``meta["stage_bound"]``.
 
 Works for every intra fabric (the simulator routes scale-up ops over switch, mesh, ring or cube-mesh), any
 non-negative matrix, one server (no stages), zero rows and servers with no cross traffic. On a direct-connect
@@ -216,7 +217,9 @@ def plan(req: PlanRequest) -> Program:
     leftovers = [p for a in range(n) for bb in range(n) for i in range(m) for p in bundles[a][bb][i]]
     if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
         raise RuntimeError(f"fast: {len(leftovers)} pieces were not scheduled")
-    kuhn_stages = len(decompose(server, "kuhn").stages) if (n > 1 and method != "kuhn" and n <= 16) else None
+    kuhn_stages = None
+    if req.options.get("compare_kuhn") and n > 1:  # FAST's own method, for the stage-count report only
+        kuhn_stages = len(stages) if method == "kuhn" else len(decompose(server, "kuhn").stages)
     b.meta.update(
         {
             "stages": real_stages,
