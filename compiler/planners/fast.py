@@ -32,12 +32,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from a2acc.errors import InputError
 from a2acc.ir import Buf, Program, ProgramBuilder
 from a2acc.planners import PlanRequest
 from a2acc.planners.birkhoff import METHODS, decompose, stage_bound
+from a2acc.planners.stageplan import BALANCE_MODES, stage_plan, tile_shares
 
 
 @dataclass
@@ -60,17 +59,6 @@ def _split(p: _Piece, k: int) -> tuple[_Piece, _Piece]:
     return a, b
 
 
-def _balance_pays(
-    excess: int, moved_max: int, unit: int, b_inter: float, b_intra: float, alpha: float
-) -> bool:
-    """Balancing pays when the scale-out seconds it saves exceed the scale-up seconds it costs."""
-    if b_inter <= 0:
-        return False
-    saved = excess * unit / (b_inter * 1e9)
-    cost = alpha + moved_max * unit / (b_intra * 1e9) if b_intra > 0 else float("inf")
-    return saved > cost
-
-
 def plan(req: PlanRequest) -> Program:
     topo = req.topology
     counts = req.counts
@@ -81,8 +69,8 @@ def plan(req: PlanRequest) -> Program:
     if method not in METHODS:
         raise InputError("fast", "birkhoff", method, f"allowed: {', '.join(METHODS)}")
     balance = str(req.options.get("balance", "auto"))
-    if balance not in ("auto", "always", "never"):
-        raise InputError("fast", "balance", balance, "allowed: auto, always, never")
+    if balance not in BALANCE_MODES:
+        raise InputError("fast", "balance", balance, f"allowed: {', '.join(BALANCE_MODES)}")
     summary = topo.summary()
     alpha_intra = (topo.intra.latency * 1e-6) if topo.intra is not None else 0.0
     b = ProgramBuilder(f"fast-{n}x{m}", "fast", counts, req.unit_bytes, req.traffic)
@@ -104,10 +92,14 @@ def plan(req: PlanRequest) -> Program:
                         stage=0,
                         link="local" if s == d else "intra",
                     )
-    # ---- 1. balancing: bundles[a][bb][j] = pieces GPU j of server a sends to server bb
+    # ---- 1. stage plan (compiled core when built): balancing decisions, server matrix, Birkhoff stages
+    sp = stage_plan(
+        counts, m, method, balance, req.unit_bytes, summary.b_inter, summary.b_intra_link, alpha_intra
+    )
+    server = sp.server
+    # ---- balancing ops: bundles[a][bb][j] = pieces GPU j of server a sends to server bb
     bundles: list[list[list[list[_Piece]]]] = [[[[] for _ in range(m)] for _ in range(n)] for _ in range(n)]
-    server = np.zeros((n, n), dtype=np.int64)
-    balanced_tiles = 0
+    balanced_tiles = int(sp.balanced.sum())
     moved_chunks = 0
     for a in range(n):
         for bb in range(n):
@@ -124,32 +116,16 @@ def plan(req: PlanRequest) -> Program:
                         row.append(_Piece(s, d, 0, c, s, Buf.INPUT, int(b.in_off[s, d]), -1))
                 rows.append(row)
             load = [sum(p.cnt for p in r) for r in rows]
-            total = sum(load)
-            if total == 0:
+            if sum(load) == 0:
                 continue
-            base, extra = divmod(total, m)
-            # the +1 shares go to the most loaded GPUs (less to move)
-            order = sorted(range(m), key=lambda k: (-load[k], k))
-            share = [base] * m
-            for k in order[:extra]:
-                share[k] += 1
-            excess_max = max(load) - max(share)
-            moved_max = max(max(load[k] - share[k], share[k] - load[k]) for k in range(m))
-            do_balance = balance == "always" or (
-                balance == "auto"
-                and excess_max > 0
-                and _balance_pays(
-                    excess_max, moved_max, req.unit_bytes, summary.b_inter, summary.b_intra_link, alpha_intra
-                )
-            )
-            if do_balance and excess_max > 0:
-                balanced_tiles += 1
-                moved_chunks += _balance_tile(b, rows, load, share, a, bb, m)
+            if sp.balanced[a, bb]:
+                moved_chunks += _balance_tile(b, rows, load, tile_shares(load), a, bb, m)
             for i in range(m):
                 bundles[a][bb][i] = _order_bundle(rows[i], rank(bb, i))
-            server[a, bb] = max(sum(p.cnt for p in r) for r in rows)
+            if int(server[a, bb]) != max(sum(p.cnt for p in r) for r in rows):  # pragma: no cover
+                raise RuntimeError("fast: stage plan and balancing disagree")
     # ---- 2. Birkhoff stages of the server matrix, ascending weight
-    dec = decompose(server, method) if n > 1 else None
+    dec = sp.decomposition if n > 1 else None
     stages = sorted(dec.stages, key=lambda st: st.weight) if dec is not None else []
     # ---- 3. stage transfers + pipelined redistribution
     last_send: list[list[int]] = [[] for _ in range(n_ranks)]

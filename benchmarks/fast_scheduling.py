@@ -1,0 +1,87 @@
+"""FAST scheduling time and stage counts (issue: match FAST's C++ scheduler).
+
+Run: ``.venv/bin/python benchmarks/fast_scheduling.py [--runs 20] [--program-max-servers 16]``
+
+Measures, for n servers x 8 GPUs, uniform and Zipf(0.8) matrices (256 MiB per rank), median of ``--runs``:
+- ``stage plan``: chunk matrix in -> balancing decisions, server matrix and Birkhoff stages out (quantisation
+  included), with the compiled core and with the pure-Python reference;
+- ``program``: matrix in -> full IR Program (every balancing, transfer and redistribution op), unverified;
+- stage counts: ours (bottleneck matchings) vs FAST's Kuhn method vs the n^2 - 2n + 2 bound.
+Anchor (FAST paper, C++): 25 us @ 4x8, 221 us @ 8x8, 805 us @ 12x8, 77 ms @ 40x8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from a2acc.passes.quantize import choose_unit, quantize
+from a2acc.planners import make_request
+from a2acc.planners.birkhoff import decompose, stage_bound
+from a2acc.planners.fast import plan as fast_plan
+from a2acc.planners.stageplan import native_available, stage_plan
+from a2acc.topology import load_topology
+from a2acc.traffic import generate
+
+ANCHOR_US = {4: 25, 8: 221, 12: 805, 40: 77_000}
+
+
+def _median_us(fn, runs: int) -> float:
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--servers", default="4,8,12,16,40,64")
+    ap.add_argument("--program-max-servers", type=int, default=16)
+    args = ap.parse_args()
+    print(f"native core: {'yes' if native_available() else 'NO (pure Python)'}; median of {args.runs} runs")
+    print(
+        f"{'servers':>7} {'matrix':>8} {'plan C (us)':>12} {'plan py (us)':>13} {'program (ms)':>13} "
+        f"{'FAST (us)':>10} {'stages':>7} {'kuhn':>6} {'bound':>7} {'ops':>8}"
+    )
+    for n in (int(x) for x in args.servers.split(",")):
+        topo = load_topology("dgx-h200-fast", servers=n)
+        s = topo.summary()
+        for kind in ("uniform", "zipf"):
+            m = generate(kind, topo.nranks, 256 << 20, 1, skew=0.8)
+
+            def plan_c(m=m) -> None:
+                unit = choose_unit(m)
+                stage_plan(quantize(m, unit), 8, unit=unit, b_inter=s.b_inter, b_intra=s.b_intra_link, alpha=7e-7)
+
+            def plan_py(m=m) -> None:
+                unit = choose_unit(m)
+                stage_plan(
+                    quantize(m, unit), 8, unit=unit, b_inter=s.b_inter, b_intra=s.b_intra_link, alpha=7e-7,
+                    native=False,
+                )
+
+            t_c = _median_us(plan_c, args.runs)
+            py_runs = max(1, args.runs // 10) if n >= 16 else args.runs
+            t_py = _median_us(plan_py, py_runs) if n <= 40 else float("nan")
+            unit = choose_unit(m)
+            sp = stage_plan(quantize(m, unit), 8, unit=unit, b_inter=s.b_inter, b_intra=s.b_intra_link, alpha=7e-7)
+            kuhn = len(decompose(sp.server, "kuhn").stages) if n <= 40 else float("nan")
+            t_prog = float("nan")
+            ops = 0
+            if n <= args.program_max_servers:
+                req = make_request(topo, m)
+                prog_runs = max(3, args.runs // 4)
+                t_prog = _median_us(lambda req=req: fast_plan(req), prog_runs) / 1e3
+                ops = len(fast_plan(req).ops)
+            print(
+                f"{n:>7} {kind:>8} {t_c:>12.1f} {t_py:>13.1f} {t_prog:>13.1f} {ANCHOR_US.get(n, float('nan')):>10} "
+                f"{len(sp.decomposition.stages):>7} {kuhn:>6} {stage_bound(n):>7} {ops:>8}"
+            )
+
+
+if __name__ == "__main__":
+    main()
