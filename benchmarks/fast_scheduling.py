@@ -53,14 +53,21 @@ def main() -> None:
         for kind in ("uniform", "zipf"):
             m = generate(kind, topo.nranks, 256 << 20, 1, skew=0.8)
 
-            def plan_c(m=m) -> None:
-                unit = choose_unit(m)
-                stage_plan(quantize(m, unit), 8, unit=unit, b_inter=s.b_inter, b_intra=s.b_intra_link, alpha=7e-7)
-
-            def plan_py(m=m) -> None:
+            def plan_c(m=m, s=s) -> None:
                 unit = choose_unit(m)
                 stage_plan(
-                    quantize(m, unit), 8, unit=unit, b_inter=s.b_inter, b_intra=s.b_intra_link, alpha=7e-7,
+                    quantize(m, unit), 8, unit=unit, b_inter=s.b_inter, b_intra=s.b_intra_link, alpha=7e-7
+                )
+
+            def plan_py(m=m, s=s) -> None:
+                unit = choose_unit(m)
+                stage_plan(
+                    quantize(m, unit),
+                    8,
+                    unit=unit,
+                    b_inter=s.b_inter,
+                    b_intra=s.b_intra_link,
+                    alpha=7e-7,
                     native=False,
                 )
 
@@ -68,7 +75,9 @@ def main() -> None:
             py_runs = max(1, args.runs // 10) if n >= 16 else args.runs
             t_py = _median_us(plan_py, py_runs) if n <= 40 else float("nan")
             unit = choose_unit(m)
-            sp = stage_plan(quantize(m, unit), 8, unit=unit, b_inter=s.b_inter, b_intra=s.b_intra_link, alpha=7e-7)
+            sp = stage_plan(
+                quantize(m, unit), 8, unit=unit, b_inter=s.b_inter, b_intra=s.b_intra_link, alpha=7e-7
+            )
             kuhn = len(decompose(sp.server, "kuhn").stages) if n <= 40 else float("nan")
             t_prog = float("nan")
             ops = 0

@@ -41,3 +41,30 @@ def quantize(matrix: npt.NDArray[np.int64], unit: int) -> npt.NDArray[np.int64]:
 
 def padding_bytes(matrix: npt.NDArray[np.int64], counts: npt.NDArray[np.int64], unit: int) -> int:
     return int(counts.sum()) * unit - int(matrix.sum())
+
+
+def unit_for_padding(
+    matrix: npt.NDArray[np.int64],
+    max_padding: float = 0.03,
+    align: int = DEFAULT_ALIGN,
+    max_chunks: int = 32767,
+) -> int:
+    """Largest unit (multiple of ``align``) whose padding is at most ``max_padding`` of the payload, while the
+    busiest rank stays within ``max_chunks`` chunks (MSCCL offsets are int16)."""
+    if not 0 < max_padding < 1:
+        raise InputError("", "max_padding", max_padding, "must be a fraction in (0, 1)")
+    m = np.asarray(matrix, dtype=np.int64)
+    total = int(m.sum())
+    if total == 0:
+        return align
+    peak = int(max(m.sum(axis=1).max(), m.sum(axis=0).max()))
+    floor_unit = -(-peak // max_chunks)
+    floor_unit = -(-floor_unit // align) * align
+    nz = m[m > 0]
+    u = max(align, int(max_padding * total / max(len(nz), 1)) // align * align)
+    while True:
+        pad = int((-(-nz // u) * u - nz).sum())
+        if pad <= max_padding * total or u <= align:
+            break
+        u = max(align, int(u * 0.8) // align * align)
+    return max(u, floor_unit)
