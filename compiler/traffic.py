@@ -27,6 +27,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -322,3 +323,43 @@ def stats(m: Matrix) -> MatrixStats:
         gini=gini,
         cv=cv,
     )
+
+
+def moe_stream(
+    nranks: int,
+    steps: int,
+    seed: int = 0,
+    *,
+    tokens: int = 8192,
+    experts: int = 0,
+    top_k: int = 2,
+    hidden: int = 4096,
+    dtype_bytes: int = 2,
+    skew_lo: float = 0.4,
+    skew_hi: float = 0.9,
+    period: int = 400,
+    drift: float = 0.02,
+) -> Iterator[Matrix]:
+    """A synthetic MoE routing stream (FLASH §2: skew drifts, every call differs).
+
+    The router's Zipf skew oscillates between ``skew_lo`` and ``skew_hi`` over ``period`` calls; the expert
+    popularity order drifts by a small random walk in log-popularity (``drift`` per call); every call samples
+    ``tokens`` tokens per rank afresh (top-k distinct experts per token), so consecutive matrices differ by
+    sampling noise as real dispatches do.
+    """
+    rng = np.random.default_rng(seed)
+    e = experts or 2 * nranks
+    if e % nranks:
+        raise TrafficMatrixError("moe_stream", "experts", e, f"must be a multiple of {nranks}")
+    base = rng.permutation(e).astype(np.float64)
+    walk = np.zeros(e)
+    per_rank = e // nranks
+    for t in range(steps):
+        s = skew_lo + (skew_hi - skew_lo) * 0.5 * (1 - math.cos(2 * math.pi * t / period))
+        walk += rng.normal(0.0, drift, size=e)
+        logp = -s * np.log1p(base) + walk
+        logp -= logp.max()
+        p = np.exp(logp)
+        p /= p.sum()
+        counts = rng.multinomial(tokens * top_k, p, size=nranks)
+        yield (counts.reshape(nranks, nranks, per_rank).sum(axis=2) * hidden * dtype_bytes).astype(np.int64)

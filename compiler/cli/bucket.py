@@ -1,0 +1,43 @@
+"""``a2acc bucket --topology T --traffic M``: the skew bucket (key, layout, padding) for one matrix."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from a2acc.bucket import BucketIndex
+from a2acc.cli.common import add_topology_args, add_traffic_arg, topology_from_args, traffic_from_args
+from a2acc.units import format_bytes
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bucket", help="print the skew-bucket key, chunk layout and padding for a matrix")
+    add_topology_args(p)
+    add_traffic_arg(p)
+    p.add_argument("--algorithm", "-a", default="fast")
+    p.add_argument("--backend", "-b", default="reference")
+    p.add_argument("--full", action="store_true", help="print the whole layout matrix")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    m = traffic_from_args(args, topo)
+    b = BucketIndex(topo, args.algorithm, args.backend).lookup(m)
+    print(f"key        : {b.key}")
+    print(f"unit       : {format_bytes(b.unit)} ({b.unit} B per chunk)")
+    print(
+        f"layout     : {int(b.layout.sum())} chunks, max pair {int(b.layout.max())}, "
+        f"max row {int(b.layout.sum(axis=1).max())}, max column {int(b.layout.sum(axis=0).max())}"
+    )
+    print(
+        f"padding    : {format_bytes(b.padding_bytes)} = {100 * b.padding_fraction:.2f}% of {format_bytes(b.payload_bytes)}"
+    )
+    print(
+        f"residual   : {format_bytes(b.overflow_bytes)} = {100 * b.overflow_fraction:.2f}% (bytes beyond the layout)"
+    )
+    if args.full:
+        with np.printoptions(linewidth=200, threshold=1 << 20):
+            print(b.layout)
+    return 0
