@@ -1,0 +1,56 @@
+"""``a2acc cache ls|show|clear``: inspect the JIT plan cache (``$A2ACC_CACHE_DIR``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from a2acc.cache import PlanCache, default_cache_dir
+from a2acc.errors import InputError
+from a2acc.units import format_bytes
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("cache", help="inspect or clear the JIT plan cache")
+    p.add_argument("--dir", default=None, help="cache directory (default $A2ACC_CACHE_DIR or ~/.cache/a2acc)")
+    csub = p.add_subparsers(dest="cache_cmd", metavar="ACTION")
+    ls = csub.add_parser("ls", help="list entries (all a2acc versions)")
+    ls.set_defaults(func=_ls)
+    show = csub.add_parser("show", help="print an entry's metadata and files")
+    show.add_argument("key")
+    show.set_defaults(func=_show)
+    clear = csub.add_parser("clear", help="delete every entry")
+    clear.set_defaults(func=_clear)
+
+
+def _cache(args: argparse.Namespace) -> PlanCache:
+    return PlanCache(args.dir or default_cache_dir())
+
+
+def _ls(args: argparse.Namespace) -> int:
+    c = _cache(args)
+    rows = c.list_entries()
+    print(f"cache: {c.root}  ({len(rows)} entries; this a2acc reads {c.dir.name if c.dir else '-'})")
+    for key, size, ver in rows:
+        print(f"  {ver:10s} {key}  {format_bytes(size)}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    c = _cache(args)
+    e = c.get(args.key)
+    if e is None:
+        raise InputError(str(c.dir), "key", args.key, "no valid entry with this key for this a2acc version (a2acc cache ls)")
+    print(json.dumps(e.meta, indent=1, sort_keys=True))
+    print(f"program    : {len(e.program_json)} B of plan JSON")
+    for name, text in sorted(e.files.items()):
+        print(f"file       : {name} ({len(text)} B)")
+    if e.manifest:
+        print(f"manifest   : {len(e.manifest)} B")
+    return 0
+
+
+def _clear(args: argparse.Namespace) -> int:
+    n = _cache(args).clear()
+    print(f"removed {n} files")
+    return 0

@@ -1,0 +1,31 @@
+"""MSCCL++ glue: run a2acc's JSON execution plans through ``mscclpp.Executor`` + ``mscclpp.ExecutionPlan``.
+
+The MSCCL++ NCCL shim never routes ``ncclAllToAll`` to a plan (spec mscclpp.md §5.2), so a2acc must drive
+``mscclpp.Executor`` itself. That needs a2acc's MSCCL++ backend (JSON plans), which is not built yet: this
+module is the seam. :func:`executor_for` reports exactly what is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2acc.errors import RuntimeHookError
+
+
+def mscclpp_available() -> bool:
+    try:
+        import mscclpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def executor_for(comm: Any) -> Any:
+    if not mscclpp_available():
+        raise RuntimeHookError(
+            "mscclpp is not importable: build MSCCL++ with its Python bindings (pip install . in microsoft/mscclpp, "
+            "v0.8 or later) to use A2ACC_BACKEND=mscclpp"
+        )
+    raise RuntimeHookError(
+        "a2acc's MSCCL++ backend (JSON execution plans) is not built yet; use A2ACC_BACKEND=reference or msccl-xml"
+    )

@@ -1,0 +1,92 @@
+"""Plan cache: racing writers, corrupt and truncated entries, version isolation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from a2acc.cache import CacheEntry, PlanCache
+
+
+def _entry(key: str, size: int = 1000) -> CacheEntry:
+    return CacheEntry(key, '{"plan": ' + "1" * size + "}", {"00-x.xml": "<algo/>"}, "{}", {"unit": 16})
+
+
+def test_memory_then_disk_then_compile(tmp_path):
+    c = PlanCache(tmp_path)
+    calls = []
+    e, where = c.get_or_compile("k1", lambda: calls.append(1) or _entry("k1"))
+    assert where == "compiled" and calls == [1]
+    assert c.get_or_compile("k1", lambda: pytest.fail("recompiled"))[1] == "memory"
+    fresh = PlanCache(tmp_path)  # another process: finds it on disk
+    e2, where = fresh.get_or_compile("k1", lambda: pytest.fail("recompiled"))
+    assert where == "disk" and e2 == e
+
+
+def test_truncated_entry_is_discarded_and_recompiled(tmp_path, caplog):
+    c = PlanCache(tmp_path)
+    c.put(_entry("k2"))
+    path = c.dir / "k2.json"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    fresh = PlanCache(tmp_path)
+    with caplog.at_level("WARNING", logger="a2acc.cache"):
+        e, where = fresh.get_or_compile("k2", lambda: _entry("k2"))
+    assert where == "compiled" and "corrupt" in caplog.text
+    assert json.loads(path.read_text())["key"] == "k2"  # rewritten whole
+
+
+def test_checksum_mismatch_detected(tmp_path):
+    c = PlanCache(tmp_path)
+    c.put(_entry("k3"))
+    path = c.dir / "k3.json"
+    doc = json.loads(path.read_text())
+    doc["payload"]["program"] = doc["payload"]["program"].replace("1", "2", 1)
+    path.write_text(json.dumps(doc))
+    assert PlanCache(tmp_path).get("k3") is None
+    assert not path.exists()
+
+
+def test_other_version_is_ignored(tmp_path):
+    old = PlanCache(tmp_path, version="0.0.1")
+    old.put(_entry("k4"))
+    new = PlanCache(tmp_path)
+    assert new.get("k4") is None
+    assert ("k4", (old.dir / "k4.json").stat().st_size, "v0.0.1") in new.list_entries()
+    # a file placed in this version's directory but claiming another version is rejected too
+    (new.dir).mkdir(parents=True, exist_ok=True)
+    (new.dir / "k4.json").write_text((old.dir / "k4.json").read_text())
+    assert new.get("k4") is None
+
+
+@pytest.mark.slow
+def test_eight_processes_racing_on_one_key_leave_one_valid_entry(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from a2acc.cache import CacheEntry, PlanCache
+        c = PlanCache({str(tmp_path)!r})
+        while time.time() < float(sys.argv[1]):
+            pass
+        e, where = c.get_or_compile("race", lambda: CacheEntry("race", "P" * 2_000_000, {{"a.xml": "x" * 100000}}, None, {{}}))
+        print(where, len(e.program_json))
+        """
+    )
+    import time
+
+    start = str(time.time() + 3.0)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, start], stdout=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    outs = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert all(o[1] == "2000000" for o in outs)
+    files = sorted(p.name for p in (tmp_path / f"v{PlanCache(tmp_path).version}").iterdir())
+    assert files == ["race.json"]  # no temp files left behind, one entry
+    e = PlanCache(tmp_path).get("race")
+    assert e is not None and len(e.program_json) == 2_000_000
