@@ -35,7 +35,7 @@ def test_truncated_entry_is_discarded_and_recompiled(tmp_path, caplog):
     path.write_bytes(data[: len(data) // 2])
     fresh = PlanCache(tmp_path)
     with caplog.at_level("WARNING", logger="a2acc.cache"):
-        e, where = fresh.get_or_compile("k2", lambda: _entry("k2"))
+        _e, where = fresh.get_or_compile("k2", lambda: _entry("k2"))
     assert where == "compiled" and "corrupt" in caplog.text
     assert json.loads(path.read_text())["key"] == "k2"  # rewritten whole
 
