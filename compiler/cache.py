@@ -64,7 +64,9 @@ def _digest(payload: dict[str, Any]) -> str:
 class PlanCache:
     """Two-level cache; ``directory=None`` keeps it in memory only."""
 
-    def __init__(self, directory: str | os.PathLike[str] | None = None, capacity: int = 64, version: str = __version__):
+    def __init__(
+        self, directory: str | os.PathLike[str] | None = None, capacity: int = 64, version: str = __version__
+    ):
         self.root = Path(directory) if directory is not None else None
         self.version = version
         self.capacity = capacity
@@ -114,7 +116,9 @@ class PlanCache:
             if not ok:
                 raise ValueError("format, version, key or checksum mismatch")
             p = doc["payload"]
-            return CacheEntry(key, p["program"], dict(p.get("files") or {}), p.get("manifest"), dict(p.get("meta") or {}))
+            return CacheEntry(
+                key, p["program"], dict(p.get("files") or {}), p.get("manifest"), dict(p.get("meta") or {})
+            )
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             self.stats["corrupt"] += 1
             log.warning("a2acc cache: discarding corrupt entry %s (%s); it will be recompiled", path, exc)

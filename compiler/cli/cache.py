@@ -40,7 +40,12 @@ def _show(args: argparse.Namespace) -> int:
     c = _cache(args)
     e = c.get(args.key)
     if e is None:
-        raise InputError(str(c.dir), "key", args.key, "no valid entry with this key for this a2acc version (a2acc cache ls)")
+        raise InputError(
+            str(c.dir),
+            "key",
+            args.key,
+            "no valid entry with this key for this a2acc version (a2acc cache ls)",
+        )
     print(json.dumps(e.meta, indent=1, sort_keys=True))
     print(f"program    : {len(e.program_json)} B of plan JSON")
     for name, text in sorted(e.files.items()):
