@@ -310,38 +310,67 @@ def run(
             lst.append(acc)
             acc = []
         folded.append(lst)
-    # access tracking: (rank, buf, chunk) -> (last write (pid, t, where), reads since)
-    last_w: dict[tuple[int, str, int], tuple[int, int, str]] = {}
-    reads: dict[tuple[int, str, int], list[tuple[int, int, str]]] = {}
+    # access tracking per physical buffer: last writer (pid, time) and last reader (pid, time) per chunk as numpy
+    # arrays; chunks read by several tbs since their last write keep the extra readers in a small dict
+    wp: dict[tuple[int, str], np.ndarray] = {}
+    wt: dict[tuple[int, str], np.ndarray] = {}
+    rp: dict[tuple[int, str], np.ndarray] = {}
+    rt: dict[tuple[int, str], np.ndarray] = {}
+    extra_r: dict[tuple[int, str], dict[int, list[tuple[int, int]]]] = {}
+    where_of: dict[tuple[int, int], str] = {}
+    for kb, arr in mem.items():
+        wp[kb] = np.full(len(arr), -1, dtype=np.int64)
+        wt[kb] = np.zeros(len(arr), dtype=np.int64)
+        rp[kb] = np.full(len(arr), -1, dtype=np.int64)
+        rt[kb] = np.zeros(len(arr), dtype=np.int64)
+        extra_r[kb] = {}
     races = 0
 
     def err(msg: str) -> None:
         if len(res.errors) < max_errors:
             res.errors.append(msg)
 
+    def unordered(pids: np.ndarray, ts: np.ndarray, pid: int) -> np.ndarray:
+        vc = clock[pid]
+        ok = pids >= 0
+        return ok & (pids != pid) & (vc[np.where(ok, pids, 0)] < ts)
+
     def access(pid: int, r: int, b: str, off: int, cnt: int, write: bool, where: str) -> None:
         nonlocal races
-        vc = clock[pid]
-        key_buf, base = loc(r, b, off)
-        for j in range(cnt):
-            key = (key_buf[0], key_buf[1], base + j)
-            w = last_w.get(key)
-            if w is not None and w[0] != pid and vc[w[0]] < w[1]:
-                err(
-                    f"race: {where} {'writes' if write else 'reads'} rank {r} {b}[{base + j}] written by {w[2]} without ordering"
-                )
+        kb, base = loc(r, b, off)
+        lo, hi = base, base + cnt
+        now = int(clock[pid][pid])
+        where_of[(pid, now)] = where
+        bad = unordered(wp[kb][lo:hi], wt[kb][lo:hi], pid)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            w = where_of.get((int(wp[kb][lo + j]), int(wt[kb][lo + j])), "another tb")
+            err(f"race: {where} {'writes' if write else 'reads'} rank {r} {b}[{lo + j}] written by {w} without ordering")
+            races += 1
+        if write:
+            bad = unordered(rp[kb][lo:hi], rt[kb][lo:hi], pid)
+            ex = extra_r[kb]
+            if ex:
+                for ch in range(lo, hi):
+                    for q, tq in ex.pop(ch, ()):
+                        if q != pid and clock[pid][q] < tq:
+                            bad[ch - lo] = True
+            if bad.any():
+                j = int(np.flatnonzero(bad)[0])
+                err(f"race: {where} overwrites rank {r} {b}[{lo + j}] while another tb may still read it")
                 races += 1
-            if write:
-                for rd in reads.get(key, ()):
-                    if rd[0] != pid and vc[rd[0]] < rd[1]:
-                        err(
-                            f"race: {where} overwrites rank {r} {b}[{base + j}] while {rd[2]} may still read it"
-                        )
-                        races += 1
-                last_w[key] = (pid, int(vc[pid]), where)
-                reads.pop(key, None)
-            else:
-                reads.setdefault(key, []).append((pid, int(vc[pid]), where))
+            wp[kb][lo:hi] = pid
+            wt[kb][lo:hi] = now
+            rp[kb][lo:hi] = -1
+        else:
+            prev = rp[kb][lo:hi]
+            keep = (prev >= 0) & (prev != pid)
+            if keep.any():
+                ex = extra_r[kb]
+                for j in np.flatnonzero(keep):
+                    ex.setdefault(lo + int(j), []).append((int(prev[j]), int(rt[kb][lo + j])))
+            rp[kb][lo:hi] = pid
+            rt[kb][lo:hi] = now
 
     def getv(r: int, b: str, off: int, cnt: int) -> list[tuple[int, ...] | None]:
         key_buf, base = loc(r, b, off)

@@ -11,6 +11,7 @@ neutral defaults) so that the interpreter can still report what the file would c
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -43,138 +44,120 @@ class _Elem:
     children: list[_Elem] = field(default_factory=list)
 
 
+_TOKEN = re.compile(r"<!--.*?-->|</[^>]*>|<[^>]*>", re.S)
+_ATTR = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="([^"\n]*)"')
+_CLEAN_BODY = re.compile(r'(?: [A-Za-z_][A-Za-z0-9_]*="[^"\n\t]*")*')
+
+
 class _Parser:
+    """Regex tokenizer with the executor parser's rules applied as checks (tags, gaps between them, attrs)."""
+
     def __init__(self, text: str, src: str) -> None:
         self.t = text
-        self.i = 0
-        self.line = 1
         self.src = src
         self.errors: list[str] = []
         self.notes: list[str] = []
+        self._nl = [m.start() for m in re.finditer("\n", text)]
+
+    def line_of(self, pos: int) -> int:
+        return bisect.bisect_right(self._nl, pos - 1) + 1
 
     def err(self, msg: str, line: int | None = None) -> None:
-        self.errors.append(f"{self.src}:{line or self.line}: {msg}")
+        self.errors.append(f"{self.src}:{line if line is not None else '?'}: {msg}")
 
-    def _adv(self, k: int = 1) -> None:
-        self.line += self.t.count("\n", self.i, self.i + k)
-        self.i += k
-
-    def skip_ws(self) -> None:
-        while self.i < len(self.t):
-            c = self.t[self.i]
-            if c in " \n\r":
-                self._adv()
-            elif c == "\t":
-                self.err(
-                    "TAB between elements: the executor's parser accepts only space, \\n and \\r ('expecting <')"
-                )
-                self._adv()
-            elif self.t.startswith("<!--", self.i):
-                end = self.t.find("-->", self.i + 4)
-                if end < 0:
-                    self.err("unterminated comment")
-                    self._adv(len(self.t) - self.i)
-                else:
-                    self._adv(end + 3 - self.i)
-            elif c == "<":
+    def _gap(self, a: int, b: int) -> None:
+        gap = self.t[a:b]
+        if not gap or not gap.strip(" \n\r"):
+            return
+        for k, c in enumerate(gap):
+            if c == "\t":
+                self.err("TAB between elements: the executor's parser accepts only space, \\n and \\r ('expecting <')",
+                         self.line_of(a + k))
                 return
-            else:
-                self.err(f"text content {c!r} outside a tag; the executor's parser expects '<'")
-                self._adv()
+            if c not in " \n\r":
+                self.err(f"text content {c!r} outside a tag; the executor's parser expects '<'", self.line_of(a + k))
+                return
 
-    def parse_elem(self) -> _Elem | None:
-        start_line = self.line
-        if self.t.startswith("<?", self.i):
-            self.err("an '<?xml ...?>' declaration is not accepted by the executor's parser ('expected >')")
-            end = self.t.find(">", self.i)
-            self._adv((end + 1 if end >= 0 else len(self.t)) - self.i)
+    def _start_tag(self, tag: str, line: int) -> tuple[str, dict[str, str], bool] | None:
+        if tag.startswith("<?"):
+            self.err("an '<?xml ...?>' declaration is not accepted by the executor's parser ('expected >')", line)
             return None
-        self._adv()  # '<'
-        m = _NAME.match(self.t, self.i)
+        m = _NAME.match(tag, 1)
         if not m:
-            self.err("expected an element name after '<'")
-            self._adv()
+            self.err("expected an element name after '<'", line)
             return None
         name = m.group(0)
-        self._adv(len(name))
+        self_closing = tag.endswith("/>")
+        body = tag[m.end() : len(tag) - (2 if self_closing else 1)]
+        if _CLEAN_BODY.fullmatch(body):  # the common, well-formed case: single spaces, double quotes
+            attrs0 = dict(_ATTR.findall(body))
+            if len(attrs0) > MAX_ATTRS:
+                self.err(f"<{name}> has {len(attrs0)} attributes; the parser keeps only {MAX_ATTRS}", line)
+            return name, attrs0, self_closing
+        if "\n" in body or "\r" in body:
+            self.err(f"<{name}>: a start tag must fit on one line (newline after an attribute gives 'expected >')", line)
+        if "\t" in body:
+            self.err(f"<{name}>: TAB inside a start tag; use single spaces", line)
         attrs: dict[str, str] = {}
+        pos = 0
         n_attr = 0
-        while True:
-            if self.i >= len(self.t):
-                self.err(f"<{name}>: file ends inside the start tag", start_line)
-                return _Elem(name, attrs, start_line)
-            c = self.t[self.i]
-            if c == ">":
-                self._adv()
-                break
-            if self.t.startswith("/>", self.i):
-                self._adv(2)
-                return _Elem(name, self._check_attrs(name, attrs, n_attr, start_line), start_line)
-            if c in "\n\r":
-                self.err(
-                    f"<{name}>: a start tag must fit on one line (newline after an attribute gives 'expected >')"
-                )
-                self._adv()
-                continue
-            if c == " ":
-                self._adv()
-                if self.i < len(self.t) and self.t[self.i] == " ":
-                    n_attr += 1  # extra spaces make empty-name attributes (count toward the limit)
-                continue
-            if c == "\t":
-                self.err(f"<{name}>: TAB inside a start tag; use single spaces")
-                self._adv()
-                continue
-            am = _NAME.match(self.t, self.i)
-            if not am:
-                self.err(f"<{name}>: unexpected character {c!r} in start tag (expected >)")
-                self._adv()
-                continue
-            aname = am.group(0)
-            self._adv(len(aname))
-            if not self.t.startswith('="', self.i):
-                if self.t.startswith("='", self.i):
-                    self.err(f"<{name}> {aname}: values must be in double quotes")
+        for am in _ATTR.finditer(body):
+            between = body[pos : am.start()]
+            if between.strip(" \n\r\t"):
+                bad = between.strip()
+                if "='" in bad:
+                    self.err(f"<{name}> {bad.split('=')[0]}: values must be in double quotes", line)
                 else:
-                    self.err(f'<{name}> {aname}: expected ="value"')
-                end = self.t.find(" ", self.i)
-                self._adv((end if end >= 0 else len(self.t)) - self.i)
-                continue
-            self._adv(2)
-            end = self.t.find('"', self.i)
-            nl = self.t.find("\n", self.i)
-            if end < 0 or (0 <= nl < end):
-                self.err(f"<{name}> {aname}: unterminated value")
-                return None
-            attrs[aname] = self.t[self.i : end]
-            n_attr += 1
-            self._adv(end + 1 - self.i)
-        elem = _Elem(name, self._check_attrs(name, attrs, n_attr, start_line), start_line)
-        while True:
-            self.skip_ws()
-            if self.i >= len(self.t):
-                self.err(f"<{name}> opened here is never closed", start_line)
-                return elem
-            if self.t.startswith("</", self.i):
-                close = f"</{name}>"
-                if not self.t.startswith(close, self.i):
-                    self.err(f"expected {close}")
-                    end = self.t.find(">", self.i)
-                    self._adv((end + 1 if end >= 0 else len(self.t)) - self.i)
-                else:
-                    self._adv(len(close))
-                return elem
-            child = self.parse_elem()
-            if child is not None:
-                elem.children.append(child)
-
-    def _check_attrs(self, name: str, attrs: dict[str, str], n_attr: int, line: int) -> dict[str, str]:
+                    self.err(f"<{name}>: unexpected text {bad[:20]!r} in start tag (expected >)", line)
+            n_attr += 1 + max(0, between.count(" ") - 1)
+            attrs[am.group(1)] = am.group(2)
+            pos = am.end()
+        rest = body[pos:]
+        if rest.strip(" \n\r\t"):
+            bad = rest.strip()
+            if "='" in bad:
+                self.err(f"<{name}> {bad.split('=')[0]}: values must be in double quotes", line)
+            else:
+                self.err(f"<{name}>: unexpected text {bad[:20]!r} in start tag (expected >)", line)
         if n_attr > MAX_ATTRS:
             self.err(f"<{name}> has {n_attr} attributes; the parser keeps only {MAX_ATTRS}", line)
         for k, v in attrs.items():
             if len(k) > 255 or len(v) > 255:
                 self.err(f"<{name}> {k}: names and values are limited to 255 characters", line)
-        return attrs
+        return name, attrs, self_closing
+
+    def parse(self) -> list[_Elem]:
+        roots: list[_Elem] = []
+        stack: list[_Elem] = []
+        pos = 0
+        for m in _TOKEN.finditer(self.t):
+            self._gap(pos, m.start())
+            pos = m.end()
+            tok = m.group(0)
+            if tok.startswith("<!--"):
+                continue
+            line = self.line_of(m.start())
+            if tok.startswith("</"):
+                name = tok[2:-1]
+                if not stack or stack[-1].name != name:
+                    self.err(f"unexpected closing tag {tok}", line)
+                    continue
+                stack.pop()
+                continue
+            parsed = self._start_tag(tok, line)
+            if parsed is None:
+                continue
+            name, attrs, closing = parsed
+            elem = _Elem(name, attrs, line)
+            (stack[-1].children if stack else roots).append(elem)
+            if not closing:
+                stack.append(elem)
+        self._gap(pos, len(self.t))
+        if "<" in self.t[pos:]:
+            self.err("unterminated tag at the end of the file", self.line_of(pos))
+        for e in stack:
+            self.err(f"<{e.name}> opened here is never closed", e.line)
+        return roots
 
 
 def _int(p: _Parser, e: _Elem, key: str, default: int) -> int:
@@ -207,16 +190,10 @@ def _str(p: _Parser, e: _Elem, key: str, default: str, required: bool = True) ->
 def read_xml(text: str, src: str = "<xml>") -> ReadResult:
     """Parse ``text`` the way the executor does; return the model plus every error and note."""
     p = _Parser(text, src)
-    p.skip_ws()
-    if p.i >= len(text):
-        p.err("empty file: no <algo> element")
+    if not text.strip():
+        p.err("empty file: no <algo> element", 1)
         return ReadResult(None, p.errors, p.notes)
-    roots: list[_Elem] = []
-    while p.i < len(text):
-        e = p.parse_elem()
-        if e is not None:
-            roots.append(e)
-        p.skip_ws()
+    roots = p.parse()
     algos = [r for r in roots if r.name == "algo"]
     if not algos:
         p.err("no <algo> element (the meta loader reads only the first non-comment element)")

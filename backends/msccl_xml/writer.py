@@ -255,6 +255,10 @@ def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
     for key, pieces in tb_steps.items():
         for p in pieces:
             op_of_piece[p.op].setdefault(key[0], []).append((key, p))
+    position: dict[int, int] = {}
+    for pieces in tb_steps.values():
+        for i, p in enumerate(pieces):
+            position[id(p)] = i
     for key, pieces in tb_steps.items():
         idx = 0
         rank = key[0]
@@ -266,7 +270,7 @@ def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
                         if tkey == key:
                             continue
                         prev = targets.get(tkey)
-                        if prev is None or tb_steps[tkey].index(tp) > tb_steps[tkey].index(prev):
+                        if prev is None or position[id(tp)] > position[id(prev)]:
                             targets[tkey] = tp
             p.deps = [(ids[tk], -1) for tk in targets]
             p.index = idx + max(0, len(targets) - 1)
