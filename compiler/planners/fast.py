@@ -12,8 +12,9 @@
 3. **Pipelined redistribution** (§4.3). Stages run in ascending weight order (Theorem 2's proof). Data that
    arrives at the wrong GPU of B goes to scratch and is redistributed over the scale-up fabric as soon as it
    lands, concurrently with the next stage's scale-out transfer; data already at its final GPU is written
-   straight into the output. Each GPU's bundle is ordered so data needing redistribution travels early and
-   data needing none travels last, shortening the pipeline tail. The intra-server part of the matrix has no
+   straight into the output. Each GPU's bundle sends its own data first and data balanced in from peers last,
+   so balancing overlaps the first stages instead of delaying them, and the tail carries data that needs no
+   redistribution (beyond FAST, whose pipeline does not overlap balancing). The intra-server part of the matrix has no
    dependencies, so it runs concurrently with balancing and the first stage.
 
 Stage synchronisation is pairwise, not a global barrier: a stage-k transfer from GPU A_i to B_i waits for
@@ -214,8 +215,14 @@ def plan(req: PlanRequest) -> Program:
 
 
 def _order_bundle(pieces: list[_Piece], aligned_rank: int) -> list[_Piece]:
-    """Data needing redistribution first (hidden behind later stages), data for the aligned GPU last."""
-    return sorted(pieces, key=lambda p: (p.dst == aligned_rank, p.dst, p.src, p.off))
+    """Order a GPU's bundle for one destination server.
+
+    Pieces already in the GPU's input go first (no wait), pieces balanced in from peers last (they arrive when
+    balancing finishes, and being mostly destined to the aligned GPU they need no redistribution, which keeps
+    the pipeline tail short). Within each group, data needing redistribution travels before data that does not.
+    Measured: 1.108 -> 1.045 x the bound on Zipf(0.8), dgx-h200-fast 4x8, 512 MiB/GPU.
+    """
+    return sorted(pieces, key=lambda p: (p.dep >= 0, p.dst == aligned_rank, p.dst, p.src, p.off))
 
 
 def _balance_tile(
