@@ -20,7 +20,7 @@ from a2acc.passes.quantize import choose_unit, quantize
 from a2acc.planners import make_request
 from a2acc.planners.birkhoff import decompose, stage_bound
 from a2acc.planners.fast import plan as fast_plan
-from a2acc.planners.stageplan import native_available, stage_plan
+from a2acc.planners.stageplan import native_available, stage_plan, stage_plan_from_bytes
 from a2acc.topology import load_topology
 from a2acc.traffic import generate
 

@@ -7,6 +7,8 @@
  *   balance: 0 = auto, 1 = always, 2 = never
  * returns (server_matrix: bytes of n*n int64, balanced: bytes of n*n uint8, line_sum, padded: bytes,
  *          [(weight, (perm...)), ...])
+ * stage_plan_bytes(bytes_matrix, N, m, method, balance, target_chunks, align, b_inter, b_intra, alpha)
+ *   quantises like a2acc.passes.quantize (choose_unit + quantize) and returns (unit, <stage_plan result>)
  *
  * It is an exact transcription of the pure-Python reference (same iteration orders, same floating-point
  * expressions), so both give identical plans; tests/planners/test_native.py checks that on random matrices.
@@ -73,7 +75,7 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 /* perfect matching maximising the smallest entry; warm = previous perm or NULL; result in out */
-static int bottleneck(const i64 *p, int n, const int *warm, int *out, hk_t *h, int *queue, i64 *vals) {
+static int bottleneck(const i64 *p, int n, const int *warm, int *out, hk_t *h, int *queue, i64 *vals, i64 *prev) {
     int nv = 0;
     for (int x = 0; x < n * n; x++) if (p[x] > 0) vals[nv++] = p[x];
     qsort(vals, nv, sizeof(i64), cmp_i64);
@@ -95,15 +97,26 @@ static int bottleneck(const i64 *p, int n, const int *warm, int *out, hk_t *h, i
         (OK) = hk_run(h, queue) == n; \
     } while (0)
     int ok;
+    int top = u;
+    if (*prev > 0) {  /* the bottleneck value never increases between stages */
+        top = 0;
+        while (top < u && vals[top] <= *prev) top++;
+        if (top > 0 && vals[top - 1] == *prev) {
+            ATTEMPT(*prev, ok);
+            if (ok) { memcpy(out, h->match_r, sizeof(int) * n); return 0; }
+            top--;
+        }
+    }
     ATTEMPT(vals[0], ok);
     if (!ok) return -1;
     memcpy(out, h->match_r, sizeof(int) * n);
+    *prev = vals[0];
     have = 1;
-    int lo = 1, hi = u - 1;
+    int lo = 1, hi = top - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
         ATTEMPT(vals[mid], ok);
-        if (ok) { memcpy(out, h->match_r, sizeof(int) * n); lo = mid + 1; }
+        if (ok) { memcpy(out, h->match_r, sizeof(int) * n); *prev = vals[mid]; lo = mid + 1; }
         else hi = mid - 1;
     }
 #undef ATTEMPT
@@ -174,6 +187,9 @@ static i64 pad(i64 *p, int n, int *order_r, int *order_c, i64 *r, i64 *c) {
 }
 
 /* ------------------------------------------------------------------ entry point */
+static PyObject *plan_counts(const i64 *C, int N, int m, int method, int balance, i64 unit, double b_inter,
+                             double b_intra, double alpha, Py_buffer *buf);
+
 static PyObject *stage_plan(PyObject *self, PyObject *args) {
     Py_buffer buf;
     int N, m, method, balance;
@@ -186,7 +202,48 @@ static PyObject *stage_plan(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "stage_plan: counts must be N*N int64 with N a multiple of m");
         return NULL;
     }
-    const i64 *C = (const i64 *)buf.buf;
+    return plan_counts((const i64 *)buf.buf, N, m, method, balance, unit, b_inter, b_intra, alpha, &buf);
+}
+
+/* bytes in: unit = ceil(max line sum / target) rounded up to align (a2acc.passes.quantize.choose_unit),
+   counts = ceil(bytes / unit); returns (unit, <stage_plan result>) */
+static PyObject *stage_plan_bytes(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    int N, m, method, balance;
+    i64 target, align;
+    double b_inter, b_intra, alpha;
+    if (!PyArg_ParseTuple(args, "y*iiiiLLddd", &buf, &N, &m, &method, &balance, &target, &align, &b_inter, &b_intra,
+                          &alpha))
+        return NULL;
+    if (m < 1 || N % m != 0 || buf.len != (Py_ssize_t)N * N * 8 || target < 1 || align < 1) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "stage_plan_bytes: bad arguments");
+        return NULL;
+    }
+    const i64 *B = (const i64 *)buf.buf;
+    i64 peak = 0;
+    for (int i = 0; i < N; i++) {
+        i64 rs = 0, cs = 0;
+        for (int j = 0; j < N; j++) { rs += B[(size_t)i * N + j]; cs += B[(size_t)j * N + i]; }
+        if (rs > peak) peak = rs;
+        if (cs > peak) peak = cs;
+    }
+    i64 unit = align;
+    if (peak > 0) {
+        unit = (peak + target - 1) / target;
+        unit = (unit + align - 1) / align * align;
+    }
+    i64 *C = malloc(sizeof(i64) * (size_t)N * N);
+    for (size_t x = 0; x < (size_t)N * N; x++) C[x] = (B[x] + unit - 1) / unit;
+    PyBuffer_Release(&buf);
+    PyObject *res = plan_counts(C, N, m, method, balance, unit, b_inter, b_intra, alpha, NULL);
+    free(C);
+    if (!res) return NULL;
+    return Py_BuildValue("(LN)", unit, res);
+}
+
+static PyObject *plan_counts(const i64 *C, int N, int m, int method, int balance, i64 unit, double b_inter,
+                             double b_intra, double alpha, Py_buffer *buf) {
     int n = N / m;
     i64 *S = calloc((size_t)n * n, sizeof(i64));
     unsigned char *bal = calloc((size_t)n * n, 1);
@@ -229,7 +286,7 @@ static PyObject *stage_plan(PyObject *self, PyObject *args) {
         if (do_bal && excess > 0) { bal[A * n + B] = 1; S[A * n + B] = maxshare; }
         else S[A * n + B] = maxload;
     }
-    PyBuffer_Release(&buf);
+    if (buf) PyBuffer_Release(buf);
     free(load); free(share); free(order);
 
     i64 *P = malloc(sizeof(i64) * n * n);
@@ -245,10 +302,11 @@ static PyObject *stage_plan(PyObject *self, PyObject *args) {
     i64 *vals = malloc(sizeof(i64) * n * n);
     int *perm = malloc(sizeof(int) * n), *warm = malloc(sizeof(int) * n);
     int have_warm = 0, err = 0;
+    i64 prev = 0;
     i64 remaining = n > 1 ? big : 0;
     while (remaining > 0) {
         if (method == 1) kuhn(P, n, perm, h.dist, h.match_c);
-        else if (bottleneck(P, n, have_warm ? warm : NULL, perm, &h, queue, vals) != 0) { err = 1; break; }
+        else if (bottleneck(P, n, have_warm ? warm : NULL, perm, &h, queue, vals, &prev) != 0) { err = 1; break; }
         i64 w = -1;
         for (int i = 0; i < n; i++) {
             if (perm[i] < 0) { err = 1; break; }
@@ -278,6 +336,7 @@ static PyObject *stage_plan(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"stage_plan", stage_plan, METH_VARARGS, "FAST stage plan: server matrix, balancing flags, Birkhoff stages."},
+    {"stage_plan_bytes", stage_plan_bytes, METH_VARARGS, "stage_plan from a byte matrix (quantised inside)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -152,8 +152,13 @@ def _kuhn_from_scratch(p: npt.NDArray[np.int64]) -> list[int]:
     return perm
 
 
-def _bottleneck_matching(p: npt.NDArray[np.int64], warm: list[int]) -> list[int]:
-    """Perfect matching of positive entries maximising the smallest matched entry."""
+def _bottleneck_matching(p: npt.NDArray[np.int64], warm: list[int], prev: int = 0) -> tuple[list[int], int]:
+    """Perfect matching of positive entries maximising the smallest matched entry; returns (perm, value).
+
+    Subtracting a stage never increases an entry, so the bottleneck value never increases from one stage to the
+    next: if the previous value ``prev`` is still feasible it is optimal (one matching attempt), otherwise the
+    search runs over the values below it.
+    """
     n = p.shape[0]
     vals = np.unique(p[p > 0])
     rows_nz = [np.flatnonzero(p[i] > 0) for i in range(n)]
@@ -171,20 +176,29 @@ def _bottleneck_matching(p: npt.NDArray[np.int64], warm: list[int]) -> list[int]
             return match_r
         return None
 
-    lo, hi = 0, len(vals) - 1
+    if prev > 0:
+        top = int(np.searchsorted(vals, prev, side="right"))  # values <= prev
+        if top > 0 and int(vals[top - 1]) == prev:
+            res = attempt(prev)
+            if res is not None:
+                return res, prev
+            top -= 1
+    else:
+        top = len(vals)
     best = attempt(int(vals[0]))
     if best is None:  # pragma: no cover - a padded matrix always has a perfect matching (Birkhoff/König)
         raise RuntimeError("no perfect matching on a padded matrix")
-    lo = 1
+    best_v = int(vals[0])
+    lo, hi = 1, top - 1
     while lo <= hi:
         mid = (lo + hi) // 2
         res = attempt(int(vals[mid]))
         if res is not None:
-            best = res
+            best, best_v = res, int(vals[mid])
             lo = mid + 1
         else:
             hi = mid - 1
-    return best
+    return best, best_v
 
 
 def decompose(s: npt.NDArray[np.int64], method: str = "bottleneck") -> Decomposition:
@@ -197,8 +211,12 @@ def decompose(s: npt.NDArray[np.int64], method: str = "bottleneck") -> Decomposi
     stages: list[Stage] = []
     remaining = big
     warm: list[int] = []
+    prev = 0
     while remaining > 0:
-        perm = _kuhn_from_scratch(p) if method == "kuhn" else _bottleneck_matching(p, warm)
+        if method == "kuhn":
+            perm = _kuhn_from_scratch(p)
+        else:
+            perm, prev = _bottleneck_matching(p, warm, prev)
         w = int(min(p[i, perm[i]] for i in range(n)))
         for i in range(n):
             p[i, perm[i]] -= w

@@ -121,20 +121,44 @@ def stage_plan(
         return stage_plan_py(counts, m, method, balance, unit, b_inter, b_intra, alpha)
     c = np.ascontiguousarray(counts, dtype=np.int64)
     n_ranks = c.shape[0]
-    n = n_ranks // m
-    srv, bal, big, padded, stages = _native.stage_plan(
-        c,
-        n_ranks,
-        m,
-        METHODS.index(method),
-        BALANCE_MODES.index(balance),
-        int(unit),
-        float(b_inter),
-        float(b_intra),
-        float(alpha),
+    raw = _native.stage_plan(
+        c, n_ranks, m, METHODS.index(method), BALANCE_MODES.index(balance), int(unit), float(b_inter),
+        float(b_intra), float(alpha),
     )
-    server = np.frombuffer(srv, dtype=np.int64).reshape(n, n).copy()
-    balanced = np.frombuffer(bal, dtype=np.uint8).reshape(n, n).astype(bool)
-    pad = np.frombuffer(padded, dtype=np.int64).reshape(n, n).copy()
-    dec = Decomposition(int(big), tuple(Stage(int(w), tuple(p)) for w, p in stages), pad)
-    return StagePlan(server, balanced, dec)
+    return _wrap(raw, n_ranks // m)
+
+
+def _wrap(raw: tuple[bytes, bytes, int, bytes, list[tuple[int, tuple[int, ...]]]], n: int) -> StagePlan:
+    srv, bal, big, padded, stages = raw
+    server = np.frombuffer(srv, dtype=np.int64).reshape(n, n)  # read-only views over the returned bytes
+    balanced = np.frombuffer(bal, dtype=np.bool_).reshape(n, n)
+    pad = np.frombuffer(padded, dtype=np.int64).reshape(n, n)
+    return StagePlan(server, balanced, Decomposition(big, tuple(Stage(w, p) for w, p in stages), pad))
+
+
+def stage_plan_from_bytes(
+    matrix: npt.NDArray[np.int64],
+    m: int,
+    method: str = "bottleneck",
+    balance: str = "auto",
+    target_chunks: int = 4096,
+    align: int = 16,
+    b_inter: float = 1.0,
+    b_intra: float = 1.0,
+    alpha: float = 0.0,
+    *,
+    native: bool | None = None,
+) -> tuple[int, StagePlan]:
+    """Bytes in -> (unit, stage plan): quantisation as :func:`a2acc.passes.quantize.choose_unit` + ``quantize``."""
+    use_native = _native is not None if native is None else native
+    if not use_native or _native is None:
+        from a2acc.passes.quantize import choose_unit, quantize
+
+        unit = choose_unit(matrix, target_chunks, align)
+        return unit, stage_plan_py(quantize(matrix, unit), m, method, balance, unit, b_inter, b_intra, alpha)
+    b = np.ascontiguousarray(matrix, dtype=np.int64)
+    unit, raw = _native.stage_plan_bytes(
+        b, b.shape[0], m, METHODS.index(method), BALANCE_MODES.index(balance), int(target_chunks), int(align),
+        float(b_inter), float(b_intra), float(alpha),
+    )
+    return unit, _wrap(raw, b.shape[0] // m)
