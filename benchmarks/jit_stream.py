@@ -42,7 +42,8 @@ def main() -> None:
             b = index.lookup(m)
             if b.key not in programs:
                 entry, _where = cache.get_or_compile(
-                    b.key, lambda b=b: compile_entry(topo, b.layout, b.unit, args.algorithm, "reference", b.key)
+                    b.key,
+                    lambda b=b: compile_entry(topo, b.layout, b.unit, args.algorithm, "reference", b.key),
                 )
                 programs[b.key] = program_from_json(entry.program_json)
             dt = time.perf_counter() - t0
@@ -57,11 +58,15 @@ def main() -> None:
         print(f"bucket hit rate after warm-up : {100 * hits / n:.1f} %")
         print(f"padding (bytes moved in vain)  : {100 * pad / payload:.2f} % of payload")
         print(f"residual (stock exchange)      : {100 * over / payload:.2f} % of payload")
-        print(f"hook overhead on a hit         : median {statistics.median(hit_t) * 1e6:.0f} us, "
-              f"p90 {sorted(hit_t)[int(0.9 * len(hit_t))] * 1e6:.0f} us")
+        print(
+            f"hook overhead on a hit         : median {statistics.median(hit_t) * 1e6:.0f} us, "
+            f"p90 {sorted(hit_t)[int(0.9 * len(hit_t))] * 1e6:.0f} us"
+        )
         if miss_t:
-            print(f"hook overhead on a miss        : median {statistics.median(miss_t) * 1e3:.1f} ms "
-                  f"(plan + verify + cache write), {len(miss_t)} misses")
+            print(
+                f"hook overhead on a miss        : median {statistics.median(miss_t) * 1e3:.1f} ms "
+                f"(plan + verify + cache write), {len(miss_t)} misses"
+            )
         print(f"distinct plans compiled        : {len(programs)}")
 
 

@@ -136,20 +136,18 @@ def static_checks(algo: Algo, dialect: str = "nccl") -> list[str]:
                 errs.append(
                     f"{tw}: chan={t.chan} must be in 0..nchannels-1 ({algo.nchannels}); -1 is rejected"
                 )
-            if t.send >= 0:
-                if (t.send, t.chan) in seen_send:
+            for role, peer, seen, per_chan in (
+                ("send", t.send, seen_send, per_chan_send),
+                ("recv", t.recv, seen_recv, per_chan_recv),
+            ):
+                if peer < 0:
+                    continue
+                if (peer, t.chan) in seen:
                     errs.append(
-                        f"{tw}: second tb with send peer {t.send} on channel {t.chan} (also tb {seen_send[(t.send, t.chan)]})"
+                        f"{tw}: second tb with {role} peer {peer} on channel {t.chan} (also tb {seen[(peer, t.chan)]})"
                     )
-                seen_send[(t.send, t.chan)] = t.id
-                per_chan_send[t.chan] = per_chan_send.get(t.chan, 0) + 1
-            if t.recv >= 0:
-                if (t.recv, t.chan) in seen_recv:
-                    errs.append(
-                        f"{tw}: second tb with recv peer {t.recv} on channel {t.chan} (also tb {seen_recv[(t.recv, t.chan)]})"
-                    )
-                seen_recv[(t.recv, t.chan)] = t.id
-                per_chan_recv[t.chan] = per_chan_recv.get(t.chan, 0) + 1
+                seen[(peer, t.chan)] = t.id
+                per_chan[t.chan] = per_chan.get(t.chan, 0) + 1
             if len(t.steps) > MAX_STEPS:
                 errs.append(f"{tw}: {len(t.steps)} steps (nops included); the executor allows {MAX_STEPS}")
             for k, st in enumerate(t.steps):
@@ -345,7 +343,9 @@ def run(
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
             w = where_of.get((int(wp[kb][lo + j]), int(wt[kb][lo + j])), "another tb")
-            err(f"race: {where} {'writes' if write else 'reads'} rank {r} {b}[{lo + j}] written by {w} without ordering")
+            err(
+                f"race: {where} {'writes' if write else 'reads'} rank {r} {b}[{lo + j}] written by {w} without ordering"
+            )
             races += 1
         if write:
             bad = unordered(rp[kb][lo:hi], rt[kb][lo:hi], pid)

@@ -71,16 +71,23 @@ class _Parser:
             return
         for k, c in enumerate(gap):
             if c == "\t":
-                self.err("TAB between elements: the executor's parser accepts only space, \\n and \\r ('expecting <')",
-                         self.line_of(a + k))
+                self.err(
+                    "TAB between elements: the executor's parser accepts only space, \\n and \\r ('expecting <')",
+                    self.line_of(a + k),
+                )
                 return
             if c not in " \n\r":
-                self.err(f"text content {c!r} outside a tag; the executor's parser expects '<'", self.line_of(a + k))
+                self.err(
+                    f"text content {c!r} outside a tag; the executor's parser expects '<'",
+                    self.line_of(a + k),
+                )
                 return
 
     def _start_tag(self, tag: str, line: int) -> tuple[str, dict[str, str], bool] | None:
         if tag.startswith("<?"):
-            self.err("an '<?xml ...?>' declaration is not accepted by the executor's parser ('expected >')", line)
+            self.err(
+                "an '<?xml ...?>' declaration is not accepted by the executor's parser ('expected >')", line
+            )
             return None
         m = _NAME.match(tag, 1)
         if not m:
@@ -95,7 +102,10 @@ class _Parser:
                 self.err(f"<{name}> has {len(attrs0)} attributes; the parser keeps only {MAX_ATTRS}", line)
             return name, attrs0, self_closing
         if "\n" in body or "\r" in body:
-            self.err(f"<{name}>: a start tag must fit on one line (newline after an attribute gives 'expected >')", line)
+            self.err(
+                f"<{name}>: a start tag must fit on one line (newline after an attribute gives 'expected >')",
+                line,
+            )
         if "\t" in body:
             self.err(f"<{name}>: TAB inside a start tag; use single spaces", line)
         attrs: dict[str, str] = {}
@@ -103,28 +113,27 @@ class _Parser:
         n_attr = 0
         for am in _ATTR.finditer(body):
             between = body[pos : am.start()]
-            if between.strip(" \n\r\t"):
-                bad = between.strip()
-                if "='" in bad:
-                    self.err(f"<{name}> {bad.split('=')[0]}: values must be in double quotes", line)
-                else:
-                    self.err(f"<{name}>: unexpected text {bad[:20]!r} in start tag (expected >)", line)
+            self._stray(name, between, line)
             n_attr += 1 + max(0, between.count(" ") - 1)
             attrs[am.group(1)] = am.group(2)
             pos = am.end()
-        rest = body[pos:]
-        if rest.strip(" \n\r\t"):
-            bad = rest.strip()
-            if "='" in bad:
-                self.err(f"<{name}> {bad.split('=')[0]}: values must be in double quotes", line)
-            else:
-                self.err(f"<{name}>: unexpected text {bad[:20]!r} in start tag (expected >)", line)
+        self._stray(name, body[pos:], line)
         if n_attr > MAX_ATTRS:
             self.err(f"<{name}> has {n_attr} attributes; the parser keeps only {MAX_ATTRS}", line)
         for k, v in attrs.items():
             if len(k) > 255 or len(v) > 255:
                 self.err(f"<{name}> {k}: names and values are limited to 255 characters", line)
         return name, attrs, self_closing
+
+    def _stray(self, name: str, text: str, line: int) -> None:
+        """Text in a start tag that is not a ``name="value"`` attribute."""
+        bad = text.strip(" \n\r\t")
+        if not bad:
+            return
+        if "='" in bad:
+            self.err(f"<{name}> {bad.split('=')[0]}: values must be in double quotes", line)
+        else:
+            self.err(f"<{name}>: unexpected text {bad[:20]!r} in start tag (expected >)", line)
 
     def parse(self) -> list[_Elem]:
         roots: list[_Elem] = []

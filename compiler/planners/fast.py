@@ -156,25 +156,11 @@ def plan(req: PlanRequest) -> Program:
                     if p.dep >= 0:
                         deps.add(p.dep)
                     out_at = int(b.out_off[p.dst, p.src]) + p.off
-                    if p.dst == d_rank:
-                        oid = b.add(
-                            (p.rank, p.buf, p.at),
-                            (d_rank, Buf.OUTPUT, out_at),
-                            p.cnt,
-                            deps,
-                            stage=stage_no,
-                            link="inter",
-                        )
-                    else:
-                        land = b.alloc_scratch(d_rank, p.cnt)
-                        oid = b.add(
-                            (p.rank, p.buf, p.at),
-                            (d_rank, Buf.SCRATCH, land),
-                            p.cnt,
-                            deps,
-                            stage=stage_no,
-                            link="inter",
-                        )
+                    # data for the aligned GPU lands in its output; the rest lands in scratch and is forwarded
+                    land = -1 if p.dst == d_rank else b.alloc_scratch(d_rank, p.cnt)
+                    target = (d_rank, Buf.OUTPUT, out_at) if land < 0 else (d_rank, Buf.SCRATCH, land)
+                    oid = b.add((p.rank, p.buf, p.at), target, p.cnt, deps, stage=stage_no, link="inter")
+                    if land >= 0:
                         b.add(
                             (d_rank, Buf.SCRATCH, land),
                             (p.dst, Buf.OUTPUT, out_at),

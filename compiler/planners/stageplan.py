@@ -122,8 +122,15 @@ def stage_plan(
     c = np.ascontiguousarray(counts, dtype=np.int64)
     n_ranks = c.shape[0]
     raw = _native.stage_plan(
-        c, n_ranks, m, METHODS.index(method), BALANCE_MODES.index(balance), int(unit), float(b_inter),
-        float(b_intra), float(alpha),
+        c,
+        n_ranks,
+        m,
+        METHODS.index(method),
+        BALANCE_MODES.index(balance),
+        int(unit),
+        float(b_inter),
+        float(b_intra),
+        float(alpha),
     )
     return _wrap(raw, n_ranks // m)
 
@@ -158,7 +165,15 @@ def stage_plan_from_bytes(
         return unit, stage_plan_py(quantize(matrix, unit), m, method, balance, unit, b_inter, b_intra, alpha)
     b = np.ascontiguousarray(matrix, dtype=np.int64)
     unit, raw = _native.stage_plan_bytes(
-        b, b.shape[0], m, METHODS.index(method), BALANCE_MODES.index(balance), int(target_chunks), int(align),
-        float(b_inter), float(b_intra), float(alpha),
+        b,
+        b.shape[0],
+        m,
+        METHODS.index(method),
+        BALANCE_MODES.index(balance),
+        int(target_chunks),
+        int(align),
+        float(b_inter),
+        float(b_intra),
+        float(alpha),
     )
     return unit, _wrap(raw, b.shape[0] // m)

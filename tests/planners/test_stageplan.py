@@ -47,12 +47,21 @@ def test_native_on_zipf(servers):
 
 
 @settings(max_examples=30, deadline=None)
-@given(n=st.integers(1, 5), m=st.integers(1, 4), seed=st.integers(0, 10_000), target=st.sampled_from([1, 7, 64, 4096]))
+@given(
+    n=st.integers(1, 5),
+    m=st.integers(1, 4),
+    seed=st.integers(0, 10_000),
+    target=st.sampled_from([1, 7, 64, 4096]),
+)
 def test_bytes_entry_point_quantises_like_python(n, m, seed, target):
     rng = np.random.default_rng(seed)
     b = rng.integers(0, 1 << 30, (n * m, n * m)).astype(np.int64)
-    ua, a = stage_plan_from_bytes(b, m, target_chunks=target, native=True, b_inter=50, b_intra=450, alpha=1e-6)
-    ub, c = stage_plan_from_bytes(b, m, target_chunks=target, native=False, b_inter=50, b_intra=450, alpha=1e-6)
+    ua, a = stage_plan_from_bytes(
+        b, m, target_chunks=target, native=True, b_inter=50, b_intra=450, alpha=1e-6
+    )
+    ub, c = stage_plan_from_bytes(
+        b, m, target_chunks=target, native=False, b_inter=50, b_intra=450, alpha=1e-6
+    )
     assert ua == ub
     np.testing.assert_array_equal(a.server, c.server)
     assert a.decomposition.stages == c.decomposition.stages
