@@ -367,8 +367,8 @@ def run(
             keep = (prev >= 0) & (prev != pid)
             if keep.any():
                 ex = extra_r[kb]
-                for j in np.flatnonzero(keep):
-                    ex.setdefault(lo + int(j), []).append((int(prev[j]), int(rt[kb][lo + j])))
+                for jj in np.flatnonzero(keep).tolist():
+                    ex.setdefault(lo + jj, []).append((int(prev[jj]), int(rt[kb][lo + jj])))
             rp[kb][lo:hi] = pid
             rt[kb][lo:hi] = now
 
