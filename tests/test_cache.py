@@ -90,3 +90,33 @@ def test_eight_processes_racing_on_one_key_leave_one_valid_entry(tmp_path):
     assert files == ["race.json"]  # no temp files left behind, one entry
     e = PlanCache(tmp_path).get("race")
     assert e is not None and len(e.program_json) == 2_000_000
+
+
+def test_cache_and_bucket_commands(tmp_path, capsys):
+    import numpy as np
+
+    from a2acc.bucket import BucketIndex
+    from a2acc.cli import main
+    from a2acc.runtime.engine import compile_entry
+    from a2acc.topology import load_topology
+    from a2acc.traffic import generate
+
+    topo = load_topology("mi300x", 1)
+    m = generate("moe", 8, 1 << 22, 3)
+    np.save(tmp_path / "m.npy", m)
+    assert main(["bucket", "-t", "mi300x", "-n", "1", "-m", str(tmp_path / "m.npy")]) == 0
+    out = capsys.readouterr().out
+    b = BucketIndex(topo, "fast", "reference").lookup(m)
+    assert f"key        : {b.key}" in out and "padding" in out and "residual" in out
+    # the msccl-xml backend caches the Program, the verified XML and the manifest together
+    entry = compile_entry(topo, b.layout, b.unit, "fast", "msccl-xml", b.key)
+    assert len(entry.files) == 1 and next(iter(entry.files)).endswith(".xml") and entry.manifest
+    cache = PlanCache(tmp_path / "c")
+    cache.put(entry)
+    assert main(["cache", "--dir", str(tmp_path / "c"), "ls"]) == 0
+    assert b.key in capsys.readouterr().out
+    assert main(["cache", "--dir", str(tmp_path / "c"), "show", b.key]) == 0
+    assert ".xml" in capsys.readouterr().out
+    assert main(["cache", "--dir", str(tmp_path / "c"), "show", "nope"]) == 2
+    assert main(["cache", "--dir", str(tmp_path / "c"), "clear"]) == 0
+    assert PlanCache(tmp_path / "c").list_entries() == []
