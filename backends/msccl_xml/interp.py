@@ -393,105 +393,121 @@ def run(
                 out.append(tuple(sorted(x + y)))
         return out
 
-    progress = True
     steps_run = 0
-    while progress:
-        progress = False
-        for pid, (r, t) in enumerate(tbs):
-            while pc[pid] < len(t.steps):
-                st = t.steps[pc[pid]]
-                if st.type == "nop":
-                    pc[pid] += 1
+    # event-driven worklist: a blocked tb waits on one event (a flag, data in a FIFO, room in a FIFO) and is
+    # re-queued only when that event happens
+    work: deque[int] = deque(range(np_))
+    queued = [True] * np_
+    waiters: dict[tuple[object, ...], list[int]] = {}
+
+    def wake(key: tuple[object, ...]) -> None:
+        for q2 in waiters.pop(key, ()):
+            if not queued[q2]:
+                queued[q2] = True
+                work.append(q2)
+
+    def wait_on(key: tuple[object, ...], pid_: int) -> None:
+        waiters.setdefault(key, []).append(pid_)
+
+    while work:
+        pid = work.popleft()
+        queued[pid] = False
+        r, t = tbs[pid]
+        while pc[pid] < len(t.steps):
+            st = t.steps[pc[pid]]
+            if st.type == "nop":
+                pc[pid] += 1
+                continue
+            where = f"gpu {r} tb {t.id} step {st.s}"
+            # dependencies (flag rule): tb b completed some hasdep step >= deps
+            ok = True
+            for dtb, dstep in folded[pid][pc[pid]] if phase[pid] == 0 else ():
+                q = pid_of.get((r, dtb))
+                if q is None:
                     continue
-                where = f"gpu {r} tb {t.id} step {st.s}"
-                # dependencies (flag rule): tb b completed some hasdep step >= deps
-                ok = True
-                for dtb, dstep in folded[pid][pc[pid]] if phase[pid] == 0 else ():
+                hit = next(((s_, ck) for s_, ck in reversed(flags[q]) if s_ >= dstep), None)
+                if hit is None:
+                    ok = False
+                    wait_on(("flag", q), pid)
+                    break
+            if not ok:
+                break
+            if phase[pid] == 0:
+                for dtb, dstep in folded[pid][pc[pid]]:
                     q = pid_of.get((r, dtb))
                     if q is None:
                         continue
                     hit = next(((s_, ck) for s_, ck in reversed(flags[q]) if s_ >= dstep), None)
-                    if hit is None:
-                        ok = False
-                        break
-                if not ok:
+                    if hit is not None:
+                        np.maximum(clock[pid], hit[1], out=clock[pid])
+            recv_kind = st.type in RECV_TYPES
+            send_kind = st.type in SEND_TYPES
+            in_key = (t.recv, r, t.chan)
+            out_key = (r, t.send, t.chan)
+            if recv_kind and phase[pid] == 0:
+                q_in = fifos.get(in_key)
+                if not q_in:
+                    wait_on(("data", in_key), pid)
                     break
-                if phase[pid] == 0:
-                    for dtb, dstep in folded[pid][pc[pid]]:
-                        q = pid_of.get((r, dtb))
-                        if q is None:
-                            continue
-                        hit = next(((s_, ck) for s_, ck in reversed(flags[q]) if s_ >= dstep), None)
-                        if hit is not None:
-                            np.maximum(clock[pid], hit[1], out=clock[pid])
-                recv_kind = st.type in RECV_TYPES
-                send_kind = st.type in SEND_TYPES
-                in_key = (t.recv, r, t.chan)
-                out_key = (r, t.send, t.chan)
-                if recv_kind and phase[pid] == 0:
-                    q_in = fifos.get(in_key)
-                    if not q_in:
-                        break
-                if send_kind and (not recv_kind or phase[pid] == 1):
-                    q_out = fifos.setdefault(out_key, deque())
-                    if len(q_out) >= k:
-                        break
-                # ---- execute (or the first phase of a fused op)
-                clock[pid][pid] += 1
-                if recv_kind and phase[pid] == 0:
-                    msg = fifos[in_key].popleft()
-                    np.maximum(clock[pid], msg.clock, out=clock[pid])
-                    if msg.cnt != st.cnt:
-                        err(
-                            f"{where}: receives cnt={st.cnt} but the matching send {msg.where} has cnt={msg.cnt}"
-                        )
-                    vals = list(msg.vals[: st.cnt]) + [None] * max(0, st.cnt - msg.cnt)
-                    if st.type in ("rrs", "rrc", "rrcs"):
-                        access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
-                        vals = red(vals, getv(r, st.srcbuf, st.srcoff, st.cnt), where)  # type: ignore[assignment]
-                    if st.type in ("r", "rcs", "rrc", "rrcs"):
-                        access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
-                        setv(r, st.dstbuf, st.dstoff, vals)
-                    if send_kind:
-                        pending_val[pid] = vals  # type: ignore[assignment]
-                        phase[pid] = 1
-                        steps_run += 1
-                        progress = True
-                        continue  # second phase: push when there is room
-                elif st.type == "s":
+            if send_kind and (not recv_kind or phase[pid] == 1):
+                q_out = fifos.setdefault(out_key, deque())
+                if len(q_out) >= k:
+                    wait_on(("room", out_key), pid)
+                    break
+            # ---- execute (or the first phase of a fused op)
+            clock[pid][pid] += 1
+            if recv_kind and phase[pid] == 0:
+                msg = fifos[in_key].popleft()
+                wake(("room", in_key))
+                np.maximum(clock[pid], msg.clock, out=clock[pid])
+                if msg.cnt != st.cnt:
+                    err(f"{where}: receives cnt={st.cnt} but the matching send {msg.where} has cnt={msg.cnt}")
+                vals = list(msg.vals[: st.cnt]) + [None] * max(0, st.cnt - msg.cnt)
+                if st.type in ("rrs", "rrc", "rrcs"):
                     access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
-                    vals2 = getv(r, st.srcbuf, st.srcoff, st.cnt)
-                    for j, v in enumerate(vals2):
-                        if v is None:
-                            err(f"{where}: sends uninitialised rank {r} {st.srcbuf}[{st.srcoff + j}]")
-                    fifos[out_key].append(_Msg(vals2, st.cnt, clock[pid].copy(), where))  # type: ignore[arg-type]
-                elif st.type == "cpy":
-                    access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
-                    vals3 = getv(r, st.srcbuf, st.srcoff, st.cnt)
-                    for j, v in enumerate(vals3):
-                        if v is None:
-                            err(f"{where}: copies uninitialised rank {r} {st.srcbuf}[{st.srcoff + j}]")
+                    vals = red(vals, getv(r, st.srcbuf, st.srcoff, st.cnt), where)  # type: ignore[assignment]
+                if st.type in ("r", "rcs", "rrc", "rrcs"):
                     access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
-                    setv(r, st.dstbuf, st.dstoff, list(vals3))
-                elif st.type == "re":
-                    access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
-                    access(pid, r, st.dstbuf, st.dstoff, st.cnt, False, where)
-                    out = red(
-                        getv(r, st.dstbuf, st.dstoff, st.cnt), getv(r, st.srcbuf, st.srcoff, st.cnt), where
-                    )
-                    access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
-                    setv(r, st.dstbuf, st.dstoff, out)  # type: ignore[arg-type]
-                if send_kind and phase[pid] == 1:
-                    fifos[out_key].append(_Msg(pending_val[pid] or [], st.cnt, clock[pid].copy(), where))
-                    pending_val[pid] = None
-                    phase[pid] = 0
-                # ---- complete
-                if st.hasdep:
-                    flags[pid].append((st.s, clock[pid].copy()))
-                done_steps[pid] = st.s
-                pc[pid] += 1
-                steps_run += 1
-                progress = True
+                    setv(r, st.dstbuf, st.dstoff, vals)
+                if send_kind:
+                    pending_val[pid] = vals  # type: ignore[assignment]
+                    phase[pid] = 1
+                    steps_run += 1
+                    continue  # second phase: push when there is room
+            elif st.type == "s":
+                access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
+                vals2 = getv(r, st.srcbuf, st.srcoff, st.cnt)
+                for j, v in enumerate(vals2):
+                    if v is None:
+                        err(f"{where}: sends uninitialised rank {r} {st.srcbuf}[{st.srcoff + j}]")
+                fifos[out_key].append(_Msg(vals2, st.cnt, clock[pid].copy(), where))  # type: ignore[arg-type]
+                wake(("data", out_key))
+            elif st.type == "cpy":
+                access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
+                vals3 = getv(r, st.srcbuf, st.srcoff, st.cnt)
+                for j, v in enumerate(vals3):
+                    if v is None:
+                        err(f"{where}: copies uninitialised rank {r} {st.srcbuf}[{st.srcoff + j}]")
+                access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
+                setv(r, st.dstbuf, st.dstoff, list(vals3))
+            elif st.type == "re":
+                access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
+                access(pid, r, st.dstbuf, st.dstoff, st.cnt, False, where)
+                out = red(getv(r, st.dstbuf, st.dstoff, st.cnt), getv(r, st.srcbuf, st.srcoff, st.cnt), where)
+                access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
+                setv(r, st.dstbuf, st.dstoff, out)  # type: ignore[arg-type]
+            if send_kind and phase[pid] == 1:
+                fifos[out_key].append(_Msg(pending_val[pid] or [], st.cnt, clock[pid].copy(), where))
+                wake(("data", out_key))
+                pending_val[pid] = None
+                phase[pid] = 0
+            # ---- complete
+            if st.hasdep:
+                flags[pid].append((st.s, clock[pid].copy()))
+                wake(("flag", pid))
+            done_steps[pid] = st.s
+            pc[pid] += 1
+            steps_run += 1
     res.steps_run = steps_run
     stuck = [(pid, r, t) for pid, (r, t) in enumerate(tbs) if pc[pid] < len(t.steps)]
     if stuck:
