@@ -158,17 +158,25 @@ def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
             first_use[key] = n_use
             n_use += 1
 
+    # channel groups: connection s->d uses group ((d - s) mod N - 1) // 32, so every rank has at most 32 send
+    # (and 32 receive) tbs per channel, the executor's MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL
+    n_groups = max(1, -(-(n - 1) // MAX_TBS_PER_CHANNEL))
+
+    def channel(src: int, dst: int, inst: int, spill: int) -> int:
+        return ((dst - src) % n - 1) // MAX_TBS_PER_CHANNEL + n_groups * (inst + opts.instances * spill)
+
     # tbs are created in Program (op id) order of first use, so record that order first
     for op in prog.ops:
         if op.src_rank == op.dst_rank:
             continue
         for inst in range(min(opts.instances, op.cnt)):
+            ch0 = channel(op.src_rank, op.dst_rank, inst, 0)
             if layout == "combined":
-                touch((op.src_rank, "p", op.dst_rank, inst, 0))
-                touch((op.dst_rank, "p", op.src_rank, inst, 0))
+                touch((op.src_rank, "p", op.dst_rank, ch0, 0))
+                touch((op.dst_rank, "p", op.src_rank, ch0, 0))
             else:
-                touch((op.src_rank, "s", op.dst_rank, inst, 0))
-                touch((op.dst_rank, "r", op.src_rank, inst, 0))
+                touch((op.src_rank, "s", op.dst_rank, ch0, 0))
+                touch((op.dst_rank, "r", op.src_rank, ch0, 0))
 
     def dep_tbs(rank: int, deps: tuple[int, ...]) -> set[tuple[int, str, int, int, int]]:
         out = set()
@@ -204,7 +212,8 @@ def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
                     last_step_of[(oid, r)] = (key, pc)
                 else:
                     s_, d_ = op.src_rank, op.dst_rank
-                    ch = inst
+                    spill = 0
+                    ch = channel(s_, d_, inst, spill)
                     while True:
                         if layout == "combined":
                             ks, kr = (s_, "p", d_, ch, 0), (d_, "p", s_, ch, 0)
@@ -214,7 +223,8 @@ def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
                         nr = max(0, len(dep_tbs(d_, op.deps) - {kr}) - 1) if ci == 0 else 0
                         if tb_cost[ks] + 1 + ns <= MAX_STEPS and tb_cost[kr] + 1 + nr <= MAX_STEPS:
                             break
-                        ch += opts.instances
+                        spill += 1
+                        ch = channel(s_, d_, inst, spill)
                         if ch >= opts.max_channels:
                             raise LoweringError(
                                 f"connection {s_}->{d_} needs more than {opts.max_channels} channels to stay within "

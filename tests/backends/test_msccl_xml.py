@@ -247,3 +247,18 @@ def test_compile_and_verify_cli(tmp_path, capsys):
         main(["compile", "-t", "mi300x", "-n", "2", "-m", str(m), "--backend", "mscclpp", "-o", str(out)])
         == 2
     )
+
+
+def test_more_than_32_peers_spread_over_channel_groups():
+    topo = load_topology("nvl72")
+    m = generate("uniform", 72, 1 << 20, 2)
+    prog = schedule(topo, m, "direct", unit=unit_for_padding(m, 0.2))
+    algo = lower(prog, LowerOptions(dialect="nccl"))
+    per_chan: dict[tuple[int, int, str], int] = {}
+    for g in algo.gpus:
+        for t in g.tbs:
+            for role, peer in (("s", t.send), ("r", t.recv)):
+                if peer >= 0:
+                    per_chan[(g.id, t.chan, role)] = per_chan.get((g.id, t.chan, role), 0) + 1
+    assert max(per_chan.values()) <= 32 and algo.nchannels == 3
+    assert not static_checks(algo)
