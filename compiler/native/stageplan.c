@@ -97,27 +97,36 @@ static int bottleneck(const i64 *p, int n, const int *warm, int *out, hk_t *h, i
         (OK) = hk_run(h, queue) == n; \
     } while (0)
     int ok;
-    int top = u;
-    if (*prev > 0) {  /* the bottleneck value never increases between stages */
-        top = 0;
-        while (top < u && vals[top] <= *prev) top++;
-        if (top > 0 && vals[top - 1] == *prev) {
-            ATTEMPT(*prev, ok);
-            if (ok) { memcpy(out, h->match_r, sizeof(int) * n); return 0; }
-            top--;
+    /* upper bound: every row and column keeps an entry >= the bottleneck; never above the previous stage's */
+    i64 ub = -1;
+    for (int i = 0; i < n; i++) {
+        i64 rm = 0, cm = 0;
+        for (int j = 0; j < n; j++) {
+            if (p[i * n + j] > rm) rm = p[i * n + j];
+            if (p[j * n + i] > cm) cm = p[j * n + i];
         }
+        if (ub < 0 || rm < ub) ub = rm;
+        if (cm < ub) ub = cm;
     }
-    ATTEMPT(vals[0], ok);
-    if (!ok) return -1;
-    memcpy(out, h->match_r, sizeof(int) * n);
-    *prev = vals[0];
-    have = 1;
-    int lo = 1, hi = top - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
+    if (*prev > 0 && *prev < ub) ub = *prev;
+    int hi = -1;
+    while (hi + 1 < u && vals[hi + 1] <= ub) hi++;
+    if (hi < 0) return -1;
+    int fail = hi + 1, step = 1, idx = hi;
+    for (;;) {  /* gallop downwards from the bound */
+        ATTEMPT(vals[idx], ok);
+        if (ok) { memcpy(out, h->match_r, sizeof(int) * n); *prev = vals[idx]; have = 1; break; }
+        if (idx == 0) return -1;
+        fail = idx;
+        idx = idx - step < 0 ? 0 : idx - step;
+        step *= 2;
+    }
+    int lo = idx + 1, top = fail - 1;
+    while (lo <= top) {
+        int mid = (lo + top) / 2;
         ATTEMPT(vals[mid], ok);
         if (ok) { memcpy(out, h->match_r, sizeof(int) * n); *prev = vals[mid]; lo = mid + 1; }
-        else hi = mid - 1;
+        else top = mid - 1;
     }
 #undef ATTEMPT
     return have ? 0 : -1;

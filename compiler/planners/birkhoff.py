@@ -26,6 +26,7 @@ Neumann input buffered crossbar switches", INFOCOM 2000; FLASH/FAST arXiv 2505.0
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -33,8 +34,7 @@ import numpy.typing as npt
 METHODS = ("bottleneck", "kuhn")
 
 
-@dataclass(frozen=True)
-class Stage:
+class Stage(NamedTuple):
     """One incast-free stage: server ``i`` sends ``weight`` units per GPU to server ``perm[i]``."""
 
     weight: int
@@ -176,28 +176,35 @@ def _bottleneck_matching(p: npt.NDArray[np.int64], warm: list[int], prev: int = 
             return match_r
         return None
 
+    # Upper bound: every row and column must keep an entry >= the bottleneck. The result depends only on the
+    # final threshold (same warm start, deterministic Hopcroft-Karp), so the search order is free: try the
+    # bound first (it is the answer in ~2/3 of stages), gallop downwards, then binary-search the bracket.
+    ub = int(min(p.max(axis=1).min(), p.max(axis=0).min()))
     if prev > 0:
-        top = int(np.searchsorted(vals, prev, side="right"))  # values <= prev
-        if top > 0 and int(vals[top - 1]) == prev:
-            res = attempt(prev)
-            if res is not None:
-                return res, prev
-            top -= 1
-    else:
-        top = len(vals)
-    best = attempt(int(vals[0]))
-    if best is None:  # pragma: no cover - a padded matrix always has a perfect matching (Birkhoff/König)
-        raise RuntimeError("no perfect matching on a padded matrix")
-    best_v = int(vals[0])
-    lo, hi = 1, top - 1
-    while lo <= hi:
-        mid = (lo + hi) // 2
+        ub = min(ub, prev)  # the bottleneck never increases between stages
+    hi = int(np.searchsorted(vals, ub, side="right")) - 1  # index of the largest value <= ub
+    fail = hi + 1
+    step = 1
+    idx = hi
+    while True:
+        res = attempt(int(vals[idx]))
+        if res is not None:
+            best, best_v = res, int(vals[idx])
+            break
+        if idx == 0:  # pragma: no cover - a padded matrix always has a perfect matching (Birkhoff/König)
+            raise RuntimeError("no perfect matching on a padded matrix")
+        fail = idx
+        idx = max(0, idx - step)
+        step *= 2
+    lo, top = idx + 1, fail - 1
+    while lo <= top:
+        mid = (lo + top) // 2
         res = attempt(int(vals[mid]))
         if res is not None:
             best, best_v = res, int(vals[mid])
             lo = mid + 1
         else:
-            hi = mid - 1
+            top = mid - 1
     return best, best_v
 
 

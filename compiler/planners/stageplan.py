@@ -140,7 +140,7 @@ def _wrap(raw: tuple[bytes, bytes, int, bytes, list[tuple[int, tuple[int, ...]]]
     server = np.frombuffer(srv, dtype=np.int64).reshape(n, n)  # read-only views over the returned bytes
     balanced = np.frombuffer(bal, dtype=np.bool_).reshape(n, n)
     pad = np.frombuffer(padded, dtype=np.int64).reshape(n, n)
-    return StagePlan(server, balanced, Decomposition(big, tuple(Stage(w, p) for w, p in stages), pad))
+    return StagePlan(server, balanced, Decomposition(big, tuple(map(Stage._make, stages)), pad))
 
 
 def stage_plan_from_bytes(
@@ -163,7 +163,11 @@ def stage_plan_from_bytes(
 
         unit = choose_unit(matrix, target_chunks, align)
         return unit, stage_plan_py(quantize(matrix, unit), m, method, balance, unit, b_inter, b_intra, alpha)
-    b = np.ascontiguousarray(matrix, dtype=np.int64)
+    b = (
+        matrix
+        if (matrix.dtype == np.int64 and matrix.flags.c_contiguous)
+        else np.ascontiguousarray(matrix, np.int64)
+    )
     unit, raw = _native.stage_plan_bytes(
         b,
         b.shape[0],
