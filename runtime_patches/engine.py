@@ -133,34 +133,39 @@ class Engine:
                 )
                 self.stats.fallbacks += 1
                 return False
-            if (
-                input.dim() == 0
-                or not input.is_contiguous()
-                or not output.is_contiguous()
-                or input.dtype != output.dtype
-            ):
-                self.stats.fallbacks += 1
-                return (
-                    False  # the same on every rank for well-formed SPMD code; the stock call raises otherwise
-                )
+            # rank-local eligibility is folded into the collectives below, so every rank decides alike
+            eligible = bool(
+                input.dim() > 0
+                and input.is_contiguous()
+                and output.is_contiguous()
+                and input.dtype == output.dtype
+            )
             row_elems = int(np.prod(input.shape[1:])) if input.dim() > 1 else 1
             row_bytes = row_elems * input.element_size()
-            n_rows_in = int(input.shape[0])
+            n_rows_in = int(input.shape[0]) if input.dim() > 0 else 0
             in_splits = list(input_split_sizes) if input_split_sizes else [n_rows_in // world] * world
             # 1. matrix (rows): all-gather the input splits, unless the caller gave it
             rows = self.known_matrix_rows
             self.known_matrix_rows = None
             if rows is None:
-                mine = torch.tensor(in_splits, dtype=torch.int64)
-                gathered = torch.empty(world * world, dtype=torch.int64)
+                mine = torch.tensor([*in_splits, int(eligible)], dtype=torch.int64)
+                gathered = torch.empty(world * (world + 1), dtype=torch.int64)
                 _all_gather(gathered, mine, group)
-                rows = gathered.view(world, world).numpy().copy()
+                g = gathered.view(world, world + 1).numpy()
+                if (
+                    int(g[:, world].min()) == 0
+                ):  # some rank cannot take the a2acc path: all use the stock call
+                    self.stats.fallbacks += 1
+                    return False
+                rows = g[:, :world].copy()
             t0 = time.perf_counter()
             ok = 1
             key = ""
             prog: Program | None = None
             bucket = None
             try:
+                if not eligible:
+                    raise RuntimeHookError("non-contiguous tensors or mismatched dtypes")
                 if sum(in_splits) != n_rows_in or list(rows[rank]) != [int(x) for x in in_splits]:
                     raise RuntimeHookError(
                         "input split sizes do not match the input tensor or the gathered matrix"
