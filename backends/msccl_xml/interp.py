@@ -381,6 +381,15 @@ def run(
         key_buf, base = loc(r, b, off)
         mem[key_buf][base : base + len(vals)] = vals
 
+    def read_src(pid: int, r: int, st: Step, where: str, verb: str) -> list[tuple[int, ...] | None]:
+        """Read a step's source chunks (tracked for races), reporting uninitialised ones."""
+        access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
+        vals = getv(r, st.srcbuf, st.srcoff, st.cnt)
+        for j, v in enumerate(vals):
+            if v is None:
+                err(f"{where}: {verb} uninitialised rank {r} {st.srcbuf}[{st.srcoff + j}]")
+        return vals
+
     def red(
         a: list[tuple[int, ...] | None], bb: list[tuple[int, ...] | None], where: str
     ) -> list[tuple[int, ...]]:
@@ -475,19 +484,11 @@ def run(
                     steps_run += 1
                     continue  # second phase: push when there is room
             elif st.type == "s":
-                access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
-                vals2 = getv(r, st.srcbuf, st.srcoff, st.cnt)
-                for j, v in enumerate(vals2):
-                    if v is None:
-                        err(f"{where}: sends uninitialised rank {r} {st.srcbuf}[{st.srcoff + j}]")
+                vals2 = read_src(pid, r, st, where, "sends")
                 fifos[out_key].append(_Msg(vals2, st.cnt, clock[pid].copy(), where))  # type: ignore[arg-type]
                 wake(("data", out_key))
             elif st.type == "cpy":
-                access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
-                vals3 = getv(r, st.srcbuf, st.srcoff, st.cnt)
-                for j, v in enumerate(vals3):
-                    if v is None:
-                        err(f"{where}: copies uninitialised rank {r} {st.srcbuf}[{st.srcoff + j}]")
+                vals3 = read_src(pid, r, st, where, "copies")
                 access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
                 setv(r, st.dstbuf, st.dstoff, list(vals3))
             elif st.type == "re":
