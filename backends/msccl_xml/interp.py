@@ -339,8 +339,9 @@ def run(
         lo, hi = base, base + cnt
         now = int(clock[pid][pid])
         where_of[(pid, now)] = where
-        bad = unordered(wp[kb][lo:hi], wt[kb][lo:hi], pid)
-        if bad.any():
+        w_slice = wp[kb][lo:hi]
+        bad = unordered(w_slice, wt[kb][lo:hi], pid) if w_slice.max() >= 0 else None
+        if bad is not None and bad.any():
             j = int(np.flatnonzero(bad)[0])
             w = where_of.get((int(wp[kb][lo + j]), int(wt[kb][lo + j])), "another tb")
             err(
@@ -348,7 +349,12 @@ def run(
             )
             races += 1
         if write:
-            bad = unordered(rp[kb][lo:hi], rt[kb][lo:hi], pid)
+            r_slice = rp[kb][lo:hi]
+            bad = (
+                unordered(r_slice, rt[kb][lo:hi], pid)
+                if r_slice.max() >= 0
+                else np.zeros(hi - lo, dtype=bool)
+            )
             ex = extra_r[kb]
             if ex:
                 for ch in range(lo, hi):
