@@ -64,20 +64,10 @@ def compile_entry(
     files: dict[str, str] = {}
     manifest = None
     if backend == "msccl-xml":
-        from a2acc.backends.msccl_xml.api import check_xml_text, choose_proto
-        from a2acc.backends.msccl_xml.manifest import manifest_for
-        from a2acc.backends.msccl_xml.writer import LowerOptions, lower, to_xml
+        from a2acc.backends.msccl_xml.api import lower_verified
 
-        algo = lower(prog, LowerOptions(name=f"a2acc_{key[:12]}", dialect="rccl"))
-        size = algo.nchunksperloop * unit
-        algo.proto = choose_proto(size)
-        algo.min_bytes = algo.max_bytes = size
-        text = to_xml(algo)
         name = f"00-a2acc-{key[:16]}.xml"
-        man = manifest_for(prog, name, algo.name, algo.nchunksperloop)
-        chk = check_xml_text(text, name, dialect="rccl", layout=man.layout())
-        if not chk.ok:
-            raise RuntimeHookError(f"lowered XML failed verification: {chk.errors[:3]}")
+        _algo, text, man = lower_verified(prog, name=f"a2acc_{key[:12]}", xml_name=name, dialect="rccl")
         files[name] = text
         manifest = man.to_json()
     elif backend == "mscclpp":

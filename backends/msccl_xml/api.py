@@ -11,7 +11,7 @@ from a2acc.backends.msccl_xml.interp import PROTO_K, InterpResult, Layout, run, 
 from a2acc.backends.msccl_xml.manifest import Manifest, manifest_for
 from a2acc.backends.msccl_xml.model import Algo
 from a2acc.backends.msccl_xml.reader import read_xml
-from a2acc.backends.msccl_xml.writer import LowerOptions, lower, to_xml
+from a2acc.backends.msccl_xml.writer import LowerOptions, alltoall_chunks, lower, to_xml
 from a2acc.errors import LoweringError, VerificationError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir import Program
@@ -61,6 +61,40 @@ class Compiled:
     text: str
 
 
+def lower_verified(
+    prog: Program,
+    *,
+    name: str,
+    xml_name: str,
+    dialect: str = "nccl",
+    proto: str | None = None,
+    instances: int = 1,
+    tb_layout: str = "auto",
+    size_range: tuple[int, int] | None = None,
+) -> tuple[Algo, str, Manifest]:
+    """Lower ``prog`` and verify the exact text (with its manifest layout); raises on any failure.
+
+    Protocol defaults by buffer size; ``minBytes``/``maxBytes`` default to exactly C x chunk bytes."""
+    buffer_bytes = alltoall_chunks(prog) * prog.unit_bytes
+    lo, hi = size_range if size_range is not None else (buffer_bytes, buffer_bytes)
+    opts = LowerOptions(
+        name=name,
+        dialect=dialect,
+        proto=proto or choose_proto(buffer_bytes),
+        instances=instances,
+        tb_layout=tb_layout,
+        min_bytes=lo,
+        max_bytes=hi,
+    )
+    algo = lower(prog, opts)
+    text = to_xml(algo)
+    man = manifest_for(prog, xml_name, name, algo.nchunksperloop)
+    chk = check_xml_text(text, xml_name, dialect=dialect, layout=man.layout())
+    if not chk.ok:
+        raise VerificationError(f"lowered XML {xml_name} (a2acc bug)", list(chk.errors))
+    return algo, text, man
+
+
 def compile_to_dir(
     prog: Program,
     out_dir: str | os.PathLike[str],
@@ -75,29 +109,19 @@ def compile_to_dir(
     """Lower ``prog``, verify the text we produce, then write ``out_dir/NN-name.xml`` and the manifest beside
     the directory (``out_dir.manifest.json``). Raises LoweringError / VerificationError without writing."""
     out = Path(out_dir)
-    n = prog.nranks
-    need = max(max(prog.input_chunks(r), prog.output_chunks(r)) for r in range(n))
-    c = n * max(1, -(-need // n))
-    buffer_bytes = c * prog.unit_bytes
-    lo, hi = size_range if size_range is not None else (buffer_bytes, buffer_bytes)
     digest = hashlib.sha256(prog.to_json().encode()).hexdigest()[:10]
-    name = f"a2acc_{prog.algorithm}_{n}r_{digest}"
-    opts = LowerOptions(
+    name = f"a2acc_{prog.algorithm}_{prog.nranks}r_{digest}"
+    xml_name = f"{priority:02d}-{name}-{dialect}.xml"
+    algo, text, man = lower_verified(
+        prog,
         name=name,
+        xml_name=xml_name,
         dialect=dialect,
-        proto=proto or choose_proto(buffer_bytes),
+        proto=proto,
         instances=instances,
         tb_layout=tb_layout,
-        min_bytes=lo,
-        max_bytes=hi,
+        size_range=size_range,
     )
-    algo = lower(prog, opts)
-    text = to_xml(algo)
-    xml_name = f"{priority:02d}-{name}-{dialect}.xml"
-    man = manifest_for(prog, xml_name, name, algo.nchunksperloop)
-    chk = check_xml_text(text, xml_name, dialect=dialect, layout=man.layout())
-    if not chk.ok:
-        raise VerificationError(f"lowered XML {xml_name} (a2acc bug)", list(chk.errors))
     if out.exists() and not out.is_dir():
         raise LoweringError(f"{out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)

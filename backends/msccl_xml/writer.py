@@ -131,11 +131,16 @@ def lower(prog: Program, opts: LowerOptions) -> Algo:
     raise last
 
 
-def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
+def alltoall_chunks(prog: Program) -> int:
+    """``nchunksperloop`` C = N * ceil(max(input, output chunks) / N) for ``prog``'s layout."""
     n = prog.nranks
     need = max(max(prog.input_chunks(r), prog.output_chunks(r)) for r in range(n))
-    k = max(1, -(-need // n))
-    c = n * k
+    return n * max(1, -(-need // n))
+
+
+def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
+    n = prog.nranks
+    c = alltoall_chunks(prog)
     if c - 1 > MAX_OFFSET or max(prog.scratch, default=0) - 1 > MAX_OFFSET:
         raise LoweringError(
             f"the layout needs {c} chunks per rank (scratch {max(prog.scratch)}) but MSCCL offsets are int16 "
