@@ -185,7 +185,7 @@ def static_checks(algo: Algo, dialect: str = "nccl") -> list[str]:
                 else:
                     if not 1 <= st.cnt <= MAX_COUNT:
                         errs.append(f"{sw}: cnt={st.cnt} must be in 1..{MAX_COUNT}")
-                    _check_range(errs, sw, st, g, cap_i, cap_o, algo)
+                    _check_range(errs, sw, st, cap_i, cap_o, g.s_chunks)
                 if st.depid >= 0:
                     if st.depid == t.id:
                         errs.append(f"{sw}: depends on its own tb")
@@ -217,11 +217,8 @@ def static_checks(algo: Algo, dialect: str = "nccl") -> list[str]:
     return errs
 
 
-def _check_range(errs: list[str], sw: str, st: Step, g: object, cap_i: int, cap_o: int, algo: Algo) -> None:
-    from a2acc.backends.msccl_xml.model import Gpu
-
-    assert isinstance(g, Gpu)
-    caps = {"i": cap_i, "o": cap_o, "s": g.s_chunks}
+def _check_range(errs: list[str], sw: str, st: Step, cap_i: int, cap_o: int, cap_s: int) -> None:
+    caps = {"i": cap_i, "o": cap_o, "s": cap_s}
     reads = st.type in ("s", "cpy", "re", "rrs", "rrc", "rrcs")
     writes = st.type in ("r", "rcs", "rrc", "rrcs", "cpy", "re")
     for used, buf, off in ((reads, st.srcbuf, st.srcoff), (writes, st.dstbuf, st.dstoff)):
@@ -292,7 +289,6 @@ def run(
     pending_val: list[list[tuple[int, ...]] | None] = [None] * np_
     clock = [np.zeros(np_, dtype=np.int64) for _ in range(np_)]
     flags: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(np_)]  # completed hasdep steps: (s, clock)
-    done_steps = [-1] * np_
     fifos: dict[tuple[int, int, int], deque[_Msg]] = {}
     # folded dependencies: for each real step, the list of (depid, deps) from preceding nops and itself
     folded: list[list[list[tuple[int, int]]]] = []
@@ -512,7 +508,6 @@ def run(
             if st.hasdep:
                 flags[pid].append((st.s, clock[pid].copy()))
                 wake(("flag", pid))
-            done_steps[pid] = st.s
             pc[pid] += 1
             steps_run += 1
     res.steps_run = steps_run

@@ -274,6 +274,7 @@ def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
     for pieces in tb_steps.values():
         for i, p in enumerate(pieces):
             position[id(p)] = i
+    targets_of: dict[int, dict[tuple[int, str, int, int, int], _Piece]] = {}
     for key, pieces in tb_steps.items():
         idx = 0
         rank = key[0]
@@ -287,17 +288,16 @@ def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
                         prev = targets.get(tkey)
                         if prev is None or position[id(tp)] > position[id(prev)]:
                             targets[tkey] = tp
-            p.deps = [(ids[tk], -1) for tk in targets]
             p.index = idx + max(0, len(targets) - 1)
             idx = p.index + 1
-            p._targets = targets  # type: ignore[attr-defined]
+            targets_of[id(p)] = targets
         if idx > MAX_STEPS:
             raise LoweringError(f"rank {rank} tb {ids[key]}: {idx} steps > {MAX_STEPS}")
     hasdep: set[int] = set()
     for pieces in tb_steps.values():
         for p in pieces:
             deps = []
-            for tkey, tp in p._targets.items():  # type: ignore[attr-defined]
+            for tkey, tp in targets_of[id(p)].items():
                 if ids[tkey] > MAX_DEP_TB:
                     raise LoweringError(
                         f"dependency target tb id {ids[tkey]} > {MAX_DEP_TB} (int8 in the executor)"

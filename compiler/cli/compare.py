@@ -13,7 +13,6 @@ import numpy.typing as npt
 from a2acc.cli.common import add_topology_args, topology_from_args
 from a2acc.compare import format_table, plot, run_compare, stderr_progress
 from a2acc.errors import InputError
-from a2acc.fileio import atomic_write_text
 from a2acc.passes.incast import INCAST_MODELS
 from a2acc.planners import available
 from a2acc.traffic import GENERATORS, load_matrix
@@ -114,7 +113,3 @@ def _run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"# plot written to {args.plot}")
     return 0
-
-
-def write_json(path: str, payload: object) -> None:
-    atomic_write_text(path, json.dumps(payload, indent=1) + "\n")
