@@ -151,6 +151,16 @@ static void kuhn(const i64 *p, int n, int *out, int *seen, int *match_c) {
     for (int j = 0; j < n; j++) if (match_c[j] >= 0) out[match_c[j]] = j;
 }
 
+/* order[0..n) = indices sorted by (-key, index): a stable insertion sort, as Python's sorted(key=(-x, k)) */
+static void order_desc(int *order, const i64 *key, int n) {
+    for (int k = 0; k < n; k++) order[k] = k;
+    for (int a = 1; a < n; a++) {
+        int v = order[a], b = a - 1;
+        while (b >= 0 && key[order[b]] < key[v]) { order[b + 1] = order[b]; b--; }
+        order[b + 1] = v;
+    }
+}
+
 /* ------------------------------------------------------------------ padding (same order as Python) */
 static i64 pad(i64 *p, int n, int *order_r, int *order_c, i64 *r, i64 *c) {
     i64 big = 0;
@@ -168,21 +178,11 @@ static i64 pad(i64 *p, int n, int *order_r, int *order_c, i64 *r, i64 *c) {
     }
     for (int pass = 0; pass < 2; pass++) {
         /* rows sorted by (-r, index), computed once per pass */
-        for (int k = 0; k < n; k++) order_r[k] = k;
-        for (int a = 1; a < n; a++) {  /* stable insertion sort */
-            int v = order_r[a], b = a - 1;
-            while (b >= 0 && r[order_r[b]] < r[v]) { order_r[b + 1] = order_r[b]; b--; }
-            order_r[b + 1] = v;
-        }
+        order_desc(order_r, r, n);
         for (int ii = 0; ii < n; ii++) {
             int i = order_r[ii];
             if (r[i] == 0) continue;
-            for (int k = 0; k < n; k++) order_c[k] = k;
-            for (int a = 1; a < n; a++) {
-                int v = order_c[a], b = a - 1;
-                while (b >= 0 && c[order_c[b]] < c[v]) { order_c[b + 1] = order_c[b]; b--; }
-                order_c[b + 1] = v;
-            }
+            order_desc(order_c, c, n);
             for (int jj = 0; jj < n; jj++) {
                 int j = order_c[jj];
                 if (r[i] == 0) break;
@@ -270,12 +270,7 @@ static PyObject *plan_counts(const i64 *C, int N, int m, int method, int balance
         }
         if (total == 0) continue;
         i64 base = total / m, extra = total % m;
-        for (int k = 0; k < m; k++) order[k] = k;
-        for (int a = 1; a < m; a++) {  /* by (-load, index) */
-            int v = order[a], b = a - 1;
-            while (b >= 0 && load[order[b]] < load[v]) { order[b + 1] = order[b]; b--; }
-            order[b + 1] = v;
-        }
+        order_desc(order, load, m);
         for (int k = 0; k < m; k++) share[k] = base;
         for (int k = 0; k < extra; k++) share[order[k]] += 1;
         i64 maxshare = 0, moved_max = 0;
