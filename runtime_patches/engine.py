@@ -24,6 +24,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,9 +51,8 @@ class EngineStats:
     payload_bytes: int = 0
     padding_bytes: int = 0
     residual_bytes: int = 0
-    overhead_s: list[float] = field(
-        default_factory=list
-    )  # hook decision time (gather and data movement excluded)
+    # hook decision time of the most recent calls (gather and data movement excluded); bounded for long jobs
+    overhead_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
     last_source: str = ""
 
 
