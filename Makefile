@@ -9,7 +9,8 @@ RUN_DIR := build/run
 
 .PHONY: run test lint typecheck unit install bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
+	@mkdir -p build
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip "setuptools>=69" wheel
 	$(BIN)/pip install -q -e ".[dev,plot]" --config-settings editable_mode=strict
@@ -20,7 +21,10 @@ $(STAMP): pyproject.toml
 
 # strict editable installs link files present at install time: refresh the link tree (fast, no downloads)
 install: $(STAMP)
-	@$(BIN)/pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
+	@mkdir -p build
+	@$(BIN)/pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=strict 2>build/pip-install.log \
+		|| { cat build/pip-install.log; exit 1; }
+	@$(BIN)/python -m a2acc.runtime.activate --install-hook >/dev/null
 
 run: install
 	@mkdir -p $(RUN_DIR)
@@ -36,8 +40,9 @@ run: install
 		--algorithms fast,spreadout,direct,hierarchical --plot $(RUN_DIR)/compare.png
 
 lint: install
-	$(BIN)/ruff check compiler backends runtime_patches tests benchmarks examples
-	$(BIN)/ruff format --check compiler backends runtime_patches tests benchmarks examples
+	@mkdir -p build
+	$(BIN)/ruff check compiler backends runtime_patches tests benchmarks examples setup.py
+	$(BIN)/ruff format --check compiler backends runtime_patches tests benchmarks examples setup.py
 
 typecheck: install
 	$(BIN)/mypy -p a2acc

@@ -1,7 +1,10 @@
-"""Build hook: ship ``a2acc-jit.pth`` at the root of site-packages (project metadata lives in pyproject.toml).
+"""Build hook: the package layout (four top-level folders -> ``a2acc``) and the JIT's start-up ``.pth`` file.
 
-Python runs ``import`` lines of ``.pth`` files at interpreter start; ours only reads ``A2ACC_JIT`` and does
-nothing else when it is unset (see runtime_patches/activate.py).
+Project metadata lives in pyproject.toml. The packages are discovered from the folders, so a new module or
+subpackage needs no edit here or in pyproject.toml. ``a2acc-jit.pth`` goes to the root of a built wheel
+(so ``pip install a2acc`` puts it into site-packages); editable installs get it from
+``python -m a2acc.runtime.activate --install-hook`` (``make`` runs it), because setuptools' editable wheels
+have no public hook for files outside the package.
 """
 
 from __future__ import annotations
@@ -9,34 +12,39 @@ from __future__ import annotations
 import os
 import shutil
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
-from setuptools.command.editable_wheel import editable_wheel
 
 PTH = os.path.join("runtime_patches", "a2acc-jit.pth")
+ROOTS = {
+    "a2acc": "compiler",
+    "a2acc.backends": "backends",
+    "a2acc.runtime": "runtime_patches",
+    "a2acc.topologies": "topologies",
+}
+
+
+def package_dirs() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, root in ROOTS.items():
+        out[name] = root
+        for sub in find_packages(root):
+            out[f"{name}.{sub}"] = os.path.join(root, *sub.split("."))
+    return dict(sorted(out.items()))
 
 
 class BuildPyWithPth(build_py):
     def run(self) -> None:
         super().run()
-        shutil.copyfile(PTH, os.path.join(self.build_lib, "a2acc-jit.pth"))
+        if not getattr(self, "editable_mode", False):
+            shutil.copyfile(PTH, os.path.join(self.build_lib, "a2acc-jit.pth"))
 
     def get_outputs(self, include_bytecode: bool = True) -> list[str]:
-        return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, "a2acc-jit.pth")]
+        extra = (
+            [] if getattr(self, "editable_mode", False) else [os.path.join(self.build_lib, "a2acc-jit.pth")]
+        )
+        return [*super().get_outputs(include_bytecode), *extra]
 
 
-class EditableWheelWithPth(editable_wheel):
-    def _create_wheel_file(self, bdist_wheel):  # type: ignore[no-untyped-def]
-        # editable installs: add the hook next to setuptools' own editable .pth inside the wheel
-        orig = self._run_build_commands
-
-        def run_build_commands(dist_name, unpacked_wheel, build_lib, tmp_dir):  # type: ignore[no-untyped-def]
-            res = orig(dist_name, unpacked_wheel, build_lib, tmp_dir)
-            shutil.copyfile(PTH, os.path.join(unpacked_wheel, "a2acc-jit.pth"))
-            return res
-
-        self._run_build_commands = run_build_commands  # type: ignore[method-assign]
-        return super()._create_wheel_file(bdist_wheel)
-
-
-setup(cmdclass={"build_py": BuildPyWithPth, "editable_wheel": EditableWheelWithPth})
+DIRS = package_dirs()
+setup(packages=list(DIRS), package_dir=DIRS, cmdclass={"build_py": BuildPyWithPth})

@@ -16,13 +16,13 @@ import argparse
 import statistics
 import time
 
-from a2acc.passes.quantize import choose_unit, quantize
+from a2acc.ir.quantize import choose_unit, quantize
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import generate
 from a2acc.planners import make_request
 from a2acc.planners.birkhoff import decompose, stage_bound
 from a2acc.planners.fast import plan as fast_plan
 from a2acc.planners.stageplan import native_available, stage_plan, stage_plan_from_bytes
-from a2acc.topology import load_topology
-from a2acc.traffic import generate
 
 ANCHOR_US = {4: 25, 8: 221, 12: 805, 40: 77_000}
 

@@ -1,7 +1,7 @@
 """JIT path on a synthetic MoE stream: bucket hit rate, padding, residual and per-call hook overhead.
 
 Run: ``.venv/bin/python benchmarks/jit_stream.py [--calls 1000]``. 32 ranks (dgx-h100, 4 servers), the stream of
-:func:`a2acc.traffic.moe_stream` (router skew oscillating 0.4-0.9 over 400 calls, drifting popularity, every call
+:func:`a2acc.model.traffic.moe_stream` (router skew oscillating 0.4-0.9 over 400 calls, drifting popularity, every call
 re-sampled; 8192 tokens per rank, top-2, hidden 4096, bf16). The hook's decision path is timed exactly as the
 engine runs it per call (bucket lookup, plan from the cache: memory hit, disk hit or compile+verify), with the
 split-size gather and the data movement excluded. Targets: hit rate >= 90 % after warm-up, padding <= 10 %,
@@ -15,12 +15,12 @@ import statistics
 import tempfile
 import time
 
-from a2acc.bucket import BucketIndex
-from a2acc.cache import PlanCache
 from a2acc.ir import program_from_json
+from a2acc.jit.bucket import BucketIndex
+from a2acc.jit.cache import PlanCache
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import moe_stream
 from a2acc.runtime.engine import compile_entry
-from a2acc.topology import load_topology
-from a2acc.traffic import moe_stream
 
 
 def main() -> None:

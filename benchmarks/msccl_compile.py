@@ -11,13 +11,13 @@ from __future__ import annotations
 import statistics
 import time
 
+from a2acc import plan
 from a2acc.backends.msccl_xml.api import check_xml_text
 from a2acc.backends.msccl_xml.manifest import manifest_for
 from a2acc.backends.msccl_xml.writer import LowerOptions, lower, to_xml
-from a2acc.passes.quantize import unit_for_padding
-from a2acc.planners import schedule
-from a2acc.topology import load_topology
-from a2acc.traffic import generate
+from a2acc.ir.quantize import unit_for_padding
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import generate
 
 
 def main(runs: int = 5) -> None:
@@ -31,7 +31,7 @@ def main(runs: int = 5) -> None:
         t_plan, t_lower, t_ver = [], [], []
         for _ in range(runs):
             t0 = time.perf_counter()
-            prog = schedule(topo, m, "fast", unit=unit_for_padding(m, 0.02), verify=False)
+            prog = plan(topo, m, "fast", unit=unit_for_padding(m, 0.02), verify=False)
             t1 = time.perf_counter()
             algo = lower(prog, LowerOptions(dialect="rccl"))
             text = to_xml(algo)

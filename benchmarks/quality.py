@@ -8,8 +8,8 @@ ratios; fast >= 2x spreadout on Zipf(0.8).
 
 from __future__ import annotations
 
-from a2acc.compare import run_compare
-from a2acc.topology import load_topology
+from a2acc.analysis.compare import run_compare
+from a2acc.model.topology import load_topology
 
 ALGOS = ["fast", "spreadout", "direct", "hierarchical"]
 

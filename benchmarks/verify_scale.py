@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 
+from a2acc import plan
 from a2acc.ir import Buf, Program, ProgramBuilder
-from a2acc.planners import schedule
-from a2acc.topology import load_topology
-from a2acc.verify import verify_program
+from a2acc.ir.verify import verify_program
+from a2acc.model.topology import load_topology
 
 
 def relay(n: int) -> Program:
@@ -41,7 +41,7 @@ def main() -> None:
         print(f"{'relay ' + str(n) + ' ranks':>24} {len(p.ops):>8} {statistics.median(times):>9.3f}")
     t = load_topology("dgx-h100", servers=32)
     m = np.random.default_rng(0).integers(1, 1 << 20, size=(t.nranks, t.nranks))
-    p = schedule(t, m, "direct", verify=False)
+    p = plan(t, m, "direct", verify=False)
     t0 = time.perf_counter()
     assert verify_program(p).ok
     print(f"{'direct 256 ranks':>24} {len(p.ops):>8} {time.perf_counter() - t0:>9.3f}")

@@ -61,5 +61,12 @@ class LoweringError(A2accError):
     """A Program cannot be lowered to a backend, e.g. it exceeds an executor limit."""
 
 
+class InternalError(A2accError):
+    """An internal invariant broke: an a2acc bug, never the user's input. The message says so."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message} (a2acc bug: please report it with the command that triggered it)")
+
+
 class RuntimeHookError(A2accError):
     """The JIT/runtime integration cannot serve a call; callers fall back to the stock collective."""

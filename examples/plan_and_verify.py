@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import sys
 
-from a2acc.bounds import lower_bounds
-from a2acc.planners import schedule
-from a2acc.simulate import simulate
-from a2acc.topology import load_topology
-from a2acc.traffic import generate
+from a2acc import plan
+from a2acc.analysis.bounds import lower_bounds
+from a2acc.analysis.simulate import simulate
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import generate
 
 
 def main(out: str = "fast-plan.json") -> None:
     topo = load_topology("mi300x-100g")
     matrix = generate("moe", topo.nranks, 256 << 20, seed=3, skew=0.8)
-    prog = schedule(topo, matrix, "fast")  # raises VerificationError if the plan were wrong
+    prog = plan(topo, matrix, "fast")  # raises VerificationError if the plan were wrong
     prog.save(out)
     sim = simulate(prog, topo, payload_bytes=int(matrix.sum()))
     bound = lower_bounds(matrix, topo)

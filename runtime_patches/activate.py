@@ -49,3 +49,40 @@ def activate_from_env() -> bool:
     install(settings)
     _ACTIVE = True
     return True
+
+
+def _pth_text() -> str:
+    from importlib import resources
+
+    return (resources.files("a2acc.runtime") / "a2acc-jit.pth").read_text(encoding="utf-8")
+
+
+def install_hook(site_dir: str | None = None) -> str:
+    """Write ``a2acc-jit.pth`` into site-packages (editable installs; wheels ship it). Refuses to replace a
+    file of that name whose content is not an a2acc hook (it cannot be proven ours)."""
+    import sysconfig
+    from pathlib import Path
+
+    from a2acc.errors import InputError
+    from a2acc.fileio import atomic_write_text
+
+    target = Path(site_dir or sysconfig.get_paths()["purelib"]) / "a2acc-jit.pth"
+    text = _pth_text()
+    if target.exists():
+        old = target.read_text(encoding="utf-8", errors="replace")
+        if old == text:
+            return str(target)
+        if "a2acc.runtime.activate" not in old:
+            raise InputError(
+                str(target), "", "existing file", "not an a2acc hook: a2acc will not overwrite it"
+            )
+    atomic_write_text(target, text)
+    return str(target)
+
+
+if __name__ == "__main__":  # python -m a2acc.runtime.activate --install-hook [SITE_DIR]
+    if len(sys.argv) >= 2 and sys.argv[1] == "--install-hook":
+        print(f"a2acc: JIT start-up hook at {install_hook(sys.argv[2] if len(sys.argv) > 2 else None)}")
+    else:
+        print("usage: python -m a2acc.runtime.activate --install-hook [SITE_DIR]", file=sys.stderr)
+        sys.exit(2)

@@ -5,14 +5,16 @@ Per call (all ranks do the same, in the same order):
 1. **Matrix.** All-gather every rank's input split sizes (rows, int64) -> the N x N matrix of rows; bytes =
    rows x bytes per row. (Megatron's dispatcher already knows the matrix: :mod:`a2acc.runtime.megatron` passes
    it in and skips this collective.)
-2. **Bucket** (:mod:`a2acc.bucket`): a cached layout serving the matrix, or a new one. The index evolves from
+2. **Bucket** (:mod:`a2acc.jit.bucket`): a cached layout serving the matrix, or a new one. The index evolves from
    the matrix sequence only, so every rank picks the same bucket.
-3. **Plan** from the :class:`~a2acc.cache.PlanCache` (memory, disk, else compile: plan for the layout, verify,
+3. **Plan** from the :class:`~a2acc.jit.cache.PlanCache` (memory, disk, else compile: plan for the layout, verify,
    lower for the backend). Compilation is deterministic, so every rank computes the same plan.
 4. **Agreement.** One small all-gather of (plan hash, ok flag): if any rank failed or disagrees, **every** rank
    falls back to the stock call together (so no rank is left waiting).
-5. **Execute**: pack each peer's rows into its chunks, run the plan (reference executor: isend/irecv + copies),
-   send the rows beyond the layout (residual) with the stock ``all_to_all_single``, unpack.
+5. **Execute** (:mod:`a2acc.runtime.executors`, ``A2ACC_EXECUTOR``): pack each peer's rows into its chunks
+   (:class:`a2acc.ir.layout.ChunkLayout`, the same layout every backend's manifest describes), run the plan
+   (reference: isend/irecv + copies; msccl: the MSCCL executor via the stock call, when it provably holds this
+   plan), send the rows beyond the layout (residual) with the stock ``all_to_all_single``, unpack.
 
 Anything that fails before step 4 makes all ranks fall back with a warning; the caller's output is always
 produced by either the plan or the stock call.
@@ -30,13 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from a2acc.bucket import BucketIndex
-from a2acc.cache import CacheEntry, PlanCache, default_cache_dir
-from a2acc.errors import RuntimeHookError
+from a2acc.errors import InternalError, RuntimeHookError
 from a2acc.ir import Buf, Program, program_from_json
-from a2acc.planners import schedule
+from a2acc.ir.layout import fitting_rows
+from a2acc.ir.quantize import UnitPolicy
+from a2acc.jit.bucket import BucketIndex
+from a2acc.jit.cache import CacheEntry, PlanCache, default_cache_dir
+from a2acc.model.topology import Topology, load_topology
+from a2acc.pipeline import Request
+from a2acc.pipeline import compile as compile_pipeline
+from a2acc.runtime.executors import get_executor
 from a2acc.runtime.settings import JitSettings, parse_topology_spec
-from a2acc.topology import Topology, load_topology
 
 log = logging.getLogger("a2acc.runtime")
 
@@ -57,23 +63,37 @@ class EngineStats:
 
 
 def compile_entry(
-    topo: Topology, layout: np.ndarray, unit: int, algorithm: str, backend: str, key: str
+    topo: Topology,
+    layout: np.ndarray,
+    unit: int,
+    algorithm: str,
+    backend: str | None,
+    key: str,
+    planner_options: Any = None,
+    backend_options: Any = None,
 ) -> CacheEntry:
-    """Plan the bucket's layout (verified) and lower it for ``backend``."""
-    prog = schedule(topo, layout * unit, algorithm, unit=unit)  # counts == layout exactly; raises if wrong
-    files: dict[str, str] = {}
-    manifest = None
-    if backend == "msccl-xml":
-        from a2acc.backends.msccl_xml.api import lower_verified
-
-        name = f"00-a2acc-{key[:16]}.xml"
-        _algo, text, man = lower_verified(prog, name=f"a2acc_{key[:12]}", xml_name=name, dialect="rccl")
-        files[name] = text
-        manifest = man.to_json()
-    elif backend == "mscclpp":
-        raise RuntimeHookError("the MSCCL++ backend (JSON execution plans) is not built yet in this a2acc")
+    """Plan the bucket's layout exactly and (with a backend) lower it: one :func:`a2acc.pipeline.compile`."""
+    res = compile_pipeline(
+        Request(
+            topo,
+            layout * unit,
+            algorithm,
+            planner_options=planner_options,
+            target=backend,
+            target_options=backend_options,
+            units=UnitPolicy(unit=unit),
+            counts=layout,
+            name=f"a2acc-{key[:16]}",
+        )
+    )
+    files: dict[str, str] = dict(res.lowered.files) if res.lowered is not None else {}
+    manifest = res.lowered.manifest.to_json() if res.lowered is not None else None
     return CacheEntry(
-        key, prog.to_json(), files, manifest, {"algorithm": algorithm, "backend": backend, "unit": unit}
+        key,
+        res.program.to_json(),
+        files,
+        manifest,
+        {"algorithm": algorithm, "backend": backend or "none", "unit": unit},
     )
 
 
@@ -92,7 +112,19 @@ class Engine:
         self.settings = settings
         name, servers = parse_topology_spec(settings.topology)
         self.topology = load_topology(name, servers)
-        self.index = BucketIndex(self.topology, settings.algorithm, settings.backend)
+        self.planner_options = dict(settings.planner_opts)
+        self.backend_options = dict(settings.backend_opts)
+        if settings.target == "msccl-xml" and "dialect" not in self.backend_options:
+            self.backend_options["dialect"] = _platform_dialect()
+        # options are part of the bucket key: other options, other plans
+        self.index = BucketIndex(
+            self.topology,
+            f"{settings.algorithm}{sorted(self.planner_options.items())}",
+            f"{settings.backend}{sorted(self.backend_options.items())}",
+        )
+        self.executor = get_executor(settings.executor)
+        self.reference = get_executor("reference")
+        self._entries: dict[str, CacheEntry] = {}
         self.cache = PlanCache(settings.cache_dir or default_cache_dir())
         self.stats = EngineStats()
         self._programs: dict[str, Program] = {}
@@ -177,23 +209,33 @@ class Engine:
                             b.layout,
                             b.unit,
                             self.settings.algorithm,
-                            self.settings.backend,
+                            self.settings.target,
                             key,
+                            self.planner_options,
+                            self.backend_options,
                         ),
                     )
                     self.stats.cache[where] = self.stats.cache.get(where, 0) + 1
                     self.stats.last_source = where
                     prog = program_from_json(entry.program_json, f"cache entry {key}")
                     self._programs[key] = prog
+                    self._entries[key] = entry
                 else:
                     self.stats.cache["memory"] += 1
                     self.stats.last_source = "memory"
             except Exception as exc:  # any failure here must become a collective fallback
                 ok = 0
                 self.warn_once(f"plan:{type(exc).__name__}", f"a2acc could not plan this call ({exc})")
+            executor = self.reference
+            if ok and self.executor is not self.reference:
+                why = self.executor.unavailable(self._entries.get(key), group)
+                if why is None:
+                    executor = self.executor
+                else:
+                    self.warn_executor(why)
             self.stats.overhead_s.append(time.perf_counter() - t0)
-            # 4. agreement on (plan hash, ok)
-            h = int(hashlib.sha256(key.encode()).hexdigest()[:15], 16)
+            # 4. agreement on (plan hash, executor, ok)
+            h = int(hashlib.sha256(f"{key}/{executor.name}".encode()).hexdigest()[:15], 16)
             mine2 = torch.tensor([h, ok], dtype=torch.int64)
             all2 = torch.empty(2 * world, dtype=torch.int64)
             _all_gather(all2, mine2, group)
@@ -202,10 +244,9 @@ class Engine:
                 self.warn_once("agree", "ranks disagree on the plan (or one failed)")
                 self.stats.fallbacks += 1
                 return False
-            assert prog is not None and bucket is not None
-            self._execute(
-                prog, bucket.layout, bucket.unit, rows, row_bytes, rank, world, output, input, group, stock
-            )
+            if prog is None or bucket is None:
+                raise InternalError("ranks agreed on a plan this rank does not have")
+            self._execute(executor, prog, key, rows, row_bytes, rank, world, output, input, group, stock)
             self.stats.handled += 1
             self.stats.bucket_hits += int(bucket.hit)
             self.stats.payload_bytes += bucket.payload_bytes
@@ -213,11 +254,20 @@ class Engine:
             self.stats.residual_bytes += bucket.overflow_bytes
             return True
 
+    def warn_executor(self, why: str) -> None:
+        if "executor" not in self._warned:
+            self._warned.add("executor")
+            log.warning(
+                "a2acc: A2ACC_EXECUTOR=%s cannot run here (%s) -- using the reference executor",
+                self.settings.executor,
+                why,
+            )
+
     def _execute(
         self,
+        executor: Any,
         prog: Program,
-        layout: np.ndarray,
-        unit: int,
+        key: str,
         rows: np.ndarray,
         row_bytes: int,
         rank: int,
@@ -227,37 +277,34 @@ class Engine:
         group: Any,
         stock: Any,
     ) -> None:
+        """Pack this rank's rows into the layout, run the plan, unpack; rows beyond it go as a residual."""
         import torch
-        import torch.distributed as dist
 
-        from a2acc.runtime.reference_executor import execute
-
-        fit = np.minimum(rows, (layout * unit) // max(row_bytes, 1)) if row_bytes else rows
+        unit = prog.unit_bytes
+        lay = prog.layout
+        fit = fitting_rows(lay.counts, rows, row_bytes, unit)
         resid = rows - fit
         in_bytes = input.reshape(-1).view(torch.uint8)
         out_bytes = output.reshape(-1).view(torch.uint8)
-        in_row_off = np.concatenate([[0], np.cumsum(rows[rank])[:-1]])
-        out_row_off = np.concatenate([[0], np.cumsum(rows[:, rank])[:-1]])
-        bufs = {
-            int(Buf.INPUT): torch.zeros(prog.input_chunks(rank) * unit, dtype=torch.uint8),
-            int(Buf.OUTPUT): torch.zeros(prog.output_chunks(rank) * unit, dtype=torch.uint8),
-            int(Buf.SCRATCH): torch.zeros(prog.scratch[rank] * unit, dtype=torch.uint8),
-        }
-        for d in range(world):
-            nb = int(fit[rank, d]) * row_bytes
-            if nb:
-                a = int(in_row_off[d]) * row_bytes
-                c = prog.input_offset(rank, d) * unit
-                bufs[int(Buf.INPUT)][c : c + nb].copy_(in_bytes[a : a + nb])
-        global_ranks = [dist.get_global_rank(group, r) for r in range(world)] if group is not None else None
-        execute(prog, rank, bufs, group=group, ranks=global_ranks)
-        for s in range(world):
-            nb = int(fit[s, rank]) * row_bytes
-            if nb:
-                a = int(out_row_off[s]) * row_bytes
-                c = prog.output_offset(rank, s) * unit
-                out_bytes[a : a + nb].copy_(bufs[int(Buf.OUTPUT)][c : c + nb])
+        dev = input.device
+        if executor.buffers == "uniform":
+            c = lay.buffer_chunks * unit
+            sizes = {int(Buf.INPUT): c, int(Buf.OUTPUT): c, int(Buf.SCRATCH): 0}
+        else:
+            sizes = {
+                int(Buf.INPUT): lay.input_chunks(rank) * unit,
+                int(Buf.OUTPUT): lay.output_chunks(rank) * unit,
+                int(Buf.SCRATCH): prog.scratch[rank] * unit,
+            }
+        bufs = {b: torch.zeros(n, dtype=torch.uint8, device=dev) for b, n in sizes.items()}
+        for a, b, nb in lay.pack_segments(rows, row_bytes, unit, rank):
+            bufs[int(Buf.INPUT)][b : b + nb].copy_(in_bytes[a : a + nb])
+        executor.run(prog, self._entries.get(key), rank, bufs, group, stock)
+        for a, b, nb in lay.unpack_segments(rows, row_bytes, unit, rank):
+            out_bytes[b : b + nb].copy_(bufs[int(Buf.OUTPUT)][a : a + nb])
         if resid.any():  # rows beyond the layout: one small stock exchange (every rank knows resid)
+            in_row_off = np.concatenate([[0], np.cumsum(rows[rank])[:-1]])
+            out_row_off = np.concatenate([[0], np.cumsum(rows[:, rank])[:-1]])
             send_rows = [int(x) for x in resid[rank]]
             recv_rows = [int(x) for x in resid[:, rank]]
             parts = [
@@ -265,7 +312,7 @@ class Engine:
                 for d in range(world)
             ]
             send = torch.cat(parts) if parts else input[:0]
-            recv = torch.empty((sum(recv_rows), *input.shape[1:]), dtype=input.dtype)
+            recv = torch.empty((sum(recv_rows), *input.shape[1:]), dtype=input.dtype, device=dev)
             stock(recv, send.contiguous(), recv_rows, send_rows, group=group)
             at = 0
             for s in range(world):
@@ -274,3 +321,13 @@ class Engine:
                     lo = int(out_row_off[s] + fit[s, rank])
                     output[lo : lo + k].copy_(recv[at : at + k])
                     at += k
+
+
+def _platform_dialect() -> str:
+    """rccl on a ROCm build of torch (RCCL's MSCCL reads only s/r/cpy/re/nop), else nccl."""
+    try:
+        import torch
+
+        return "rccl" if getattr(torch.version, "hip", None) else "nccl"
+    except ImportError:
+        return "nccl"

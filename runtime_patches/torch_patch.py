@@ -68,9 +68,10 @@ def install(settings: JitSettings | None = None) -> None:
     dist.all_to_all_single = all_to_all_single
     c10d.all_to_all_single = all_to_all_single
     log.info(
-        "a2acc: all_to_all_single patched (algorithm %s, backend %s, topology %s)",
+        "a2acc: all_to_all_single patched (algorithm %s, backend %s, executor %s, topology %s)",
         settings.algorithm,
         settings.backend,
+        settings.executor,
         settings.topology,
     )
 

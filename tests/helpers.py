@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2acc.topology import Topology, parse_topology
+from a2acc.model.topology import Topology, parse_topology
 
 
 def tiered(

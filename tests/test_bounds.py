@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from a2acc.bounds import (
+from a2acc.analysis.bounds import (
     alps_b_near,
     flash_theorem1,
     lower_bounds,
@@ -11,8 +11,8 @@ from a2acc.bounds import (
     peak_model_per_gpu,
     transpose_2d_time,
 )
-from a2acc.topology import load_topology
-from a2acc.traffic import generate
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import generate
 
 GIB = 1 << 30
 

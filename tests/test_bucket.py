@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from a2acc.bucket import BucketIndex, bucket_key, fit, topology_fingerprint, unit_for
-from a2acc.topology import load_topology
-from a2acc.traffic import moe_stream
+from a2acc.ir.quantize import ladder_unit as unit_for
+from a2acc.jit.bucket import BucketIndex, bucket_key, fit, topology_fingerprint
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import moe_stream
 
 TOPO = load_topology("dgx-h100", servers=1)
 

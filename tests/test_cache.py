@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from a2acc.cache import CacheEntry, PlanCache
+from a2acc.jit.cache import CacheEntry, PlanCache
 
 
 def _entry(key: str, size: int = 1000) -> CacheEntry:
@@ -34,7 +34,7 @@ def test_truncated_entry_is_discarded_and_recompiled(tmp_path, caplog):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     fresh = PlanCache(tmp_path)
-    with caplog.at_level("WARNING", logger="a2acc.cache"):
+    with caplog.at_level("WARNING", logger="a2acc.jit.cache"):
         _e, where = fresh.get_or_compile("k2", lambda: _entry("k2"))
     assert where == "compiled" and "corrupt" in caplog.text
     assert json.loads(path.read_text())["key"] == "k2"  # rewritten whole
@@ -68,7 +68,7 @@ def test_eight_processes_racing_on_one_key_leave_one_valid_entry(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys, time
-        from a2acc.cache import CacheEntry, PlanCache
+        from a2acc.jit.cache import CacheEntry, PlanCache
         c = PlanCache({str(tmp_path)!r})
         while time.time() < float(sys.argv[1]):
             pass
@@ -95,11 +95,11 @@ def test_eight_processes_racing_on_one_key_leave_one_valid_entry(tmp_path):
 def test_cache_and_bucket_commands(tmp_path, capsys):
     import numpy as np
 
-    from a2acc.bucket import BucketIndex
     from a2acc.cli import main
+    from a2acc.jit.bucket import BucketIndex
+    from a2acc.model.topology import load_topology
+    from a2acc.model.traffic import generate
     from a2acc.runtime.engine import compile_entry
-    from a2acc.topology import load_topology
-    from a2acc.traffic import generate
 
     topo = load_topology("mi300x", 1)
     m = generate("moe", 8, 1 << 22, 3)

@@ -10,17 +10,17 @@ import pytest
 
 SCRIPT = """
 import hashlib
-from a2acc.planners import schedule
-from a2acc.topology import load_topology
-from a2acc.traffic import generate
+from a2acc import plan
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import generate
 from a2acc.backends.msccl_xml.writer import LowerOptions, lower, to_xml
-from a2acc.passes.quantize import unit_for_padding
-from a2acc.bucket import BucketIndex
+from a2acc.ir.quantize import unit_for_padding
+from a2acc.jit.bucket import BucketIndex
 t = load_topology("mi300x", 2)
 m = generate("zipf", 16, 1 << 24, 5)
 out = []
 for alg in ("fast", "spreadout", "hierarchical", "direct"):
-    p = schedule(t, m, alg, unit=unit_for_padding(m, 0.05))
+    p = plan(t, m, alg, unit=unit_for_padding(m, 0.05))
     out.append(hashlib.sha256(p.to_json().encode()).hexdigest())
     out.append(hashlib.sha256(to_xml(lower(p, LowerOptions(dialect="rccl"))).encode()).hexdigest())
 out.append(BucketIndex(t, "fast", "reference").lookup(m).key)

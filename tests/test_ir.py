@@ -5,17 +5,17 @@ import json
 import numpy as np
 import pytest
 
+from a2acc import plan
 from a2acc.errors import PlanFormatError
 from a2acc.ir import load_program, program_from_json
-from a2acc.planners import schedule
-from a2acc.topology import load_topology
-from a2acc.traffic import generate
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import generate
 from tests.conftest import staged_relay_program
 
 
 def test_json_round_trip_is_byte_identical(tmp_path):
     t = load_topology("dgx-h100", servers=2)
-    prog = schedule(t, generate("zipf", t.nranks, 1 << 24, 5), "direct")
+    prog = plan(t, generate("zipf", t.nranks, 1 << 24, 5), "direct")
     text = prog.to_json()
     again = program_from_json(text)
     assert again.to_json() == text

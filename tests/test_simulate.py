@@ -3,11 +3,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from a2acc import plan
+from a2acc.analysis.incast import MI300X_ROCE_POINTS, IncastModel
+from a2acc.analysis.simulate import simulate
 from a2acc.ir import Buf, ProgramBuilder
-from a2acc.passes.incast import MI300X_ROCE_POINTS, IncastModel
-from a2acc.planners import schedule
-from a2acc.simulate import simulate
-from a2acc.topology import load_topology
+from a2acc.model.topology import load_topology
 from tests.helpers import tiered
 
 GB = 10**9
@@ -46,7 +46,7 @@ def test_fair_sharing_alpha_and_dependencies():
 def test_busbw_and_algbw_definitions():
     topo = tiered(2, 2, nic_bw=1.0)
     m = np.full((4, 4), GB, dtype=np.int64)
-    prog = schedule(topo, m, "direct", unit=GB)
+    prog = plan(topo, m, "direct", unit=GB)
     res = simulate(prog, topo, incast=IncastModel.off())
     assert res.algbw_GBps == pytest.approx(16 * GB / 4 / res.time_s / 1e9)
     assert res.busbw_GBps == pytest.approx(res.algbw_GBps * 3 / 4)
@@ -58,8 +58,8 @@ def test_incast_model_reproduces_mi300x_fanout_collapse():
     ratios = {}
     for per_pair, eta in MI300X_ROCE_POINTS[::2]:
         m = np.full((24, 24), per_pair // 16 * 16, dtype=np.int64)
-        fan = simulate(schedule(topo, m, "direct"), topo).time_s
-        fast = simulate(schedule(topo, m, "fast"), topo).time_s
+        fan = simulate(plan(topo, m, "direct"), topo).time_s
+        fast = simulate(plan(topo, m, "fast"), topo).time_s
         ratios[per_pair] = fast / fan
         # FAST is incast-free, fan-out loses goodput: the ratio tracks eta within 25 %
         assert fast / fan == pytest.approx(eta, rel=0.25, abs=0.05)

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from a2acc.errors import TopologyError
-from a2acc.topology import PRESETS, load_topology, parse_topology
+from a2acc.model.topology import PRESETS, load_topology, parse_topology
 
 # (preset, n, m, B_intra per GPU, B_inter per GPU) from the sources cited in each preset file
 EXPECTED = {

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from a2acc.errors import TrafficMatrixError
-from a2acc.traffic import GENERATORS, MoeSpec, generate, load_matrix, save_matrix, stats
+from a2acc.model.traffic import GENERATORS, MoeSpec, generate, load_matrix, save_matrix, stats
 
 
 @pytest.mark.parametrize("ext", [".npy", ".csv", ".json", ".txt"])

@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from a2acc import plan
 from a2acc.errors import VerificationError
 from a2acc.ir import Buf, Op, replace_ops
-from a2acc.planners import schedule
-from a2acc.topology import load_topology
-from a2acc.verify import check_program, verify_program
+from a2acc.ir.verify import check_program, verify_program
+from a2acc.model.topology import load_topology
 from tests.conftest import staged_relay_program
 
 TOPO = load_topology("dgx-h100", servers=1)
@@ -25,7 +25,7 @@ def _matrices(n: int = 8):
 @settings(max_examples=30, deadline=None)
 @given(_matrices())
 def test_direct_plans_verify_on_random_matrices(m):
-    prog = schedule(TOPO, m, "direct", unit=256, verify=False)
+    prog = plan(TOPO, m, "direct", unit=256, verify=False)
     rep = verify_program(prog)
     assert rep.ok, rep.errors
     assert rep.chunks_moved == int(prog.counts.sum())
@@ -68,7 +68,7 @@ def test_out_of_bounds_offset_is_caught():
 
 
 def test_duplicated_write_is_a_race():
-    prog = schedule(TOPO, np.full((8, 8), 64), "direct", unit=16)
+    prog = plan(TOPO, np.full((8, 8), 64), "direct", unit=16)
     dup = prog.ops[9]._replace(id=len(prog.ops))
     rep = verify_program(replace_ops(prog, [*prog.ops, dup]))
     assert not rep.ok

@@ -45,17 +45,9 @@ from a2acc.backends.msccl_xml.model import (
     Step,
     Tb,
 )
+from a2acc.ir.layout import ChunkLayout
 
 PROTO_K = {"Simple": 2, "LL": 8, "LL128": 8}
-
-
-@dataclass
-class Layout:
-    """Expected all-to-all(-v) layout in chunks: ``counts[s][d]`` chunks, offsets of each region."""
-
-    counts: list[list[int]]
-    in_off: list[list[int]]  # in_off[s][d]
-    out_off: list[list[int]]  # out_off[d][s]
 
 
 @dataclass
@@ -242,7 +234,7 @@ def run(
     *,
     k: int = 1,
     inplace: bool = False,
-    layout: Layout | None = None,
+    layout: ChunkLayout | None = None,
     max_errors: int = 100,
 ) -> InterpResult:
     """Execute ``algo`` with FIFO capacity ``k``; check races and the postcondition."""

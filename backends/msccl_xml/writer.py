@@ -42,7 +42,8 @@ from a2acc.backends.msccl_xml.model import (
     Tb,
 )
 from a2acc.errors import LoweringError
-from a2acc.ir import Buf, Program
+from a2acc.ir.dag import levels
+from a2acc.ir.program import Buf, Program
 
 TB_LAYOUTS = ("auto", "split", "combined")
 
@@ -79,37 +80,6 @@ class _Piece:
 _BUF = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
 
 
-def _levels(prog: Program) -> list[int]:
-    lvl = [0] * len(prog.ops)
-    for op in prog.ops:  # ids are a topological order for verified programs built by our builders
-        lvl[op.id] = 1 + max((lvl[d] for d in op.deps), default=-1)
-    return lvl
-
-
-def _topo_ids(prog: Program) -> list[int]:
-    n = len(prog.ops)
-    indeg = [len(op.deps) for op in prog.ops]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for op in prog.ops:
-        for d in op.deps:
-            succ[d].append(op.id)
-    import heapq
-
-    heap = [i for i in range(n) if indeg[i] == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        x = heapq.heappop(heap)
-        out.append(x)
-        for y in succ[x]:
-            indeg[y] -= 1
-            if indeg[y] == 0:
-                heapq.heappush(heap, y)
-    if len(out) != n:
-        raise LoweringError("the Program has a dependency cycle; verify it first")
-    return out
-
-
 def lower(prog: Program, opts: LowerOptions) -> Algo:
     """Lower a (verified) Program to an :class:`Algo` (raises LoweringError if it cannot fit)."""
     if opts.dialect not in ("nccl", "rccl"):
@@ -131,25 +101,16 @@ def lower(prog: Program, opts: LowerOptions) -> Algo:
     raise last
 
 
-def alltoall_chunks(prog: Program) -> int:
-    """``nchunksperloop`` C = N * ceil(max(input, output chunks) / N) for ``prog``'s layout."""
-    n = prog.nranks
-    need = max(max(prog.input_chunks(r), prog.output_chunks(r)) for r in range(n))
-    return n * max(1, -(-need // n))
-
-
 def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
     n = prog.nranks
-    c = alltoall_chunks(prog)
+    c = prog.layout.buffer_chunks
     if c - 1 > MAX_OFFSET or max(prog.scratch, default=0) - 1 > MAX_OFFSET:
         raise LoweringError(
             f"the layout needs {c} chunks per rank (scratch {max(prog.scratch)}) but MSCCL offsets are int16 "
             f"(<= {MAX_OFFSET}); plan with a coarser layout (a larger --max-padding)"
         )
-    order = _topo_ids(prog)
-    level = _levels(prog)
-    pos = {oid: i for i, oid in enumerate(order)}
-    order.sort(key=lambda o: (level[o], pos[o]))
+    level = levels(prog.ops)  # ops are listed in a topological order (verified)
+    order = sorted(range(len(prog.ops)), key=lambda o: (level[o], o))
     # tb keys: (rank, role, peer, chan, copy_idx); role 'p' (combined), 's', 'r' or 'c' (copy)
     tb_steps: dict[tuple[int, str, int, int, int], list[_Piece]] = defaultdict(list)
     tb_cost: dict[tuple[int, str, int, int, int], int] = defaultdict(int)

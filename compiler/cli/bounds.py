@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from a2acc.bounds import lower_bounds
+from a2acc.analysis.bounds import lower_bounds
 from a2acc.cli.common import add_topology_args, add_traffic_arg, topology_from_args, traffic_from_args
 
 

@@ -6,9 +6,9 @@ import argparse
 
 import numpy as np
 
-from a2acc.bucket import BucketIndex
 from a2acc.cli.common import add_topology_args, add_traffic_arg, topology_from_args, traffic_from_args
-from a2acc.units import format_bytes
+from a2acc.jit.bucket import BucketIndex
+from a2acc.model.units import format_bytes
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

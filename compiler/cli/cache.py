@@ -1,13 +1,13 @@
-"""``a2acc cache ls|show|clear``: inspect the JIT plan cache (``$A2ACC_CACHE_DIR``)."""
+"""``a2acc cache ls|show|clear|export``: inspect, clear or export the JIT plan cache (``$A2ACC_CACHE_DIR``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from a2acc.cache import PlanCache, default_cache_dir
 from a2acc.errors import InputError
-from a2acc.units import format_bytes
+from a2acc.jit.cache import PlanCache, default_cache_dir
+from a2acc.model.units import format_bytes
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,6 +21,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.set_defaults(func=_show)
     clear = csub.add_parser("clear", help="delete every entry")
     clear.set_defaults(func=_clear)
+    exp = csub.add_parser(
+        "export",
+        help="write the cached plans as an MSCCL_ALGO_DIR (plus DIR.manifests/) for the next job",
+        description="Every cached plan lowered for --backend is checked again and written to DIR; point "
+        "MSCCL_ALGO_DIR at DIR before the next job creates its first communicator (A2ACC_EXECUTOR=msccl).",
+    )
+    exp.add_argument("directory")
+    exp.add_argument("--backend", default="msccl-xml")
+    exp.set_defaults(func=_export)
 
 
 def _cache(args: argparse.Namespace) -> PlanCache:
@@ -58,4 +67,19 @@ def _show(args: argparse.Namespace) -> int:
 def _clear(args: argparse.Namespace) -> int:
     n = _cache(args).clear()
     print(f"removed {n} files")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from a2acc.jit.export import export_cache
+
+    rep = export_cache(_cache(args), args.directory, args.backend)
+    print(
+        f"exported {rep.plans} plan(s) to {args.directory} and their manifests to {args.directory}.manifests/"
+    )
+    for s in rep.skipped:
+        print(f"  skipped {s}")
+    print(
+        f"use: MSCCL_ALGO_DIR={args.directory} A2ACC_EXECUTOR=msccl (set before the first communicator is created)"
+    )
     return 0

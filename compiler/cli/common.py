@@ -7,8 +7,8 @@ import argparse
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.topology import PRESETS, Topology, load_topology
-from a2acc.traffic import load_matrix
+from a2acc.model.topology import PRESETS, Topology, load_topology
+from a2acc.model.traffic import load_matrix
 
 
 def add_topology_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -40,3 +40,36 @@ def add_traffic_arg(p: argparse.ArgumentParser) -> None:
 
 def traffic_from_args(args: argparse.Namespace, topo: Topology) -> npt.NDArray[np.int64]:
     return load_matrix(args.traffic, expect_ranks=topo.nranks)
+
+
+OPT_HELP = (
+    "planner or backend option KEY=VALUE (repeatable, or comma-separated); each key goes to whichever of the "
+    "planner and the backend declares it (planner.KEY= / backend.KEY= to choose); --opt help lists them"
+)
+
+
+def add_opt_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--opt", "-O", action="append", default=[], metavar="KEY=VALUE", help=OPT_HELP)
+
+
+def add_timings_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timings", action="store_true", help="print the time of each pipeline phase")
+
+
+def resolve_opts(
+    args: argparse.Namespace, algorithm: str, backend: str | None
+) -> tuple[dict[str, str], dict[str, str]] | None:
+    """Route ``--opt`` pairs to the planner and the backend; None after printing ``--opt help``."""
+    from a2acc.backends import get_target
+    from a2acc.options import describe, route, split_pairs
+    from a2acc.planners import options_type
+
+    pcls = options_type(algorithm)
+    tcls = get_target(backend).Options if backend is not None else None
+    if "help" in args.opt:
+        lines = describe(pcls, f"options of planner '{algorithm}'")
+        if tcls is not None:
+            lines += describe(tcls, f"options of backend '{backend}'")
+        print("\n".join(lines))
+        return None
+    return route(split_pairs(args.opt), pcls, tcls)

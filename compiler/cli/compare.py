@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.analysis.compare import format_table, plot, run_compare, stderr_progress
+from a2acc.analysis.incast import INCAST_MODELS
 from a2acc.cli.common import add_topology_args, topology_from_args
-from a2acc.compare import format_table, plot, run_compare, stderr_progress
 from a2acc.errors import InputError
-from a2acc.passes.incast import INCAST_MODELS
+from a2acc.model.traffic import GENERATORS, load_matrix
+from a2acc.model.units import parse_size_range
 from a2acc.planners import available
-from a2acc.traffic import GENERATORS, load_matrix
-from a2acc.units import parse_size_range
 
 DEFAULT_ALGOS = "fast,spreadout,direct,hierarchical"
 

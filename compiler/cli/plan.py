@@ -3,21 +3,34 @@
 from __future__ import annotations
 
 import argparse
-import time
 
-from a2acc.cli.common import add_topology_args, add_traffic_arg, topology_from_args, traffic_from_args
-from a2acc.passes.quantize import DEFAULT_TARGET_CHUNKS
-from a2acc.planners import DEFAULT_ALGORITHM, available, schedule
-from a2acc.units import format_bytes, parse_size
+from a2acc.cli.common import (
+    add_opt_args,
+    add_timings_arg,
+    add_topology_args,
+    add_traffic_arg,
+    resolve_opts,
+    topology_from_args,
+    traffic_from_args,
+)
+from a2acc.ir.passes import PASSES
+from a2acc.ir.quantize import DEFAULT_TARGET_CHUNKS, UnitPolicy
+from a2acc.model.units import format_bytes, parse_size
+from a2acc.pipeline import Request, compile
+from a2acc.planners import DEFAULT_ALGORITHM, available
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     planners = "\n".join(f"  {i.name:14s} {i.summary}" for i in available())
+    passes = "\n".join(f"  {name:14s} {summary}" for name, (_m, summary) in sorted(PASSES.items()))
     p = sub.add_parser(
         "plan",
         help="build a verified plan (IR Program) and save it as JSON",
-        description=f"Build a plan with a registered planner. Planners:\n{planners}\n\n"
+        description=f"Build a plan with a registered planner. Planners:\n{planners}\n\nPasses (--pass):\n{passes}\n\n"
         "The plan is verified before it is written; a planner bug is an error, never a warning.",
+        epilog="examples:\n  a2acc plan -t dgx-h100 -n 4 -m m.npy -a fast -o plan.json --timings\n"
+        "  a2acc plan -t dgx-h100 -n 4 -m m.npy -a fast --opt birkhoff=kuhn --opt compare_kuhn=true -o plan.json\n"
+        "  a2acc plan -t dgx-h100 -m m.npy -a fast --opt help",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_topology_args(p)
@@ -25,6 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--algorithm", "-a", default=DEFAULT_ALGORITHM, help=f"planner name (default {DEFAULT_ALGORITHM})"
     )
+    add_opt_args(p)
     p.add_argument("--unit", default=None, help="chunk unit in bytes (default: chosen from --target-chunks)")
     p.add_argument(
         "--target-chunks",
@@ -32,27 +46,45 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_TARGET_CHUNKS,
         help=f"busiest rank moves about this many chunks (default {DEFAULT_TARGET_CHUNKS})",
     )
-    p.add_argument("-o", "--output", required=True, help="plan JSON to write")
+    p.add_argument(
+        "--pass", dest="passes", action="append", default=[], metavar="NAME", help="run a pass on the plan"
+    )
+    add_timings_arg(p)
+    p.add_argument("-o", "--output", required=False, help="plan JSON to write (required unless --opt help)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    routed = resolve_opts(args, args.algorithm, None)
+    if routed is None:
+        return 0
+    if not args.output:
+        from a2acc.errors import InputError
+
+        raise InputError("", "--output", None, "give the plan JSON to write with -o FILE")
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
     unit = parse_size(args.unit, field="--unit") if args.unit else None
-    t0 = time.perf_counter()
-    opts = {"compare_kuhn": True} if args.algorithm == "fast" else {}
-    prog = schedule(topo, m, args.algorithm, unit=unit, target_chunks=args.target_chunks, **opts)
-    dt = time.perf_counter() - t0
+    res = compile(
+        Request(
+            topo,
+            m,
+            args.algorithm,
+            planner_options=routed[0],
+            units=UnitPolicy(unit=unit, target_chunks=args.target_chunks),
+            passes=tuple(args.passes),
+        )
+    )
+    prog = res.program
     prog.save(args.output)
     pad = prog.padding_bytes / max(int(m.sum()), 1)
     print(
         f"wrote {args.output}: {args.algorithm}, {len(prog.ops)} ops, unit {format_bytes(prog.unit_bytes)}, "
-        f"padding {100 * pad:.2f}%, planned+verified in {dt * 1e3:.1f} ms"
+        f"padding {100 * pad:.2f}%, planned+verified in {res.total_s * 1e3:.1f} ms"
     )
-    if args.algorithm == "fast" and prog.meta.get("birkhoff_stages") is not None:
-        print(
-            f"stages     : {prog.meta['birkhoff_stages']} Birkhoff stages ({prog.meta['birkhoff_method']}); "
-            f"FAST's Kuhn method: {prog.meta['birkhoff_stages_kuhn']}; bound n^2-2n+2 = {prog.meta['stage_bound']}"
-        )
+    scalars = {k: v for k, v in sorted(prog.meta.items()) if isinstance(v, (int, float, str)) and v != ""}
+    if scalars:
+        print("planner    : " + ", ".join(f"{k}={v}" for k, v in scalars.items()))
+    if args.timings:
+        print("\n".join(res.timing_lines()))
     return 0

@@ -6,8 +6,8 @@ import argparse
 from collections import Counter
 
 from a2acc.ir import load_program
-from a2acc.units import format_bytes
-from a2acc.verify import verify_program
+from a2acc.ir.verify import verify_program
+from a2acc.model.units import format_bytes
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,13 +6,13 @@ import argparse
 
 import numpy as np
 
-from a2acc.bounds import lower_bounds
+from a2acc.analysis.bounds import lower_bounds
+from a2acc.analysis.incast import INCAST_MODELS
+from a2acc.analysis.simulate import simulate
 from a2acc.cli.common import add_topology_args, topology_from_args
 from a2acc.errors import InputError
 from a2acc.ir import load_program
-from a2acc.passes.incast import INCAST_MODELS
-from a2acc.simulate import simulate
-from a2acc.verify import check_program
+from a2acc.ir.verify import check_program
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

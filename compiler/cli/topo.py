@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from a2acc.topology import PRESETS, load_topology
+from a2acc.model.topology import PRESETS, load_topology
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

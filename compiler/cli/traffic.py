@@ -7,9 +7,9 @@ import argparse
 import numpy as np
 
 from a2acc.errors import InputError
-from a2acc.topology import load_topology
-from a2acc.traffic import GENERATORS, MoeSpec, generate, load_matrix, save_matrix, stats
-from a2acc.units import format_bytes, parse_size
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import GENERATORS, MoeSpec, generate, load_matrix, save_matrix, stats
+from a2acc.model.units import format_bytes, parse_size
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

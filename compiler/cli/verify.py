@@ -1,43 +1,78 @@
-"""``a2acc verify FILE``: exit 0 only on a correct plan (plan JSON; lowered files via their backend)."""
+"""``a2acc verify FILE``: exit 0 only on a correct plan or lowered file; the format is detected by content."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
+from pathlib import Path
 
-from a2acc.errors import VerificationError
-from a2acc.ir import load_program
-from a2acc.verify import verify_program
+from a2acc.backends import detect
+from a2acc.cli.common import add_opt_args
+from a2acc.errors import PlanFormatError, VerificationError
+from a2acc.ir.layout import load_manifest
+from a2acc.ir.serial import is_plan_json, program_from_json
+from a2acc.ir.verify import verify_program
+from a2acc.options import parse_options, split_pairs
+
+HEAD_BYTES = 4096
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "verify",
         help="verify a plan JSON or a lowered file; exit 0 only if correct",
-        description="Verify a plan (symbolic execution: postcondition, races, cycles, uninitialised reads) or "
-        "a lowered executor file (.xml: MSCCL XML via the msccl-xml backend's strict reader and interpreter).",
+        description="Verify a plan (symbolic execution: postcondition, races, op order, uninitialised reads) or "
+        "a lowered executor file with its backend's strict reader and interpreter. The format is recognised by "
+        "content, not by the file name: a2acc plan JSON, MSCCL XML, MSCCL++ JSON execution plan. "
+        "Exit codes: 0 correct, 1 wrong, 2 unreadable or unsupported.",
+        epilog="examples:\n  a2acc verify plan.json\n  a2acc verify algos/00-x-rccl.xml --manifest algos.manifest.json "
+        "--opt dialect=rccl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file")
-    p.add_argument("--manifest", default=None, help="all-to-all-v manifest for an MSCCL XML file")
+    p.add_argument(
+        "--manifest", default=None, help="all-to-all-v manifest of a lowered file (checks its layout)"
+    )
+    add_opt_args(p)
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(func=_run)
 
 
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanFormatError(path, "", path, f"cannot read the file ({exc.__class__.__name__})") from exc
+
+
 def _run(args: argparse.Namespace) -> int:
-    if args.file.lower().endswith(".xml"):
-        try:
-            mod = importlib.import_module("a2acc.backends.msccl_xml.cli")
-        except ModuleNotFoundError as exc:  # pragma: no cover - backend always shipped once issue 4 lands
-            raise VerificationError(args.file, [f"no MSCCL XML reader available ({exc})"]) from exc
-        rc: int = mod.verify_file(args.file, args.manifest, quiet=args.quiet)
-        return rc
-    prog = load_program(args.file)
-    rep = verify_program(prog)
-    if not rep.ok:
-        raise VerificationError(args.file, list(rep.errors))
-    if not args.quiet:
-        print(
-            f"{args.file}: OK  ({prog.algorithm}, {rep.ops} ops, {prog.nranks} ranks, "
-            f"{rep.chunks_moved} chunks moved, DAG depth {rep.depth})"
+    text = _read(args.file)
+    head = text[:HEAD_BYTES]
+    if is_plan_json(head):
+        prog = program_from_json(text, args.file)
+        rep = verify_program(prog)
+        if not rep.ok:
+            raise VerificationError(args.file, list(rep.errors))
+        if not args.quiet:
+            print(
+                f"{args.file}: OK  ({prog.algorithm}, {rep.ops} ops, {prog.nranks} ranks, "
+                f"{rep.chunks_moved} chunks moved, DAG depth {rep.depth})"
+            )
+        return 0
+    target = detect(head)
+    if target is None:
+        raise PlanFormatError(
+            args.file,
+            "",
+            head[:40],
+            "not an a2acc plan JSON, MSCCL XML or MSCCL++ JSON plan (recognised by content)",
         )
+    opts: object = parse_options(target.Options, dict(split_pairs(args.opt)), where="--opt")
+    manifest = load_manifest(args.manifest) if args.manifest else None
+    chk = target.check_text(text, args.file, manifest, opts)
+    if not chk.ok:
+        raise VerificationError(args.file, list(chk.errors))
+    if not args.quiet:
+        print(f"{args.file}: OK  ({target.name}: {chk.summary})")
+        for note in chk.notes:
+            print(f"  note: {note}")
     return 0

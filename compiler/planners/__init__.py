@@ -1,44 +1,42 @@
-"""Planner registry: name -> planner, imported lazily (so ``a2acc --help`` stays fast).
+"""Planner registry: name -> planner module, imported lazily (so ``a2acc --help`` stays fast).
 
-Every planner is a function ``plan(request: PlanRequest) -> Program``; :func:`schedule` runs it and passes the
-result through the shared verifier, so a planner bug surfaces as a :class:`~a2acc.errors.VerificationError`,
-never as a silently wrong plan.
+A planner is a module with ``plan(request: PlanRequest) -> Program`` and, when it takes options, an
+``Options`` frozen dataclass (fields with defaults and ``metadata={"help": ...}``); the pipeline builds the
+request, runs the planner and verifies the result. A new planner is a module (or package) in this folder
+plus one line in :data:`PLANNERS`.
 
-Example::
-
-    from a2acc.planners import schedule
-    prog = schedule(topology, matrix, algorithm="direct")
+Planners only emit Programs (through :class:`~a2acc.ir.builder.ProgramBuilder`); they never lower or write
+files. To run one, use :func:`a2acc.pipeline.compile` (or :func:`a2acc.plan`), which verifies what it returns.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import InputError
-from a2acc.ir import Program
-from a2acc.passes.quantize import DEFAULT_TARGET_CHUNKS, choose_unit, quantize
-from a2acc.topology import Topology
-from a2acc.traffic import validate_matrix
-from a2acc.verify import check_program
+from a2acc.ir.program import Program
+from a2acc.model.topology import Topology
+from a2acc.options import NoOptions
 
 DEFAULT_ALGORITHM = "direct"
 
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """Everything a planner gets: topology, byte matrix, its chunk layout and free-form options."""
+    """Everything a planner gets: topology, byte matrix, its chunk layout and the planner's options."""
 
     topology: Topology
     traffic: npt.NDArray[np.int64]
     counts: npt.NDArray[np.int64]
     unit_bytes: int
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Any = field(default_factory=NoOptions)
 
     @property
     def nranks(self) -> int:
@@ -55,9 +53,9 @@ class PlannerInfo:
     summary: str
 
 
-_REGISTRY: dict[str, PlannerInfo] = {
-    info.name: info
-    for info in (
+PLANNERS: dict[str, PlannerInfo] = {
+    p.name: p
+    for p in (
         PlannerInfo(
             "direct", "a2acc.planners.direct", "FanOut: every pair sends at once, self-chunks copied"
         ),
@@ -77,49 +75,26 @@ _REGISTRY: dict[str, PlannerInfo] = {
 
 
 def register(name: str, module: str, summary: str) -> None:
-    """Register a planner module (it must define ``plan(request) -> Program``)."""
-    _REGISTRY[name] = PlannerInfo(name, module, summary)
+    """Register a planner module at run time (plugins, tests); built-in planners are listed above."""
+    PLANNERS[name] = PlannerInfo(name, module, summary)
 
 
 def available() -> tuple[PlannerInfo, ...]:
-    return tuple(_REGISTRY[k] for k in sorted(_REGISTRY))
+    return tuple(PLANNERS[k] for k in sorted(PLANNERS))
+
+
+def planner_module(name: str) -> ModuleType:
+    info = PLANNERS.get(name)
+    if info is None:
+        raise InputError("", "--algorithm", name, f"known planners: {', '.join(sorted(PLANNERS))}")
+    return importlib.import_module(info.module)
 
 
 def get_planner(name: str) -> PlannerFn:
-    info = _REGISTRY.get(name)
-    if info is None:
-        raise InputError("", "--algorithm", name, f"known planners: {', '.join(sorted(_REGISTRY))}")
-    mod = importlib.import_module(info.module)
-    fn: PlannerFn = mod.plan
+    fn: PlannerFn = planner_module(name).plan
     return fn
 
 
-def make_request(
-    topology: Topology,
-    traffic: npt.NDArray[np.int64],
-    *,
-    unit: int | None = None,
-    target_chunks: int = DEFAULT_TARGET_CHUNKS,
-    options: Mapping[str, Any] | None = None,
-) -> PlanRequest:
-    m = validate_matrix(traffic, "traffic", expect_ranks=topology.nranks)
-    u = unit if unit is not None else choose_unit(m, target_chunks)
-    return PlanRequest(topology, m, quantize(m, u), u, dict(options or {}))
-
-
-def schedule(
-    topology: Topology,
-    traffic: npt.NDArray[np.int64],
-    algorithm: str = DEFAULT_ALGORITHM,
-    *,
-    unit: int | None = None,
-    target_chunks: int = DEFAULT_TARGET_CHUNKS,
-    verify: bool = True,
-    **options: Any,
-) -> Program:
-    """Plan ``traffic`` on ``topology`` with ``algorithm`` and verify the result (raises on a wrong plan)."""
-    req = make_request(topology, traffic, unit=unit, target_chunks=target_chunks, options=options)
-    prog = get_planner(algorithm)(req)
-    if verify:
-        check_program(prog, f"planner '{algorithm}' produced a wrong plan (this is a bug)")
-    return prog
+def options_type(name: str) -> type:
+    opt: type = getattr(planner_module(name), "Options", NoOptions)
+    return opt

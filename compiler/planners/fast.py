@@ -20,8 +20,8 @@
 Stage synchronisation is pairwise, not a global barrier: a stage-k transfer from GPU A_i to B_i waits for
 A_i's previous sends and B_i's previous receives, which is exactly what keeps every receiver incast-free.
 
-Options (``PlanRequest.options``): ``birkhoff`` = ``bottleneck`` (default) | ``kuhn`` (FAST's method);
-``balance`` = ``auto`` (default) | ``always`` | ``never``; ``compare_kuhn`` = True also records how many
+Options (:class:`Options`, ``--opt KEY=VALUE``): ``birkhoff`` = ``bottleneck`` (default) | ``kuhn`` (FAST's
+method); ``balance`` = ``auto`` (default) | ``always`` | ``never``; ``compare_kuhn=true`` also records how many
 stages FAST's own Kuhn method would need (``meta["birkhoff_stages_kuhn"]``), next to ``meta["stage_bound"]``.
 
 Works for every intra fabric (the simulator routes scale-up ops over switch, mesh, ring or cube-mesh), any
@@ -31,13 +31,13 @@ topology each node is a one-GPU "server": balancing vanishes and the stages are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
-from a2acc.errors import InputError
 from a2acc.ir import Buf, Program, ProgramBuilder
 from a2acc.planners import PlanRequest
-from a2acc.planners.birkhoff import METHODS, decompose, stage_bound
-from a2acc.planners.stageplan import BALANCE_MODES, stage_plan, tile_shares
+from a2acc.planners.birkhoff import decompose, stage_bound
+from a2acc.planners.stageplan import stage_plan, tile_shares
 
 
 @dataclass
@@ -60,21 +60,32 @@ def _split(p: _Piece, k: int) -> tuple[_Piece, _Piece]:
     return a, b
 
 
+@dataclass(frozen=True)
+class Options:
+    birkhoff: Literal["bottleneck", "kuhn"] = field(
+        default="bottleneck",
+        metadata={"help": "stage decomposition: bottleneck (fewer stages) or kuhn (FAST's)"},
+    )
+    balance: Literal["auto", "always", "never"] = field(
+        default="auto", metadata={"help": "intra-server balancing: when it pays (auto), always, never"}
+    )
+    compare_kuhn: bool = field(
+        default=False, metadata={"help": "also count the stages FAST's Kuhn method needs (report only)"}
+    )
+
+
 def plan(req: PlanRequest) -> Program:
+    opts: Options = req.options if isinstance(req.options, Options) else Options()
     topo = req.topology
     counts = req.counts
     n_ranks = req.nranks
     m = topo.gpus_per_server
     n = topo.servers
-    method = str(req.options.get("birkhoff", "bottleneck"))
-    if method not in METHODS:
-        raise InputError("fast", "birkhoff", method, f"allowed: {', '.join(METHODS)}")
-    balance = str(req.options.get("balance", "auto"))
-    if balance not in BALANCE_MODES:
-        raise InputError("fast", "balance", balance, f"allowed: {', '.join(BALANCE_MODES)}")
+    method: str = opts.birkhoff
+    balance: str = opts.balance
     summary = topo.summary()
     alpha_intra = (topo.intra.latency * 1e-6) if topo.intra is not None else 0.0
-    b = ProgramBuilder(f"fast-{n}x{m}", "fast", counts, req.unit_bytes, req.traffic)
+    b = ProgramBuilder(f"fast-{n}x{m}", "fast", counts, req.unit_bytes, req.traffic, topology=req.topology)
 
     def rank(server: int, j: int) -> int:
         return server * m + j
@@ -91,7 +102,6 @@ def plan(req: PlanRequest) -> Program:
                         (d, Buf.OUTPUT, int(b.out_off[d, s])),
                         c,
                         stage=0,
-                        link="local" if s == d else "intra",
                     )
     # ---- 1. stage plan (compiled core when built): balancing decisions, server matrix, Birkhoff stages
     sp = stage_plan(
@@ -159,7 +169,7 @@ def plan(req: PlanRequest) -> Program:
                     # data for the aligned GPU lands in its output; the rest lands in scratch and is forwarded
                     land = -1 if p.dst == d_rank else b.alloc_scratch(d_rank, p.cnt)
                     target = (d_rank, Buf.OUTPUT, out_at) if land < 0 else (d_rank, Buf.SCRATCH, land)
-                    oid = b.add((p.rank, p.buf, p.at), target, p.cnt, deps, stage=stage_no, link="inter")
+                    oid = b.add((p.rank, p.buf, p.at), target, p.cnt, deps, stage=stage_no)
                     if land >= 0:
                         b.add(
                             (d_rank, Buf.SCRATCH, land),
@@ -167,7 +177,6 @@ def plan(req: PlanRequest) -> Program:
                             p.cnt,
                             [oid],
                             stage=stage_no,
-                            link="intra",
                         )
                     sent.setdefault(s_rank, []).append(oid)
                     recvd.setdefault(d_rank, []).append(oid)
@@ -181,7 +190,7 @@ def plan(req: PlanRequest) -> Program:
     if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
         raise RuntimeError(f"fast: {len(leftovers)} pieces were not scheduled")
     kuhn_stages = None
-    if req.options.get("compare_kuhn") and n > 1:  # FAST's own method, for the stage-count report only
+    if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
         kuhn_stages = len(stages) if method == "kuhn" else len(decompose(server, "kuhn").stages)
     b.meta.update(
         {
@@ -257,7 +266,6 @@ def _balance_tile(
                         p.cnt,
                         deps,
                         stage=0,
-                        link="intra",
                     )
                     rows[j].append(_Piece(p.src, p.dst, p.off, p.cnt, dst_rank, Buf.SCRATCH, off, oid))
                     deficit[j] -= p.cnt

@@ -25,7 +25,9 @@ def plan(req: PlanRequest) -> Program:
     topo = req.topology
     m = topo.gpus_per_server
     n = topo.servers
-    bld = ProgramBuilder(f"hierarchical-{n}x{m}", "hierarchical", counts, req.unit_bytes, req.traffic)
+    bld = ProgramBuilder(
+        f"hierarchical-{n}x{m}", "hierarchical", counts, req.unit_bytes, req.traffic, topology=req.topology
+    )
     for a in range(n):
         for i in range(m):
             for j in range(m):
@@ -36,7 +38,6 @@ def plan(req: PlanRequest) -> Program:
                         (s, Buf.INPUT, int(bld.in_off[s, d])),
                         (d, Buf.OUTPUT, int(bld.out_off[d, s])),
                         c,
-                        link="local" if s == d else "intra",
                     )
     for a in range(n):
         for bb in range(n):
@@ -65,14 +66,11 @@ def plan(req: PlanRequest) -> Program:
                             (relay, Buf.SCRATCH, base + at),
                             c,
                             stage=0,
-                            link="local" if s == relay else "intra",
                         )
                     )
                     pieces.append((s, d, at, c))
                     at += c
-            cross = bld.add(
-                (relay, Buf.SCRATCH, base), (peer, Buf.SCRATCH, land), total, gathers, stage=1, link="inter"
-            )
+            cross = bld.add((relay, Buf.SCRATCH, base), (peer, Buf.SCRATCH, land), total, gathers, stage=1)
             for s, d, off, c in pieces:
                 bld.add(
                     (peer, Buf.SCRATCH, land + off),
@@ -80,7 +78,6 @@ def plan(req: PlanRequest) -> Program:
                     c,
                     [cross],
                     stage=2,
-                    link="local" if d == peer else "intra",
                 )
     bld.meta["stages"] = 3 if n > 1 else 1
     return bld.build()

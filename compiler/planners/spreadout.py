@@ -9,22 +9,21 @@ while stragglers finish (FLASH §2.1, Figure 3b) - the behaviour FAST is measure
 
 from __future__ import annotations
 
-from a2acc.ir import Buf, Program, ProgramBuilder, link_class
+from a2acc.ir import Buf, Program, ProgramBuilder
 from a2acc.planners import PlanRequest
 
 
 def plan(req: PlanRequest) -> Program:
     counts = req.counts
     n = req.nranks
-    m = req.topology.gpus_per_server
-    b = ProgramBuilder(f"spreadout-{n}", "spreadout", counts, req.unit_bytes, req.traffic)
+    b = ProgramBuilder(
+        f"spreadout-{n}", "spreadout", counts, req.unit_bytes, req.traffic, topology=req.topology
+    )
     last: list[list[int]] = [[] for _ in range(n)]
     for r in range(n):
         c = int(counts[r, r])
         if c:
-            oid = b.add(
-                (r, Buf.INPUT, int(b.in_off[r, r])), (r, Buf.OUTPUT, int(b.out_off[r, r])), c, link="local"
-            )
+            oid = b.add((r, Buf.INPUT, int(b.in_off[r, r])), (r, Buf.OUTPUT, int(b.out_off[r, r])), c)
             last[r] = [oid]
     stages = 1 if any(last) else 0
     for k in range(1, n):
@@ -42,7 +41,6 @@ def plan(req: PlanRequest) -> Program:
                 c,
                 deps,
                 stage=k,
-                link=link_class(r, d, m),
             )
             new[r].append(oid)
             new[d].append(oid)

@@ -156,10 +156,10 @@ def stage_plan_from_bytes(
     *,
     native: bool | None = None,
 ) -> tuple[int, StagePlan]:
-    """Bytes in -> (unit, stage plan): quantisation as :func:`a2acc.passes.quantize.choose_unit` + ``quantize``."""
+    """Bytes in -> (unit, stage plan): quantisation as :func:`a2acc.ir.quantize.choose_unit` + ``quantize``."""
     use_native = _native is not None if native is None else native
     if not use_native or _native is None:
-        from a2acc.passes.quantize import choose_unit, quantize
+        from a2acc.ir.quantize import choose_unit, quantize
 
         unit = choose_unit(matrix, target_chunks, align)
         return unit, stage_plan_py(quantize(matrix, unit), m, method, balance, unit, b_inter, b_intra, alpha)

@@ -8,19 +8,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from a2acc.backends.msccl_xml.api import check_xml_text, compile_to_dir
+from a2acc import plan
+from a2acc.backends import get_target
 from a2acc.backends.msccl_xml.interp import run, static_checks
-from a2acc.backends.msccl_xml.manifest import load_manifest
 from a2acc.backends.msccl_xml.reader import read_xml
+from a2acc.backends.msccl_xml.target import Options, check_xml_text
 from a2acc.backends.msccl_xml.writer import LowerOptions, lower, to_xml
 from a2acc.cli import main
 from a2acc.errors import LoweringError
 from a2acc.ir import Buf, ProgramBuilder
-from a2acc.passes.quantize import unit_for_padding
-from a2acc.planners import available, schedule
-from a2acc.topology import load_topology
-from a2acc.traffic import generate
-from a2acc.verify import check_program
+from a2acc.ir.layout import load_manifest
+from a2acc.ir.quantize import unit_for_padding
+from a2acc.ir.verify import check_program
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import generate
+from a2acc.planners import available
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "msccl"
 SHARED = Path(os.environ.get("A2ACC_SHARED", Path(__file__).resolve().parents[3] / "shared"))
@@ -93,7 +95,7 @@ def test_real_xml_files(path):
         for attr in ("minBytes", "maxBytes", "outofplace"):
             assert f"Attribute {attr} of node algo not found" in errs
         never = [e for e in chk.errors if "never written" in e]
-        n = chk.algo.ngpus
+        n = chk.model.ngpus
         assert len(never) >= n  # one self-chunk per rank (reported at K=1 and again at the protocol K)
         assert all(f"rank {r} o[{r}] never written" in "\n".join(never) for r in range(n))
     else:
@@ -177,7 +179,7 @@ def test_static_rules_and_limits():
     assert any("RCCL runs only s, r, cpy, re, nop" in e for e in static_checks(algo, "rccl"))
     topo = load_topology("nvl72")
     m = generate("uniform", 72, 1 << 20, 1)
-    prog = schedule(topo, m, "direct", unit=unit_for_padding(m, 0.05))
+    prog = plan(topo, m, "direct", unit=unit_for_padding(m, 0.05))
     with pytest.raises(LoweringError, match="RCCL allows 64"):
         lower(prog, LowerOptions(dialect="rccl"))
 
@@ -191,9 +193,10 @@ CASES = [("dgx-h100", 2), ("mi300x", 2), ("ndv2", 2)]
 def test_every_planner_preset_dialect_compiles_and_verifies(tmp_path, algorithm, preset, servers, dialect):
     topo = load_topology(preset, servers)
     m = generate("zipf", topo.nranks, 32 << 20, 11, skew=0.8)
-    prog = schedule(topo, m, algorithm, unit=unit_for_padding(m, 0.05))
+    prog = plan(topo, m, algorithm, unit=unit_for_padding(m, 0.05))
+    target = get_target("msccl-xml")
     try:
-        out = compile_to_dir(prog, tmp_path / "algos", dialect=dialect)
+        lowered = target.lower(prog, Options(dialect=dialect))
     except LoweringError as exc:  # allowed only with a message that names a limit
         message = str(exc)
     else:
@@ -201,15 +204,18 @@ def test_every_planner_preset_dialect_compiles_and_verifies(tmp_path, algorithm,
     if message:
         assert any(w in message for w in ("allows", "limit", "int16", "channels")), message
         return
-    assert [p.name for p in (tmp_path / "algos").iterdir()] == [out.xml_path.name]
-    assert out.manifest_path.parent == tmp_path
+    assert target.check(lowered).ok
+    xml_path, manifest_path = target.emit(lowered, tmp_path / "algos")
+    assert [p.name for p in (tmp_path / "algos").iterdir()] == [xml_path.name]
+    assert manifest_path.parent == tmp_path
     chk = check_xml_text(
-        out.xml_path.read_text(), "x", dialect=dialect, layout=load_manifest(str(out.manifest_path)).layout()
+        xml_path.read_text(), "x", dialect=dialect, layout=load_manifest(str(manifest_path)).chunk_layout
     )
     assert chk.ok, chk.errors[:3]
     if dialect == "rccl":
+        algo = lowered.model
         assert all(
-            s.type in ("s", "r", "cpy", "re", "nop") for g in out.algo.gpus for t in g.tbs for s in t.steps
+            s.type in ("s", "r", "cpy", "re", "nop") for g in algo.gpus for t in g.tbs for s in t.steps
         )
 
 
@@ -228,8 +234,8 @@ def test_compile_and_verify_cli(tmp_path, capsys):
             str(m),
             "-a",
             "fast",
-            "--dialect",
-            "rccl",
+            "--opt",
+            "dialect=rccl",
             "-o",
             str(out),
         ]
@@ -239,12 +245,14 @@ def test_compile_and_verify_cli(tmp_path, capsys):
     assert "verified" in text and "padding" in text
     xml = next(out.iterdir())
     man = tmp_path / "algos.manifest.json"
-    assert main(["verify", str(xml), "--manifest", str(man)]) == 0
+    assert main(["verify", str(xml), "--manifest", str(man), "--opt", "dialect=rccl"]) == 0
     # without the manifest the standard all-to-all postcondition does not hold for a skewed layout
     assert main(["verify", str(xml)]) == 1
     assert "postcondition" in capsys.readouterr().err
     assert (
-        main(["compile", "-t", "mi300x", "-n", "2", "-m", str(m), "--backend", "mscclpp", "-o", str(out)])
+        main(
+            ["compile", "-t", "mi300x", "-n", "2", "-m", str(m), "--backend", "mscclpp-json", "-o", str(out)]
+        )
         == 2
     )
 
@@ -252,7 +260,7 @@ def test_compile_and_verify_cli(tmp_path, capsys):
 def test_more_than_32_peers_spread_over_channel_groups():
     topo = load_topology("nvl72")
     m = generate("uniform", 72, 1 << 20, 2)
-    prog = schedule(topo, m, "direct", unit=unit_for_padding(m, 0.2))
+    prog = plan(topo, m, "direct", unit=unit_for_padding(m, 0.2))
     algo = lower(prog, LowerOptions(dialect="nccl"))
     per_chan: dict[tuple[int, int, str], int] = {}
     for g in algo.gpus:

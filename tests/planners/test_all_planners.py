@@ -7,8 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from a2acc.planners import available, schedule
-from a2acc.verify import verify_program
+from a2acc import plan
+from a2acc.ir.verify import verify_program
+from a2acc.planners import available
 from tests.helpers import tiered
 
 PLANNERS = [i.name for i in available()]
@@ -54,7 +55,7 @@ def problems(draw):
 @given(problem=problems(), unit=st.sampled_from([16, 64, 1000]))
 def test_every_planner_verifies(algorithm, problem, unit):
     topo, m = problem
-    prog = schedule(topo, m, algorithm, unit=unit, verify=False)
+    prog = plan(topo, m, algorithm, unit=unit, verify=False)
     rep = verify_program(prog)
     assert rep.ok, rep.errors[:5]
     assert prog.algorithm == algorithm
@@ -65,6 +66,6 @@ def test_every_planner_verifies(algorithm, problem, unit):
 def test_plans_are_deterministic_bytes(algorithm):
     topo = tiered(3, 4, fabric="full_mesh")
     m = np.random.default_rng(3).integers(0, 1 << 20, (12, 12))
-    a = schedule(topo, m, algorithm).to_json()
-    b = schedule(topo, m, algorithm).to_json()
+    a = plan(topo, m, algorithm).to_json()
+    b = plan(topo, m, algorithm).to_json()
     assert a == b

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from a2acc.bounds import flash_theorem1
-from a2acc.passes.incast import IncastModel
-from a2acc.planners import schedule
-from a2acc.simulate import simulate
-from a2acc.traffic import generate
+from a2acc import plan
+from a2acc.analysis.bounds import flash_theorem1
+from a2acc.analysis.incast import IncastModel
+from a2acc.analysis.simulate import simulate
+from a2acc.model.traffic import generate
 from tests.helpers import tiered
 from tests.planners.test_birkhoff import SLIDES
 
@@ -18,7 +18,7 @@ OFF = IncastModel.off()
 
 
 def _time(topo, m, alg, **opts):
-    prog = schedule(topo, m, alg, unit=GB // 4, **opts)
+    prog = plan(topo, m, alg, unit=GB // 4, **opts)
     return simulate(prog, topo, incast=OFF).time_s, prog
 
 
@@ -73,7 +73,7 @@ def test_flash_theorem3_holds_in_simulator(kind, seed, b1):
     n, mm, b2 = 3, 4, 12.5
     topo = tiered(n, mm, fabric="full_mesh", intra_bw=b1, nic_bw=b2)
     m = generate(kind, n * mm, 64 << 20, seed)
-    prog = schedule(topo, m, "fast")
+    prog = plan(topo, m, "fast")
     padded = prog.counts * prog.unit_bytes
     t_opt = flash_theorem1(padded, topo)
     t_fast = simulate(prog, topo, incast=OFF).time_s
@@ -87,20 +87,20 @@ def test_fast_handles_every_fabric_and_beats_spreadout_on_skew(fabric):
         4, 8, fabric=fabric, intra_bw=150.0 if fabric != "switch" else 450.0, nic_bw=50.0, latency=1.0
     )
     m = generate("zipf", 32, 128 << 20, 5, skew=0.8)
-    t_fast = simulate(schedule(topo, m, "fast"), topo, incast=OFF).time_s
-    t_spread = simulate(schedule(topo, m, "spreadout"), topo, incast=OFF).time_s
+    t_fast = simulate(plan(topo, m, "fast"), topo, incast=OFF).time_s
+    t_spread = simulate(plan(topo, m, "spreadout"), topo, incast=OFF).time_s
     assert t_fast < t_spread
 
 
 def test_degenerate_inputs():
     one = tiered(1, 4)
     m = generate("zipf", 4, 1 << 20, 1)
-    prog = schedule(one, m, "fast")
+    prog = plan(one, m, "fast")
     assert prog.meta["stages"] == 0
     topo = tiered(3, 2)
     z = np.zeros((6, 6), dtype=np.int64)
     z[0, 1] = 160  # only intra-server traffic, most rows zero
-    assert schedule(topo, z, "fast").meta["stages"] == 0
+    assert plan(topo, z, "fast").meta["stages"] == 0
     z[5, 0] = 32
-    assert schedule(topo, z, "fast").meta["stages"] == 1
-    assert len(schedule(topo, np.zeros((6, 6), dtype=np.int64), "fast").ops) == 0
+    assert plan(topo, z, "fast").meta["stages"] == 1
+    assert len(plan(topo, np.zeros((6, 6), dtype=np.int64), "fast").ops) == 0

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from a2acc.model.traffic import generate
 from a2acc.planners.stageplan import native_available, stage_plan, stage_plan_from_bytes
-from a2acc.traffic import generate
 
 
 def test_native_core_was_built():

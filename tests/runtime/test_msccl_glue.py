@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from a2acc.errors import RuntimeHookError
+from a2acc.runtime.executors.msccl import MscclLibrary, msccl_env, prepare_algo_dir
+from a2acc.runtime.executors.mscclpp import executor_for, mscclpp_available
 from a2acc.runtime.megatron import rows_from_tokens_per_expert
-from a2acc.runtime.msccl import MscclLibrary, msccl_env, prepare_algo_dir
-from a2acc.runtime.mscclpp import executor_for, mscclpp_available
 
 FAKE = r"""
 #include <stdio.h>

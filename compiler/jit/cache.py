@@ -3,7 +3,7 @@
 An entry holds the Program (plan JSON), the lowered files (name -> text) and the manifest. On disk each entry is
 one JSON file ``<dir>/v<version>/<key>.json`` wrapping the payload with its SHA-256:
 
-    {"format": "a2acc.cache-entry", "a2acc_version": "...", "key": "...", "sha256": "...", "payload": {...}}
+    {"format": "a2acc.jit.cache-entry", "a2acc_version": "...", "key": "...", "sha256": "...", "payload": {...}}
 
 - Writes are atomic (temp file + ``os.replace``): several processes compiling the same key concurrently all
   write complete, identical files and the last rename wins, leaving one valid entry.
@@ -28,8 +28,8 @@ from typing import Any
 from a2acc import __version__
 from a2acc.fileio import atomic_write_text
 
-log = logging.getLogger("a2acc.cache")
-ENTRY_FORMAT = "a2acc.cache-entry"
+log = logging.getLogger("a2acc.jit.cache")
+ENTRY_FORMAT = "a2acc.jit.cache-entry"
 
 
 def default_cache_dir() -> Path:

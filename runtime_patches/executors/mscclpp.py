@@ -24,8 +24,24 @@ def executor_for(comm: Any) -> Any:
     if not mscclpp_available():
         raise RuntimeHookError(
             "mscclpp is not importable: build MSCCL++ with its Python bindings (pip install . in microsoft/mscclpp, "
-            "v0.8 or later) to use A2ACC_BACKEND=mscclpp"
+            "v0.8 or later) to use A2ACC_EXECUTOR=mscclpp"
         )
     raise RuntimeHookError(
-        "a2acc's MSCCL++ backend (JSON execution plans) is not built yet; use A2ACC_BACKEND=reference or msccl-xml"
+        "a2acc's MSCCL++ backend (JSON execution plans) is not built yet; use A2ACC_EXECUTOR=reference or msccl"
     )
+
+
+class MscclppExecutor:
+    name = "mscclpp"
+    buffers = "uniform"
+
+    def unavailable(self, entry: Any, group: Any) -> str | None:
+        if not mscclpp_available():
+            return "mscclpp is not importable (build MSCCL++ v0.8+ with its Python bindings)"
+        return "a2acc's MSCCL++ backend (JSON execution plans) is not built yet"
+
+    def run(self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any) -> None:
+        raise RuntimeHookError(self.unavailable(entry, group) or "mscclpp executor unavailable")
+
+
+EXECUTOR = MscclppExecutor()

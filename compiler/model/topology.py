@@ -32,6 +32,7 @@ Units: GB = 1e9 bytes, latency in microseconds in files.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 from collections.abc import Mapping
@@ -45,7 +46,7 @@ import networkx as nx
 import yaml
 
 from a2acc.errors import TopologyError
-from a2acc.units import parse_bandwidth, parse_latency
+from a2acc.model.units import parse_bandwidth, parse_latency
 
 
 def _bw(value: object, *, source: str, field: str) -> float:
@@ -210,6 +211,25 @@ class Topology:
         if self.inter is not None:
             b_inter = self.inter.nics_per_server * self.inter.bandwidth / m
         return TierSummary(self.servers, m, b_intra, b_link, b_inter, self.intra.kind)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Stable hash of everything in the topology that affects plans (not its name or source file)."""
+        doc = {
+            "servers": self.servers,
+            "gpus_per_server": self.gpus_per_server,
+            "memory_bandwidth": self.memory_bandwidth,
+            "intra": None
+            if self.intra is None
+            else [self.intra.kind, self.intra.bandwidth, self.intra.latency, list(self.intra.links)],
+            "inter": None
+            if self.inter is None
+            else [self.inter.nics_per_server, self.inter.bandwidth, self.inter.latency, self.inter.wiring],
+            "direct": None
+            if self.direct is None
+            else [self.direct.kind, self.direct.nodes, list(self.direct.edges), self.direct.latency],
+        }
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
     # ------------------------------------------------------------------ graph
     @cached_property

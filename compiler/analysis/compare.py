@@ -1,27 +1,25 @@
 """Side-by-side comparison of planners on one topology over message sizes (``a2acc compare``).
 
-For each size and algorithm: plan (timed: schedule-compute time), verify (the row's ``#wrong`` is the number of
-verifier errors, always 0 for a landed plan), simulate, and set against the lower bound. Sizes are the mean bytes
+For each size and algorithm: plan through :func:`a2acc.pipeline.compile` (timed: the planner phase; the pipeline
+verifies every plan and raises on a wrong one, so the ``#wrong`` column is 0 in every table it prints), simulate, and set against the lower bound. Sizes are the mean bytes
 per rank (nccl-tests' ``size`` for all-to-all is the per-rank send buffer); a matrix file is rescaled to each size.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.bounds import lower_bounds
-from a2acc.passes.incast import IncastModel
-from a2acc.planners import get_planner, make_request
-from a2acc.simulate import simulate
-from a2acc.topology import Topology
-from a2acc.traffic import generate
-from a2acc.verify import verify_program
+from a2acc.analysis.bounds import lower_bounds
+from a2acc.analysis.incast import IncastModel
+from a2acc.analysis.simulate import simulate
+from a2acc.model.topology import Topology
+from a2acc.model.traffic import generate
+from a2acc.pipeline import Request, compile
 
 
 @dataclass(frozen=True)
@@ -98,12 +96,10 @@ def run_compare(
             k += 1
             if progress:
                 progress(f"[{k}/{total}] {alg} @ {size} B")
-            planner = get_planner(alg)
-            req = make_request(topo, m)
-            t0 = time.perf_counter()
-            prog = planner(req)
-            sched = time.perf_counter() - t0
-            rep = verify_program(prog)
+            res = compile(Request(topo, m, alg))  # verified, or it raises: a wrong plan is a bug
+            prog = res.program
+            sched = res.timings["plan"]
+            rep = res.verify
             sim = simulate(prog, topo, incast=incast, record_timeline=False, payload_bytes=int(m.sum()))
             rows.append(
                 Row(
@@ -116,13 +112,17 @@ def run_compare(
                     bound_s=bound.seconds,
                     bound_term=bound.best.name,
                     schedule_s=sched,
-                    stages=int(prog.meta.get("stages", 0)),
+                    stages=_int_meta(prog.meta.get("stages")),
                     ops=len(prog.ops),
-                    nwrong=len(rep.errors),
+                    nwrong=len(rep.errors) if rep is not None else 0,
                     padding_bytes=prog.padding_bytes,
                 )
             )
     return rows
+
+
+def _int_meta(v: object) -> int:
+    return int(v) if isinstance(v, (int, float)) else 0
 
 
 def _num(x: float, width: int) -> str:

@@ -67,3 +67,23 @@ def execute(
             pending.append((op.dst_buf, d_lo, d_hi, True, w))
     for p in pending:
         p[4].wait()
+
+
+class ReferenceExecutor:
+    """The Program over torch.distributed p2p (see module docstring)."""
+
+    name = "reference"
+    buffers = "program"
+
+    def unavailable(self, entry: Any, group: Any) -> str | None:
+        return None
+
+    def run(self, prog: Program, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any) -> None:
+        import torch.distributed as dist
+
+        world = prog.nranks
+        ranks = [dist.get_global_rank(group, r) for r in range(world)] if group is not None else None
+        execute(prog, rank, bufs, group=group, ranks=ranks)
+
+
+EXECUTOR = ReferenceExecutor()

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.topology import Topology
+from a2acc.model.topology import Topology
 
 
 @dataclass(frozen=True)

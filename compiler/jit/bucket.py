@@ -7,7 +7,7 @@ fingerprint, a2acc version), so equal keys mean byte-identical plans.
 
 Design for MoE traffic, whose matrix changes every call but drifts slowly:
 
-- **Unit ladder.** ``u = align * 2^k`` with ``k`` set so the mean pair holds about ``pair_chunks`` chunks; the
+- **Unit ladder** (:func:`a2acc.ir.quantize.ladder_unit`). ``u = align * 2^k`` with ``k`` set so the mean pair holds about ``pair_chunks`` chunks; the
   unit changes only when the traffic volume changes by a factor of 2, so consecutive calls share it.
 - **Serving lookup.** A :class:`BucketIndex` keeps recent layouts per (topology, planner, backend, N, unit).
   A matrix reuses the most recently used layout if it is within both budgets, else the layout with the least
@@ -26,51 +26,22 @@ hash and falls back if ranks disagree (e.g. one process restarted with an empty 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from a2acc import __version__
-from a2acc.topology import Topology
+from a2acc.ir.quantize import DEFAULT_PAIR_CHUNKS, ladder_unit, quantize
+from a2acc.model.topology import Topology
 
-DEFAULT_PAIR_CHUNKS = 32
 DEFAULT_MAX_PADDING = 0.10
 DEFAULT_CAPACITY = 32
 
 
 def topology_fingerprint(topo: Topology) -> str:
-    """Stable hash of everything in a topology that affects plans."""
-    doc = {
-        "servers": topo.servers,
-        "gpus_per_server": topo.gpus_per_server,
-        "memory_bandwidth": topo.memory_bandwidth,
-        "intra": None
-        if topo.intra is None
-        else [topo.intra.kind, topo.intra.bandwidth, topo.intra.latency, list(topo.intra.links)],
-        "inter": None
-        if topo.inter is None
-        else [topo.inter.nics_per_server, topo.inter.bandwidth, topo.inter.latency, topo.inter.wiring],
-        "direct": None
-        if topo.direct is None
-        else [topo.direct.kind, topo.direct.nodes, list(topo.direct.edges), topo.direct.latency],
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def unit_for(matrix: npt.NDArray[np.int64], pair_chunks: int = DEFAULT_PAIR_CHUNKS, align: int = 16) -> int:
-    """Power-of-two multiple of ``align`` so the mean non-zero pair holds about ``pair_chunks`` chunks."""
-    nz = int(np.count_nonzero(matrix))
-    if nz == 0:
-        return align
-    mean = float(matrix.sum()) / nz
-    k = int(np.floor(np.log2(max(mean / (pair_chunks * align), 1.0))))
-    return align << k
-
-
-def required(matrix: npt.NDArray[np.int64], unit: int) -> npt.NDArray[np.int64]:
-    return np.asarray(-(-np.asarray(matrix, dtype=np.int64) // unit), dtype=np.int64)
+    """Stable hash of everything in a topology that affects plans (:attr:`Topology.fingerprint`)."""
+    return topo.fingerprint
 
 
 @dataclass(frozen=True)
@@ -141,8 +112,8 @@ class BucketIndex:
     def lookup(self, matrix: npt.NDArray[np.int64]) -> Bucket:
         """Bucket for ``matrix``: the best serving cached layout (hit) or a new layout (miss)."""
         m = np.asarray(matrix, dtype=np.int64)
-        unit = unit_for(m, self.pair_chunks)
-        req = required(m, unit)
+        unit = ladder_unit(m, self.pair_chunks)
+        req = quantize(m, unit)
         payload = int(m.sum())
         mean, var = self._stats.get(unit, (req.astype(np.float64), np.zeros(req.shape)))
         d = req - mean

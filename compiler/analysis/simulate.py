@@ -7,7 +7,7 @@ Model (alpha-beta with fair sharing, as FLASH §6.3 and TACCL/TE-CCL use):
 - Active flows share link capacities **max-min fairly** (progressive filling, recomputed whenever a flow
   starts or ends). A GPU-to-GPU flow occupies every link of its route (GPU -> NVSwitch -> GPU, mesh/ring hops,
   GPU -> NIC -> network -> NIC -> GPU). A local copy occupies its GPU's memory link (``memory_bandwidth``).
-- Scale-out receive links lose goodput under incast (:mod:`a2acc.passes.incast`): capacity is multiplied by
+- Scale-out receive links lose goodput under incast (:mod:`a2acc.analysis.incast`): capacity is multiplied by
   eta(k, b) for k concurrently active remote senders of b bytes each.
 
 Reported: completion time; ``algbw`` in FAST's definition (total bytes / N / time, GB/s with 1e9);
@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.analysis.incast import IncastModel
+from a2acc.errors import InputError
 from a2acc.ir import Program
-from a2acc.passes.incast import IncastModel
-from a2acc.topology import Topology
+from a2acc.model.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,18 @@ def simulate(
     record_timeline: bool = True,
     payload_bytes: int | None = None,
 ) -> SimResult:
-    """Simulate ``prog`` on ``topo`` (see module docstring)."""
+    """Simulate ``prog`` on ``topo`` (see module docstring). A plan built for another topology is refused."""
+    if prog.topology and prog.topology != topo.fingerprint:
+        raise InputError(
+            "",
+            "--topology",
+            topo.name,
+            f"the plan was built for another topology (fingerprint {prog.topology}, this one {topo.fingerprint})",
+        )
+    if prog.nranks != topo.nranks:
+        raise InputError(
+            "", "--topology", topo.name, f"the plan has {prog.nranks} ranks, the topology {topo.nranks}"
+        )
     incast = incast if incast is not None else IncastModel.mi300x_rocev2()
     n_ops = len(prog.ops)
     n_links = len(topo.link_names)

@@ -33,6 +33,7 @@ import ctypes
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from a2acc.errors import RuntimeHookError
 from a2acc.fileio import atomic_write_text
@@ -174,3 +175,57 @@ class MscclLibrary:
         rc = self.lib.mscclUnloadAlgo(handle)
         if rc != 0:
             raise RuntimeHookError(f"mscclUnloadAlgo({handle}) returned ncclResult {rc}")
+
+
+# MSCCL_ALGO_DIR as it was when this process started: the executors read it once, at communicator creation
+_ALGO_DIR_AT_START = os.environ.get("MSCCL_ALGO_DIR")
+
+
+class MscclExecutor:
+    """Runs a bucket's plan through the MSCCL executor loaded in NCCL/RCCL (directory mode).
+
+    The XML must already be in ``MSCCL_ALGO_DIR`` when the communicator is created (``a2acc cache export DIR``
+    from an earlier job or an offline ``a2acc compile``); then the stock ``all_to_all_single`` over the packed
+    uniform buffer of ``buffer_chunks x unit`` bytes per rank is what the executor replaces by that XML. The
+    executor is used only when that is provably so for this plan: an NCCL process group, and the directory
+    holding a byte-identical copy of the bucket's XML. Otherwise :meth:`unavailable` says why and the engine
+    runs the reference executor instead (the stock call on a packed buffer would not be this plan's
+    all-to-all-v). Nothing here has run on a GPU.
+    """
+
+    name = "msccl"
+    buffers = "uniform"
+
+    def __init__(self, algo_dir: str | None = _ALGO_DIR_AT_START) -> None:
+        self.algo_dir = algo_dir
+
+    def unavailable(self, entry: Any, group: Any) -> str | None:
+        xmls = {k: v for k, v in entry.files.items() if k.endswith(".xml")}
+        if len(xmls) != 1:
+            return "the cached plan has no MSCCL XML (set A2ACC_BACKEND=msccl-xml)"
+        if not self.algo_dir:
+            return "MSCCL_ALGO_DIR was not set when the job started (a2acc cache export DIR, then MSCCL_ALGO_DIR=DIR)"
+        ((name, text),) = xmls.items()
+        try:
+            on_disk = (Path(self.algo_dir) / name).read_text(encoding="utf-8")
+        except OSError:
+            return f"{name} is not in MSCCL_ALGO_DIR={self.algo_dir} (a new bucket: it serves the next job)"
+        if on_disk != text:
+            return f"{name} in MSCCL_ALGO_DIR differs from the cached plan"
+        try:
+            import torch.distributed as dist
+
+            backend = str(dist.get_backend(group))
+        except Exception as exc:  # no process group: cannot be the MSCCL path
+            return f"no process group backend ({exc})"
+        if backend != "nccl":
+            return f"process group backend is {backend}, not nccl (NCCL/RCCL with MSCCL)"
+        return None
+
+    def run(self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any) -> None:
+        from a2acc.ir.program import Buf
+
+        stock(bufs[int(Buf.OUTPUT)], bufs[int(Buf.INPUT)], group=group)
+
+
+EXECUTOR = MscclExecutor()

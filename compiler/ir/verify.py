@@ -4,7 +4,8 @@ Every planner's Program and every lowered file goes through this one checker (ne
 over every algorithm). It reports **every** problem, each naming the op ids involved:
 
 - structural: ranks/buffers/offsets out of range, ``cnt`` < 1, writes into an input buffer, bad dependency ids;
-- a dependency cycle (printed as ``op a -> op b -> ... -> op a``): the plan would deadlock;
+- a dependency on a later op id (ops must be listed in a topological order, which every backend and executor
+  relies on), and any dependency cycle it closes (printed as ``op a -> op b -> ... -> op a``: a deadlock);
 - a read of scratch/output chunks that nothing has written yet ("uninitialised");
 - races over the happens-before order of the DAG: a read not ordered after the write it reads (read races
   write), two writes to a chunk that are not ordered, a write not ordered after an earlier read of the old
@@ -12,23 +13,23 @@ over every algorithm). It reports **every** problem, each naming the op ids invo
 - the postcondition: every output chunk holds exactly the right input chunk (all-to-all-v layout of the
   Program), and no output chunk is left unwritten.
 
-Method: each input chunk gets a symbolic value (its global id); ops run in one topological order (Kahn, ties by
-op id); per chunk we track the last writer and the readers since that write. Every RAW/WAW/WAR pair found is
+Method: each input chunk gets a symbolic value (its global id); ops run in id order (a topological order, by
+the invariant above); per chunk we track the last writer and the readers since that write. Every RAW/WAW/WAR pair found is
 checked for reachability in the DAG, so a race is reported even when this particular order happens to give the
-right answer. Reachability is a backward search pruned by topological position, memoised per pair.
+right answer. Reachability is a backward search pruned by op id, memoised per pair
+(:class:`a2acc.ir.dag.HappensBefore`).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
-import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import VerificationError
-from a2acc.ir import Buf, Op, Program
+from a2acc.ir.dag import HappensBefore, order_errors
+from a2acc.ir.program import Buf, Program
 
 _BUF_NAME = ("input", "output", "scratch")
 
@@ -45,83 +46,9 @@ class VerifyReport:
     stats: dict[str, int] = field(default_factory=dict)
 
 
-class _HB:
-    """Happens-before queries over the op DAG (a -> b iff a path of dependencies leads from a to b)."""
-
-    def __init__(self, ops: tuple[Op, ...], pos: list[int]) -> None:
-        self.ops = ops
-        self.pos = pos
-        self.memo: dict[tuple[int, int], bool] = {}
-
-    def before(self, a: int, b: int) -> bool:
-        if a == b:
-            return False
-        if self.pos[a] >= self.pos[b]:
-            return False
-        deps_b = self.ops[b].deps
-        if a in deps_b:
-            return True
-        key = (a, b)
-        hit = self.memo.get(key)
-        if hit is not None:
-            return hit
-        pa = self.pos[a]
-        seen = {b}
-        stack = [d for d in deps_b if self.pos[d] >= pa]
-        found = False
-        while stack:
-            x = stack.pop()
-            if x == a:
-                found = True
-                break
-            if x in seen:
-                continue
-            seen.add(x)
-            for d in self.ops[x].deps:
-                if d not in seen and self.pos[d] >= pa:
-                    stack.append(d)
-        self.memo[key] = found
-        return found
-
-
 def _fmt_range(rank: int, buf: int, a: int, b: int) -> str:
     rng = f"chunk {a}" if b - a == 1 else f"chunks [{a},{b})"
     return f"rank {rank} {_BUF_NAME[buf]} {rng}"
-
-
-def _topo_order(p: Program, errors: list[str]) -> list[int] | None:
-    n = len(p.ops)
-    indeg = [0] * n
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for op in p.ops:
-        for d in op.deps:
-            indeg[op.id] += 1
-            succ[d].append(op.id)
-    ready = deque(i for i in range(n) if indeg[i] == 0)
-    order: list[int] = []
-    while ready:
-        x = ready.popleft()
-        order.append(x)
-        for y in succ[x]:
-            indeg[y] -= 1
-            if indeg[y] == 0:
-                ready.append(y)
-    if len(order) == n:
-        return order
-    left = [i for i in range(n) if indeg[i] > 0]
-    g: nx.DiGraph = nx.DiGraph()
-    left_set = set(left)
-    for i in left:
-        for d in p.ops[i].deps:
-            if d in left_set:
-                g.add_edge(d, i)
-    try:
-        cyc = nx.find_cycle(g)
-        path = " -> ".join(f"op {u}" for u, _v in cyc) + f" -> op {cyc[0][0]}"
-        errors.append(f"dependency cycle (the plan would deadlock): {path}")
-    except nx.NetworkXNoCycle:  # pragma: no cover - cannot happen when Kahn stalls
-        errors.append(f"dependency cycle among ops {left[:20]}")
-    return None
 
 
 def _structural(p: Program, errors: list[str]) -> None:
@@ -173,14 +100,12 @@ def verify_program(p: Program, *, max_errors: int = 200) -> VerifyReport:
     _structural(p, errors)
     if errors:
         return VerifyReport(False, tuple(errors[:max_errors]), len(p.ops), 0, 0)
-    order = _topo_order(p, errors)
-    if order is None:
+    errors += order_errors(p.ops, max_errors)
+    if errors:
         return VerifyReport(False, tuple(errors[:max_errors]), len(p.ops), 0, 0)
     n = p.nranks
-    pos = [0] * len(p.ops)
-    for i, x in enumerate(order):
-        pos[x] = i
-    hb = _HB(p.ops, pos)
+    order = range(len(p.ops))
+    hb = HappensBefore(p.ops)
     in_sizes = np.array([p.input_chunks(r) for r in range(n)], dtype=np.int64)
     in_base = np.concatenate([[0], np.cumsum(in_sizes)[:-1]])
     content: list[list[npt.NDArray[np.int64]]] = []

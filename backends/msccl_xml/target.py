@@ -1,0 +1,224 @@
+"""The ``msccl-xml`` target: lower a Program to MSCCL XML, check the exact text, write an MSCCL_ALGO_DIR.
+
+Passes, in order (each its own module): :mod:`.writer` (threadblock/channel assignment, level ordering,
+dependencies and nops, count splitting, executor limits) -> XML text -> :mod:`.reader` (the strict reader of
+what msccl-executor-nccl and RCCL parse) -> :mod:`.interp` (an interpreter of the executors' semantics: FIFO
+pairing, deadlocks, races, the all-to-all-v postcondition of the manifest's layout).
+
+Output: ``-o DIR`` becomes an ``MSCCL_ALGO_DIR`` holding only XML files (the executors parse every file there
+as XML), and ``DIR.manifest.json`` beside it describes the all-to-all-v packing (:mod:`a2acc.ir.layout`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from a2acc.backends.msccl_xml.interp import PROTO_K, InterpResult, run, static_checks
+from a2acc.backends.msccl_xml.model import MAX_OFFSET, Algo
+from a2acc.backends.msccl_xml.reader import read_xml
+from a2acc.backends.msccl_xml.writer import LowerOptions, lower, to_xml
+from a2acc.backends.target import CheckReport, Lowered
+from a2acc.errors import InputError, InternalError, LoweringError
+from a2acc.fileio import atomic_write_text
+from a2acc.ir.layout import ChunkLayout, Manifest, manifest_for
+from a2acc.ir.program import Program
+from a2acc.model.units import parse_size
+
+CALL = (
+    "ncclAllToAll(send, recv, count, dtype) with count = buffer_chunks * chunk_bytes / (ngpus * sizeof(dtype)) "
+    "elements per peer; the executor selects the XML when (count * ngpus) % nchunksperloop == 0 and the size "
+    "lies in [minBytes, maxBytes]"
+)
+
+
+def choose_proto(buffer_bytes: int) -> str:
+    """LL below 512 KiB per rank (latency-bound), Simple above (RCCL's shipped MI300X all-to-all XMLs switch
+    protocol at that size)."""
+    return "LL" if buffer_bytes < 512 * 1024 else "Simple"
+
+
+@dataclass(frozen=True)
+class Options:
+    dialect: Literal["nccl", "rccl"] = field(
+        default="nccl",
+        metadata={"help": "msccl-executor-nccl (nccl) or RCCL's MSCCL (rccl: s/r/cpy/re/nop only)"},
+    )
+    proto: Literal["auto", "Simple", "LL", "LL128"] = field(
+        default="auto", metadata={"help": "protocol; auto: LL below 512 KiB per rank, else Simple"}
+    )
+    instances: int = field(default=1, metadata={"help": "split every transfer over this many channels"})
+    tb_layout: Literal["auto", "split", "combined"] = field(
+        default="auto", metadata={"help": "one tb per (peer, direction), or one per peer for both directions"}
+    )
+    size_range: str = field(
+        default="",
+        metadata={"help": "MIN:MAX bytes the executor may select the XML for (default: exactly C x unit)"},
+    )
+    priority: int = field(default=0, metadata={"help": "file name prefix NN-: executors load in name order"})
+
+    def check(self) -> None:
+        if self.instances < 1:
+            raise InputError("--opt", "instances", self.instances, "must be an integer >= 1")
+        if not 0 <= self.priority <= 99:
+            raise InputError("--opt", "priority", self.priority, "must be in 0..99")
+        self.bytes_range()
+
+    def bytes_range(self) -> tuple[int, int] | None:
+        if not self.size_range:
+            return None
+        parts = self.size_range.split(":")
+        if len(parts) != 2:
+            raise InputError("--opt", "size_range", self.size_range, "use MIN:MAX (bytes, K/M/G allowed)")
+        lo = parse_size(parts[0], field="size_range")
+        hi = parse_size(parts[1], field="size_range")
+        if lo > hi:
+            raise InputError(
+                "--opt",
+                "size_range",
+                self.size_range,
+                "MIN must be <= MAX (the executor would never select the file)",
+            )
+        return lo, hi
+
+
+def _check_algo_text(text: str, src: str, dialect: str, layout: ChunkLayout | None) -> CheckReport:
+    """Strict read + static rules + execution at K=1 and the protocol's K (+ in-place when declared)."""
+    rr = read_xml(text, src)
+    errors = list(rr.errors)
+    if rr.algo is None:
+        return CheckReport(False, tuple(errors), tuple(rr.notes))
+    algo = rr.algo
+    errors += [f"{src}: {e}" for e in static_checks(algo, dialect)]
+    modes = ([False] if algo.outofplace == 1 else []) + ([True] if algo.inplace == 1 else [])
+    for inplace in modes or [False]:
+        # FIFO capacity K=1 is the strict lint. A run that completes at K=1 completes identically at any larger
+        # K (extra buffering only enables steps; matching is FIFO order, so data flow is the same), so the
+        # protocol's K is run only to tell a K=1-only deadlock from a real one.
+        for k in sorted({1, PROTO_K.get(algo.proto, 2)}):
+            res: InterpResult = run(algo, k=k, inplace=inplace, layout=layout)
+            tag = f"{src} (K={k}{', in-place' if inplace else ''})"
+            errors += [f"{tag}: {e}" for e in res.errors]
+            if res.ok:
+                break
+    tbs = max((len(g.tbs) for g in algo.gpus), default=0)
+    steps = max((len(t.steps) for g in algo.gpus for t in g.tbs), default=0)
+    summary = (
+        f"{algo.coll}, {algo.ngpus} GPUs, proto {algo.proto}, {algo.nchannels} channels, C={algo.nchunksperloop}, "
+        f"max {tbs} tbs/GPU, max {steps} steps/tb{', all-to-all-v manifest' if layout is not None else ''}"
+    )
+    return CheckReport(not errors, tuple(errors), tuple(rr.notes), summary, algo)
+
+
+def check_xml_text(
+    text: str, src: str, *, dialect: str = "nccl", layout: ChunkLayout | None = None
+) -> CheckReport:
+    return _check_algo_text(text, src, dialect, layout)
+
+
+class MscclXmlTarget:
+    name = "msccl-xml"
+    summary = "MSCCL XML for msccl-executor-nccl and RCCL's MSCCL"
+    Options = Options
+    output_kind = "dir"
+
+    def max_chunks(self, options: Any) -> int | None:
+        return MAX_OFFSET  # int16 offsets in the executors' device structs
+
+    def lower(self, program: Program, options: Any, *, name: str | None = None) -> Lowered:
+        opts: Options = options if isinstance(options, Options) else Options()
+        lay = program.layout
+        c = lay.buffer_chunks
+        buffer_bytes = c * program.unit_bytes
+        lo, hi = opts.bytes_range() or (buffer_bytes, buffer_bytes)
+        if not lo <= buffer_bytes <= hi:
+            raise InputError(
+                "--opt",
+                "size_range",
+                opts.size_range,
+                f"must include the plan's buffer size {buffer_bytes} B per rank, or the executor never selects it",
+            )
+        if name is None:
+            digest = hashlib.sha256(program.to_json().encode()).hexdigest()[:10]
+            name = f"a2acc_{program.algorithm}_{program.nranks}r_{digest}"
+        xml_name = f"{opts.priority:02d}-{name}-{opts.dialect}.xml"
+        algo = lower(
+            program,
+            LowerOptions(
+                name=name,
+                dialect=opts.dialect,
+                proto=choose_proto(buffer_bytes) if opts.proto == "auto" else opts.proto,
+                instances=opts.instances,
+                tb_layout=opts.tb_layout,
+                min_bytes=lo,
+                max_bytes=hi,
+            ),
+        )
+        if algo.nchunksperloop != c:
+            raise InternalError(f"MSCCL lowering used C={algo.nchunksperloop}, the layout needs {c}")
+        text = to_xml(algo)
+        man = manifest_for(
+            program.counts,
+            program.unit_bytes,
+            program.traffic,
+            target=self.name,
+            file=xml_name,
+            algo_name=name,
+            buffer_chunks=c,
+            call=CALL,
+        )
+        tbs = max(len(g.tbs) for g in algo.gpus)
+        steps = max((len(t.steps) for g in algo.gpus for t in g.tbs), default=0)
+        summary = (
+            f"{algo.ngpus} GPUs, C={algo.nchunksperloop}, proto {algo.proto}, {algo.nchannels} channels, "
+            f"max {tbs} tbs/GPU, max {steps} steps/tb, minBytes={algo.min_bytes} maxBytes={algo.max_bytes}"
+        )
+        usage = "MSCCL_ALGO_DIR={output} (set before the first communicator is created)"
+        return Lowered(self.name, {xml_name: text}, man, summary, algo, opts, usage)
+
+    def check(self, lowered: Lowered) -> CheckReport:
+        opts: Options = lowered.options if isinstance(lowered.options, Options) else Options()
+        ((xml_name, text),) = lowered.files.items()
+        return _check_algo_text(text, xml_name, opts.dialect, lowered.manifest.chunk_layout)
+
+    def emit(self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None) -> list[Path]:
+        out = Path(output)
+        if out.exists() and not out.is_dir():
+            raise LoweringError(f"{out} exists and is not a directory (msccl-xml writes an MSCCL_ALGO_DIR)")
+        for p in out.iterdir() if out.is_dir() else ():
+            if p.is_file() and not p.name.endswith(".xml"):
+                raise LoweringError(
+                    f"{out} holds a non-XML file {p.name}; the executor parses every file there and would fail"
+                )
+        out.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for fname, text in lowered.files.items():
+            atomic_write_text(out / fname, text)
+            paths.append(out / fname)
+        man_path = manifest_path if manifest_path is not None else out.parent / f"{out.name}.manifest.json"
+        atomic_write_text(man_path, lowered.manifest.to_json())
+        paths.append(man_path)
+        return paths
+
+    def detect(self, head: str) -> bool:
+        s = head.lstrip()
+        if s.startswith("<?xml"):
+            s = s[s.find("?>") + 2 :].lstrip()
+        while s.startswith("<!--"):
+            s = s[s.find("-->") + 3 :].lstrip()
+        return s.startswith("<algo")
+
+    def check_text(self, text: str, source: str, manifest: Manifest | None, options: Any) -> CheckReport:
+        opts: Options = options if isinstance(options, Options) else Options()
+        layout = manifest.chunk_layout if manifest is not None else None
+        return _check_algo_text(text, source, opts.dialect, layout)
+
+
+TARGET = MscclXmlTarget()
+
+
+def algo_of(lowered: Lowered) -> Algo:
+    a: Algo = lowered.model
+    return a

@@ -1,0 +1,83 @@
+"""The Target protocol: what every backend (lowering target) implements, and what it hands back.
+
+A target turns a verified :class:`~a2acc.ir.program.Program` into the files a stock executor runs, and
+proves its own output correct by reading the exact text back with a strict reader and running it through an
+interpreter of the executor's semantics. The pipeline calls, in order::
+
+    lowered = target.lower(program, options)     # in memory: files + manifest (nothing written)
+    report  = target.check(lowered)              # strict re-read + interpreter; must be ok
+    paths   = target.emit(lowered, output)       # only then: atomic writes
+
+``a2acc verify FILE`` finds the target whose :meth:`Target.detect` accepts the file's first bytes and calls
+:meth:`Target.check_text`. ``max_chunks`` tells the unit policy how many chunks per rank the executor can
+address, so quantisation never produces a layout the target must refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from a2acc.ir.layout import Manifest
+from a2acc.ir.program import Program
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A lowered Program, in memory: ``files`` (name -> text, written in this order), its manifest, a one-line
+    ``summary`` for the CLI, the target's own ``model`` (e.g. the MSCCL ``Algo``) and a ``usage`` hint."""
+
+    target: str
+    files: Mapping[str, str]
+    manifest: Manifest
+    summary: str
+    model: Any = None
+    options: Any = None
+    usage: str = ""  # how to use the written output; "{output}" stands for the -o path
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Outcome of reading a lowered file back and interpreting it: ``ok`` iff ``errors`` is empty."""
+
+    ok: bool
+    errors: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    summary: str = ""
+    model: Any = field(default=None, compare=False)
+
+
+@runtime_checkable
+class Target(Protocol):
+    """A lowering target. ``Options`` is a frozen dataclass of the target's options (``--opt KEY=VALUE``)."""
+
+    name: str
+    summary: str
+    Options: type
+    output_kind: str  # "dir" (e.g. an MSCCL_ALGO_DIR) or "file"
+
+    def max_chunks(self, options: Any) -> int | None:
+        """Most chunks per rank the executor can address (None: no limit)."""
+        ...
+
+    def lower(self, program: Program, options: Any, *, name: str | None = None) -> Lowered:
+        """Lower a verified Program; raise LoweringError when it cannot fit the executor's limits."""
+        ...
+
+    def check(self, lowered: Lowered) -> CheckReport:
+        """Read the exact text of ``lowered`` back and interpret it against its manifest."""
+        ...
+
+    def emit(self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None) -> list[Path]:
+        """Write the files atomically, the manifest last (default place: the target's); return the paths."""
+        ...
+
+    def detect(self, head: str) -> bool:
+        """Does a file starting with ``head`` (its first few KiB of text) belong to this target?"""
+        ...
+
+    def check_text(self, text: str, source: str, manifest: Manifest | None, options: Any) -> CheckReport:
+        """Verify a file of this target's format (ours or anyone's) with the strict reader + interpreter."""
+        ...

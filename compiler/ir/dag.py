@@ -1,0 +1,121 @@
+"""The op DAG of a Program: order check, levels, happens-before. One implementation for every user.
+
+A Program's op list is a topological order (every dependency names a smaller op id), so walking ops by id
+respects every dependency; :func:`order_errors` checks exactly that and, when a dependency points forward,
+also reports any cycle it closes (a cycle is a deadlock on any executor). :func:`levels` is the longest
+dependency path to each op (the MSCCL lowering runs a threadblock's steps level by level);
+:class:`HappensBefore` answers "is op a ordered before op b" for the verifier's race checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import networkx as nx
+
+from a2acc.ir.program import Op
+
+
+def order_errors(ops: Sequence[Op], limit: int = 200) -> list[str]:
+    """Every dependency on an op that is not listed earlier, plus a cycle if the forward edges close one."""
+    errors: list[str] = []
+    forward = False
+    for op in ops:
+        for d in op.deps:
+            if d > op.id:
+                forward = True
+                if len(errors) < limit:
+                    errors.append(
+                        f"op {op.id} depends on op {d}, which comes later: ops must be listed in a topological "
+                        "order (every dependency names a smaller op id; the toposort pass renumbers a DAG)"
+                    )
+    if forward:
+        cyc = find_cycle(ops)
+        if cyc:
+            path = " -> ".join(f"op {u}" for u in cyc) + f" -> op {cyc[0]}"
+            errors.insert(0, f"dependency cycle (the plan would deadlock): {path}")
+    return errors
+
+
+def find_cycle(ops: Sequence[Op]) -> list[int]:
+    """One dependency cycle as a list of op ids (dependency first), or [] when the graph is acyclic."""
+    g: nx.DiGraph = nx.DiGraph()
+    g.add_nodes_from(range(len(ops)))
+    for op in ops:
+        for d in op.deps:
+            if 0 <= d < len(ops):
+                g.add_edge(d, op.id)
+    try:
+        return [u for u, _v in nx.find_cycle(g)]
+    except nx.NetworkXNoCycle:
+        return []
+
+
+def topological_order(ops: Sequence[Op]) -> list[int] | None:
+    """Kahn's order, smallest ready id first (the identity for a well-ordered Program); None on a cycle."""
+    import heapq
+
+    n = len(ops)
+    indeg = [0] * n
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for op in ops:
+        for d in op.deps:
+            indeg[op.id] += 1
+            succ[d].append(op.id)
+    heap = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(heap)
+    out: list[int] = []
+    while heap:
+        x = heapq.heappop(heap)
+        out.append(x)
+        for y in succ[x]:
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                heapq.heappush(heap, y)
+    return out if len(out) == n else None
+
+
+def levels(ops: Sequence[Op]) -> list[int]:
+    """Longest dependency path ending at each op (0 for ops without dependencies); needs id order."""
+    lvl = [0] * len(ops)
+    for op in ops:
+        lvl[op.id] = 1 + max((lvl[d] for d in op.deps), default=-1)
+    return lvl
+
+
+class HappensBefore:
+    """``before(a, b)``: a path of dependencies leads from op ``a`` to op ``b`` (ops in id order).
+
+    A backward search from ``b`` pruned by id (nothing with an id below ``a`` can lie on a path from ``a``),
+    memoised per pair."""
+
+    def __init__(self, ops: Sequence[Op]) -> None:
+        self.ops = ops
+        self.memo: dict[tuple[int, int], bool] = {}
+
+    def before(self, a: int, b: int) -> bool:
+        if a >= b:
+            return False
+        deps_b = self.ops[b].deps
+        if a in deps_b:
+            return True
+        key = (a, b)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        seen = {b}
+        stack = [d for d in deps_b if d >= a]
+        found = False
+        while stack:
+            x = stack.pop()
+            if x == a:
+                found = True
+                break
+            if x in seen:
+                continue
+            seen.add(x)
+            for d in self.ops[x].deps:
+                if d not in seen and d >= a:
+                    stack.append(d)
+        self.memo[key] = found
+        return found

@@ -1,0 +1,307 @@
+"""The chunk layout of an all-to-all-v, the manifest that describes it, and pack/unpack: one implementation.
+
+No stock executor has a working all-to-all-v (msccl-executor-nccl, RCCL's MSCCL and MSCCL++ all schedule a
+uniform ``alltoall``), so a2acc compiles a plan for a **chunk layout**: ``counts[s][d]`` chunks of ``unit`` bytes
+go from rank ``s`` to rank ``d``. Every rank's buffers use the standard contiguous all-to-all-v layout:
+
+- input of rank ``r``: peer ``d``'s region starts at chunk ``in_off[r][d] = sum(counts[r][:d])`` (``sdispls``);
+- output of rank ``r``: source ``s``'s region starts at ``out_off[r][s] = sum(counts[:s][r])`` (``rdispls``).
+
+At run time each peer's bytes are **packed** into their chunk region (zero-padded to whole chunks), the
+executor runs its uniform collective over ``buffer_chunks`` chunks per rank, and each source's bytes are
+**unpacked** from the output. Everything that needs those offsets (the Program, every backend's manifest and
+interpreter, the JIT engine) uses :class:`ChunkLayout`; nothing recomputes them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from a2acc.errors import PlanFormatError
+
+MANIFEST_FORMAT = "a2acc.manifest"
+MANIFEST_VERSION = 1
+# manifests written before the layout moved out of the MSCCL backend carry this name; they read the same
+LEGACY_MANIFEST_FORMATS = ("a2acc.msccl-manifest",)
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkLayout:
+    """The all-to-all-v chunk layout of ``counts`` (N x N, row = sender)."""
+
+    counts: npt.NDArray[np.int64]
+
+    @staticmethod
+    def of(counts: Any) -> ChunkLayout:
+        return ChunkLayout(np.ascontiguousarray(np.asarray(counts, dtype=np.int64)))
+
+    @property
+    def nranks(self) -> int:
+        return int(self.counts.shape[0])
+
+    @cached_property
+    def in_off(self) -> npt.NDArray[np.int64]:
+        """``in_off[r, d]``: first chunk of peer ``d``'s region in rank ``r``'s input."""
+        c = self.counts
+        return np.concatenate([np.zeros((c.shape[0], 1), np.int64), np.cumsum(c, axis=1)[:, :-1]], axis=1)
+
+    @cached_property
+    def out_off(self) -> npt.NDArray[np.int64]:
+        """``out_off[r, s]``: first chunk of source ``s``'s region in rank ``r``'s output."""
+        c = self.counts
+        cs = np.concatenate([np.zeros((1, c.shape[1]), np.int64), np.cumsum(c, axis=0)[:-1, :]], axis=0)
+        return np.ascontiguousarray(cs.T)
+
+    @cached_property
+    def input_sizes(self) -> npt.NDArray[np.int64]:
+        return np.asarray(self.counts.sum(axis=1), dtype=np.int64)
+
+    @cached_property
+    def output_sizes(self) -> npt.NDArray[np.int64]:
+        return np.asarray(self.counts.sum(axis=0), dtype=np.int64)
+
+    def input_chunks(self, rank: int) -> int:
+        return int(self.input_sizes[rank])
+
+    def output_chunks(self, rank: int) -> int:
+        return int(self.output_sizes[rank])
+
+    @property
+    def buffer_chunks(self) -> int:
+        """Chunks per rank of the uniform collective that carries this layout: ``C = N * ceil(need / N)``
+        with ``need`` the largest input or output of any rank (``alltoall`` needs ``C`` divisible by N)."""
+        n = self.nranks
+        need = int(max(self.input_sizes.max(initial=0), self.output_sizes.max(initial=0)))
+        return n * max(1, -(-need // n))
+
+    # ------------------------------------------------------------------ pack / unpack
+    def pack_segments(
+        self, rows: npt.NDArray[np.int64], row_bytes: int, unit: int, rank: int
+    ) -> list[tuple[int, int, int]]:
+        """Copies that pack rank ``rank``'s contiguous input (``rows[rank][d]`` rows of ``row_bytes`` for peer
+        ``d``, as ``all_to_all_single`` lays it out) into the layout: ``(src byte, dst byte, nbytes)``.
+
+        Rows beyond a peer's region (the residual of a skew bucket) are left out; see :func:`fitting_rows`."""
+        fit = fitting_rows(self.counts, rows, row_bytes, unit)
+        row_off = np.concatenate([[0], np.cumsum(rows[rank])[:-1]])
+        out = []
+        for d in range(self.nranks):
+            nb = int(fit[rank, d]) * row_bytes
+            if nb:
+                out.append((int(row_off[d]) * row_bytes, int(self.in_off[rank, d]) * unit, nb))
+        return out
+
+    def unpack_segments(
+        self, rows: npt.NDArray[np.int64], row_bytes: int, unit: int, rank: int
+    ) -> list[tuple[int, int, int]]:
+        """Copies from the layout's output to rank ``rank``'s contiguous output: ``(src byte, dst byte, n)``."""
+        fit = fitting_rows(self.counts, rows, row_bytes, unit)
+        row_off = np.concatenate([[0], np.cumsum(rows[:, rank])[:-1]])
+        out = []
+        for s in range(self.nranks):
+            nb = int(fit[s, rank]) * row_bytes
+            if nb:
+                out.append((int(self.out_off[rank, s]) * unit, int(row_off[s]) * row_bytes, nb))
+        return out
+
+
+def fitting_rows(
+    counts: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], row_bytes: int, unit: int
+) -> npt.NDArray[np.int64]:
+    """Rows of each (src, dst) pair that fit the layout's region (whole rows only); the rest is residual."""
+    if row_bytes <= 0:
+        return np.asarray(rows, dtype=np.int64)
+    return np.minimum(np.asarray(rows, dtype=np.int64), (counts * unit) // row_bytes)
+
+
+def pack(
+    layout: ChunkLayout,
+    src: npt.NDArray[np.uint8],
+    rows: npt.NDArray[np.int64],
+    row_bytes: int,
+    unit: int,
+    rank: int,
+) -> npt.NDArray[np.uint8]:
+    """numpy form of packing (tests, tools): the zero-padded input buffer of ``rank``."""
+    buf = np.zeros(layout.input_chunks(rank) * unit, dtype=np.uint8)
+    for a, b, nb in layout.pack_segments(rows, row_bytes, unit, rank):
+        buf[b : b + nb] = src[a : a + nb]
+    return buf
+
+
+def unpack(
+    layout: ChunkLayout,
+    out_buf: npt.NDArray[np.uint8],
+    rows: npt.NDArray[np.int64],
+    row_bytes: int,
+    unit: int,
+    rank: int,
+) -> npt.NDArray[np.uint8]:
+    """numpy form of unpacking: rank ``rank``'s contiguous output (residual rows left zero)."""
+    dst = np.zeros(int(rows[:, rank].sum()) * row_bytes, dtype=np.uint8)
+    for a, b, nb in layout.unpack_segments(rows, row_bytes, unit, rank):
+        dst[b : b + nb] = out_buf[a : a + nb]
+    return dst
+
+
+# ---------------------------------------------------------------------- manifest
+@dataclass(frozen=True)
+class Manifest:
+    """What a caller needs to use a lowered all-to-all-v: the layout, the chunk size and how to call.
+
+    ``file`` is the lowered file it belongs to, ``target`` the backend that wrote it, ``call`` the call the
+    executor needs (backend-specific text), ``buffer_chunks`` the per-rank chunks of that uniform call."""
+
+    target: str
+    file: str
+    algo_name: str
+    ngpus: int
+    buffer_chunks: int
+    chunk_bytes: int
+    counts: list[list[int]]
+    traffic_bytes: list[list[int]] | None
+    call: str = ""
+
+    @cached_property
+    def chunk_layout(self) -> ChunkLayout:
+        return ChunkLayout.of(self.counts)
+
+    @property
+    def buffer_bytes(self) -> int:
+        return self.buffer_chunks * self.chunk_bytes
+
+    def padding_bytes(self) -> int:
+        moved = sum(map(sum, self.counts)) * self.chunk_bytes
+        payload = sum(map(sum, self.traffic_bytes)) if self.traffic_bytes else moved
+        return moved - payload
+
+    def to_json(self) -> str:
+        lay = self.chunk_layout
+        payload = sum(map(sum, self.traffic_bytes)) if self.traffic_bytes else None
+        n = self.ngpus
+        doc: dict[str, Any] = {
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "target": self.target,
+            "file": self.file,
+            "algo_name": self.algo_name,
+            "coll": "alltoall",
+            "ngpus": n,
+            "buffer_chunks": self.buffer_chunks,
+            "unit_rules": {
+                "chunk_bytes": self.chunk_bytes,
+                "buffer_bytes_per_rank": self.buffer_bytes,
+                "call": self.call,
+                "pack": "peer d's bytes go to input chunk offset input[r][d][0], zero-padded to input[r][d][1] chunks",
+                "unpack": "source s's bytes come from output chunk offset output[r][s][0]",
+            },
+            "counts": self.counts,
+            "ranks": [
+                {
+                    "rank": r,
+                    "input": [[int(lay.in_off[r, d]), self.counts[r][d]] for d in range(n)],
+                    "output": [[int(lay.out_off[r, s]), self.counts[s][r]] for s in range(n)],
+                }
+                for r in range(n)
+            ],
+            "traffic_bytes": self.traffic_bytes,
+            "padding": {
+                "payload_bytes": payload,
+                "moved_bytes": sum(map(sum, self.counts)) * self.chunk_bytes,
+                "padding_bytes": self.padding_bytes(),
+                "buffer_bytes_total": self.buffer_bytes * n,
+            },
+        }
+        return json.dumps(doc, indent=1) + "\n"
+
+
+def manifest_for(
+    counts: npt.NDArray[np.int64],
+    unit_bytes: int,
+    traffic: npt.NDArray[np.int64] | None,
+    *,
+    target: str,
+    file: str,
+    algo_name: str,
+    buffer_chunks: int | None = None,
+    call: str = "",
+) -> Manifest:
+    lay = ChunkLayout.of(counts)
+    return Manifest(
+        target=target,
+        file=file,
+        algo_name=algo_name,
+        ngpus=lay.nranks,
+        buffer_chunks=lay.buffer_chunks if buffer_chunks is None else buffer_chunks,
+        chunk_bytes=int(unit_bytes),
+        counts=lay.counts.tolist(),
+        traffic_bytes=None if traffic is None else np.asarray(traffic, dtype=np.int64).tolist(),
+        call=call,
+    )
+
+
+def _mfail(path: str, fld: str, value: object, allowed: str) -> PlanFormatError:
+    return PlanFormatError(path, fld, value, allowed)
+
+
+def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
+    """Parse a manifest; the offsets it lists must be the contiguous layout of its counts (checked)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _mfail(path, "", "JSON", f"not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise _mfail(path, "", type(doc).__name__, "a manifest is a JSON object")
+    fmt, ver = doc.get("format"), doc.get("version")
+    if fmt not in (MANIFEST_FORMAT, *LEGACY_MANIFEST_FORMATS) or ver != MANIFEST_VERSION:
+        raise _mfail(
+            path, "format/version", (fmt, ver), f"expected {MANIFEST_FORMAT} version {MANIFEST_VERSION}"
+        )
+    try:
+        n = int(doc["ngpus"])
+        counts = [[int(x) for x in row] for row in doc["counts"]]
+        if len(counts) != n or any(len(row) != n or min(row, default=0) < 0 for row in counts):
+            raise _mfail(path, "counts", "shape", f"must be an {n} x {n} matrix of integers >= 0")
+        lay = ChunkLayout.of(counts)
+        for entry in doc["ranks"]:
+            r = int(entry["rank"])
+            want_in = [[int(lay.in_off[r, d]), counts[r][d]] for d in range(n)]
+            want_out = [[int(lay.out_off[r, s]), counts[s][r]] for s in range(n)]
+            if entry["input"] != want_in or entry["output"] != want_out:
+                raise _mfail(
+                    path,
+                    f"ranks[{r}]",
+                    "offsets",
+                    "input/output offsets must be the contiguous layout of counts",
+                )
+        buffer_chunks = int(doc.get("buffer_chunks") or doc.get("nchunksperloop") or lay.buffer_chunks)
+        return Manifest(
+            target=str(doc.get("target", "msccl-xml")),
+            file=str(doc.get("file", doc.get("xml", ""))),
+            algo_name=str(doc["algo_name"]),
+            ngpus=n,
+            buffer_chunks=buffer_chunks,
+            chunk_bytes=int(doc["unit_rules"]["chunk_bytes"]),
+            counts=counts,
+            traffic_bytes=doc.get("traffic_bytes"),
+            call=str(doc["unit_rules"].get("call", "")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _mfail(path, "", "manifest", f"missing or malformed field ({exc})") from exc
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _mfail(
+            str(path), "", str(path), f"cannot read the manifest ({exc.__class__.__name__})"
+        ) from exc
+    return manifest_from_json(text, str(path))

@@ -1,0 +1,245 @@
+"""Plan JSON: the stable, versioned file form of a :class:`~a2acc.ir.program.Program`.
+
+Version 2 (written): a header object, then one op per line (``op_fields`` names the columns), no floats in the
+op table, keys in a fixed order, so the same Program always serialises to the same bytes::
+
+    {"format":"a2acc.program","version":2,"name":...,"algorithm":...,"nranks":N,"unit_bytes":U,
+     "topology":"<fingerprint>","machine":{"node":[...],"local":[...]},"counts":[[...]],
+     "traffic_bytes":[[...]]|null,"scratch_chunks":[...],"meta":{...},"op_fields":[...],"ops":[
+    [0,src_rank,"i",src_off,dst_rank,"o",dst_off,cnt,[deps],stage,"link"],
+    ...
+    ]}
+
+Version 1 (still read) had no ``topology``/``machine`` and a twelfth op column, ``channel``, that nothing set or
+read; it is dropped on reading. See ``docs/ir.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from a2acc.errors import PlanFormatError
+from a2acc.fileio import atomic_write_text
+from a2acc.ir.program import LINK_CLASSES, OP_FIELDS, Buf, MachineMap, Op, Program
+
+IR_FORMAT = "a2acc.program"
+IR_VERSION = 2
+READ_VERSIONS = (1, 2)
+_V1_FIELDS = (*OP_FIELDS, "channel")
+
+
+def program_to_json(p: Program) -> str:
+    """Stable JSON: fixed key order, one op per line, no floats in the op table."""
+    head: dict[str, Any] = {
+        "format": IR_FORMAT,
+        "version": IR_VERSION,
+        "name": p.name,
+        "algorithm": p.algorithm,
+        "nranks": p.nranks,
+        "unit_bytes": p.unit_bytes,
+        "topology": p.topology,
+        "machine": None
+        if p.machine is None
+        else {"node": list(p.machine.node), "local": list(p.machine.local)},
+        "counts": p.counts.tolist(),
+        "traffic_bytes": None if p.traffic is None else p.traffic.tolist(),
+        "scratch_chunks": list(p.scratch),
+        "meta": _jsonable(p.meta),
+        "op_fields": list(OP_FIELDS),
+    }
+    parts = [json.dumps(head, sort_keys=False, separators=(",", ":"))[:-1], ',"ops":[\n']
+    letters = "ios"
+    dumps = json.dumps
+    lines = [
+        dumps(
+            [
+                op.id,
+                op.src_rank,
+                letters[op.src_buf],
+                op.src_off,
+                op.dst_rank,
+                letters[op.dst_buf],
+                op.dst_off,
+                op.cnt,
+                list(op.deps),
+                op.stage,
+                op.link,
+            ],
+            separators=(",", ":"),
+        )
+        for op in p.ops
+    ]
+    parts.append(",\n".join(lines))
+    parts.append("\n]}\n")
+    return "".join(parts)
+
+
+def save_program(p: Program, path: str | Path) -> None:
+    atomic_write_text(path, program_to_json(p))
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    return x
+
+
+# ---------------------------------------------------------------------- reading
+def _int(v: Any, src: str, fld: str, lo: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo):
+        raise PlanFormatError(src, fld, v, f"must be an integer{'' if lo is None else f' >= {lo}'}")
+    return v
+
+
+def _matrix(v: Any, n: int, src: str, fld: str) -> npt.NDArray[np.int64]:
+    if not isinstance(v, list) or len(v) != n or any(not isinstance(r, list) or len(r) != n for r in v):
+        raise PlanFormatError(src, fld, "shape", f"must be an {n} x {n} list of lists")
+    for i, row in enumerate(v):
+        for j, x in enumerate(row):
+            _int(x, src, f"{fld}[{i}][{j}]", 0)
+    return np.asarray(v, dtype=np.int64).reshape(n, n)
+
+
+def _machine(v: Any, n: int, src: str) -> MachineMap | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or set(v) != {"node", "local"}:
+        raise PlanFormatError(src, "machine", v, 'must be {"node": [...], "local": [...]} or null')
+    cols = []
+    for key in ("node", "local"):
+        col = v[key]
+        if not isinstance(col, list) or len(col) != n:
+            raise PlanFormatError(src, f"machine.{key}", col, f"must be a list of {n} integers >= 0")
+        cols.append(tuple(_int(x, src, f"machine.{key}[{i}]", 0) for i, x in enumerate(col)))
+    return MachineMap(cols[0], cols[1])
+
+
+def program_from_json(text: str, source: str = "<plan>") -> Program:
+    """Parse and validate a plan JSON (version 1 or 2); raises :class:`PlanFormatError` naming the field."""
+    src = source
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanFormatError(src, "", "JSON", f"not valid JSON (truncated or corrupt?): {exc}") from exc
+    if not isinstance(doc, dict):
+        raise PlanFormatError(src, "", type(doc).__name__, "a plan file is a JSON object")
+    if doc.get("format") != IR_FORMAT:
+        raise PlanFormatError(src, "format", doc.get("format"), f"expected '{IR_FORMAT}'")
+    version = doc.get("version")
+    if version not in READ_VERSIONS:
+        raise PlanFormatError(
+            src, "version", version, f"this a2acc reads plan versions {list(READ_VERSIONS)}"
+        )
+    n = _int(doc.get("nranks"), src, "nranks", 1)
+    unit = _int(doc.get("unit_bytes"), src, "unit_bytes", 1)
+    counts = _matrix(doc.get("counts"), n, src, "counts")
+    traffic = (
+        None if doc.get("traffic_bytes") is None else _matrix(doc["traffic_bytes"], n, src, "traffic_bytes")
+    )
+    scratch_raw = doc.get("scratch_chunks")
+    if not isinstance(scratch_raw, list) or len(scratch_raw) != n:
+        raise PlanFormatError(src, "scratch_chunks", scratch_raw, f"must be a list of {n} integers >= 0")
+    scratch = tuple(_int(x, src, f"scratch_chunks[{i}]", 0) for i, x in enumerate(scratch_raw))
+    want_fields = list(OP_FIELDS) if version == 2 else list(_V1_FIELDS)
+    fields = doc.get("op_fields")
+    if fields != want_fields:
+        raise PlanFormatError(src, "op_fields", fields, f"expected {want_fields}")
+    machine = _machine(doc.get("machine"), n, src) if version == 2 else None
+    topo = doc.get("topology", "") if version == 2 else ""
+    if not isinstance(topo, str):
+        raise PlanFormatError(src, "topology", topo, "must be a topology fingerprint string")
+    raw_ops = doc.get("ops")
+    if not isinstance(raw_ops, list):
+        raise PlanFormatError(src, "ops", type(raw_ops).__name__, "must be a list of op rows")
+    nops = len(raw_ops)
+    ops: list[Op] = []
+    for k, row in enumerate(raw_ops):
+        fld = f"ops[{k}]"
+        if not isinstance(row, list) or len(row) != len(want_fields):
+            raise PlanFormatError(src, fld, row, f"each op row has {len(want_fields)} fields: {want_fields}")
+        oid = _int(row[0], src, f"{fld}.id", 0)
+        if oid != k:
+            raise PlanFormatError(src, f"{fld}.id", oid, f"op ids must be 0..n-1 in order (expected {k})")
+        bufs = []
+        for pos in (2, 5):
+            if row[pos] not in ("i", "o", "s"):
+                raise PlanFormatError(src, f"{fld}.{OP_FIELDS[pos]}", row[pos], "must be 'i', 'o' or 's'")
+            bufs.append(Buf.from_letter(row[pos]))
+        deps = row[8]
+        if not isinstance(deps, list):
+            raise PlanFormatError(src, f"{fld}.deps", deps, "must be a list of op ids")
+        for dep in deps:
+            _int(dep, src, f"{fld}.deps", 0)
+            if dep >= nops or dep == oid:
+                raise PlanFormatError(
+                    src,
+                    f"op {oid} deps",
+                    dep,
+                    f"dangling dependency: must name another op id in 0..{nops - 1}",
+                )
+        if row[10] not in LINK_CLASSES:
+            raise PlanFormatError(src, f"{fld}.link", row[10], f"allowed: {LINK_CLASSES}")
+        if version == 1:
+            _int(row[11], src, f"{fld}.channel", -1)
+        ops.append(
+            Op(
+                oid,
+                _int(row[1], src, f"{fld}.src_rank", 0),
+                int(bufs[0]),
+                _int(row[3], src, f"{fld}.src_off", 0),
+                _int(row[4], src, f"{fld}.dst_rank", 0),
+                int(bufs[1]),
+                _int(row[6], src, f"{fld}.dst_off", 0),
+                _int(row[7], src, f"{fld}.cnt", 1),
+                tuple(sorted(set(int(d) for d in deps))),
+                _int(row[9], src, f"{fld}.stage"),
+                str(row[10]),
+            )
+        )
+    meta = doc.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise PlanFormatError(src, "meta", meta, "must be a JSON object")
+    return Program(
+        name=str(doc.get("name", "")),
+        algorithm=str(doc.get("algorithm", "")),
+        nranks=n,
+        unit_bytes=unit,
+        counts=counts,
+        scratch=scratch,
+        ops=tuple(ops),
+        traffic=traffic,
+        meta=meta,
+        machine=machine,
+        topology=topo,
+    )
+
+
+def load_program(path: str | Path) -> Program:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanFormatError(
+            str(p), "", str(p), f"cannot read the plan file ({exc.__class__.__name__})"
+        ) from exc
+    return program_from_json(text, str(p))
+
+
+def is_plan_json(head: str) -> bool:
+    """Content detection for ``a2acc verify``: a JSON object whose format is a2acc's plan format."""
+    s = head.lstrip()
+    return s.startswith("{") and f'"format":"{IR_FORMAT}"' in s.replace(" ", "")[:400]

@@ -1,0 +1,69 @@
+"""``a2acc cache export DIR``: the JIT's cached buckets as ready-to-load executor files, for the next job.
+
+The MSCCL executors read ``MSCCL_ALGO_DIR`` once, when the first communicator is created, so buckets compiled
+during a job can only serve the *next* one. Export writes every valid cache entry of this a2acc version that
+carries lowered files: each is read back and checked by its target (strict reader + interpreter against its
+manifest) before anything is written; then the files go into ``DIR`` (for msccl-xml: XML only, as the
+executor requires) and each manifest into ``DIR.manifests/<file>.manifest.json`` beside it. Entries of the
+``none`` backend (reference executor only) have no files and are counted as skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from a2acc.backends import get_target
+from a2acc.backends.target import Lowered
+from a2acc.errors import InputError, VerificationError
+from a2acc.ir.layout import manifest_from_json
+from a2acc.jit.cache import PlanCache
+from a2acc.options import parse_options
+
+
+@dataclass
+class ExportReport:
+    plans: int = 0
+    written: list[Path] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "key: reason"
+
+
+def export_cache(cache: PlanCache, out_dir: str | Path, backend: str = "msccl-xml") -> ExportReport:
+    out = Path(out_dir)
+    man_dir = out.parent / f"{out.name}.manifests"
+    target = get_target(backend)
+    rep = ExportReport()
+    todo: list[tuple[str, Lowered]] = []
+    for key, _size, ver in cache.list_entries():
+        if cache.dir is None or ver != cache.dir.name:
+            continue
+        entry = cache.get(key)
+        if entry is None:
+            rep.skipped.append(f"{key}: unreadable or corrupt")
+            continue
+        if entry.meta.get("backend") != backend or not entry.files or entry.manifest is None:
+            rep.skipped.append(f"{key}: backend {entry.meta.get('backend', '?')}, no {backend} files")
+            continue
+        man = manifest_from_json(entry.manifest, f"cache entry {key} manifest")
+        opts: object = parse_options(target.Options, None)
+        if backend == "msccl-xml":  # the dialect is in the file name, NN-name-DIALECT.xml
+            (fname,) = entry.files
+            opts = parse_options(target.Options, {"dialect": fname.rsplit("-", 1)[-1].removesuffix(".xml")})
+        lowered = Lowered(backend, dict(entry.files), man, "", None, opts)
+        chk = target.check(lowered)
+        if not chk.ok:
+            raise VerificationError(f"cache entry {key}", list(chk.errors))
+        todo.append((key, lowered))
+    if not todo:
+        raise InputError(
+            str(cache.dir),
+            "entries",
+            len(rep.skipped),
+            f"no cached {backend} plans to export (the JIT lowers them with A2ACC_BACKEND={backend})",
+        )
+    man_dir.mkdir(parents=True, exist_ok=True)
+    for _key, lowered in todo:
+        (fname,) = list(lowered.files)[:1]
+        rep.written += target.emit(lowered, out, manifest_path=man_dir / f"{fname}.manifest.json")
+        rep.plans += 1
+    return rep

@@ -1,0 +1,165 @@
+"""The one driver: quantize -> plan -> passes -> verify -> target.lower -> target.check.
+
+Every path that produces a plan or a lowered file goes through :func:`compile`: ``a2acc plan``, ``a2acc
+compile``, ``a2acc compare``, the JIT's cache misses and the public facade. It owns
+
+- the **unit policy** (:class:`~a2acc.ir.quantize.UnitPolicy`) and the **padding retry**: when a target
+  refuses a layout (an executor limit), the next coarser layout of the ladder is tried, and the message of
+  the last refusal is kept;
+- **verification**: every Program the planner returns is verified before anything else sees it, and every
+  lowered file is read back and interpreted; a failure of either is an a2acc bug and raises;
+- **timings** per phase (``a2acc plan|compile --timings``), so benchmarks time exactly what users run.
+
+Nothing is written here: :func:`emit` hands a checked result to its target, which writes atomically.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from a2acc.backends import get_target
+from a2acc.backends.target import CheckReport, Lowered, Target
+from a2acc.errors import InputError, InternalError, LoweringError, VerificationError
+from a2acc.ir.passes import run_passes
+from a2acc.ir.program import Program
+from a2acc.ir.quantize import UnitPolicy, quantize
+from a2acc.ir.verify import VerifyReport, verify_program
+from a2acc.model.topology import Topology
+from a2acc.model.traffic import validate_matrix
+from a2acc.options import parse_options
+from a2acc.planners import DEFAULT_ALGORITHM, PlanRequest, get_planner, options_type
+
+PHASES = ("quantize", "plan", "passes", "verify", "lower", "check")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to compile. ``target=None`` stops after the verified Program (``a2acc plan``).
+
+    ``planner_options``/``target_options`` are the options dataclasses or ``KEY=VALUE`` mappings;
+    ``counts`` fixes the chunk layout (the JIT's skew buckets) and then needs ``units.unit``."""
+
+    topology: Topology
+    traffic: npt.NDArray[np.int64]
+    algorithm: str = DEFAULT_ALGORITHM
+    planner_options: Any = None
+    target: str | None = None
+    target_options: Any = None
+    units: UnitPolicy = field(default_factory=UnitPolicy)
+    counts: npt.NDArray[np.int64] | None = None
+    passes: tuple[str, ...] = ()
+    name: str | None = None
+    verify: bool = True
+
+
+@dataclass(frozen=True)
+class Result:
+    program: Program
+    verify: VerifyReport | None
+    lowered: Lowered | None
+    check: CheckReport | None
+    timings: dict[str, float]
+    unit_label: str
+    attempts: tuple[str, ...] = ()  # layouts the target refused before this one, with the reason
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.timings.values())
+
+    def timing_lines(self) -> list[str]:
+        width = max(len(p) for p in PHASES)
+        rows = [f"  {p:<{width}}  {self.timings[p] * 1e3:10.3f} ms" for p in PHASES if p in self.timings]
+        rows.append(f"  {'total':<{width}}  {self.total_s * 1e3:10.3f} ms")
+        if self.attempts:
+            rows.append(f"  ({len(self.attempts)} coarser layout(s) tried first: {'; '.join(self.attempts)})")
+        return ["timings (this process, wall clock):", *rows]
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.t[name] = self.t.get(name, 0.0) + time.perf_counter() - t0
+
+
+def compile(request: Request) -> Result:
+    """Run the pipeline; raises InputError (bad input), LoweringError (no layout fits the target) or
+    VerificationError (an a2acc bug: a planner or a lowering produced something wrong)."""
+    topo = request.topology
+    m = validate_matrix(request.traffic, "traffic", expect_ranks=topo.nranks)
+    popts = parse_options(options_type(request.algorithm), request.planner_options, where="planner option")
+    planner = get_planner(request.algorithm)
+    target: Target | None = None
+    topts: Any = None
+    if request.target is not None:
+        target = get_target(request.target)
+        topts = parse_options(target.Options, request.target_options, where="backend option")
+    clock = _Clock()
+    with clock.phase("quantize"):
+        if request.counts is not None:
+            if request.units.unit is None:
+                raise InputError("", "unit", None, "a fixed layout (counts) needs its unit in bytes")
+            counts = np.ascontiguousarray(request.counts, dtype=np.int64)
+            if counts.shape != m.shape or (counts < 0).any():
+                raise InputError(
+                    "", "counts", counts.shape, f"must be a {m.shape} matrix of chunk counts >= 0"
+                )
+            candidates = [(f"fixed layout, unit {request.units.unit} B", request.units.unit)]
+        else:
+            counts = None
+            candidates = request.units.candidates(m, target.max_chunks(topts) if target is not None else None)
+    refused: list[str] = []
+    for label, unit in candidates:
+        with clock.phase("quantize"):
+            c = counts if counts is not None else quantize(m, unit)
+        with clock.phase("plan"):
+            prog = planner(PlanRequest(topo, m, c, unit, popts))
+        if request.passes:
+            with clock.phase("passes"):
+                prog = run_passes(prog, request.passes)
+        rep = None
+        if request.verify:
+            with clock.phase("verify"):
+                rep = verify_program(prog)
+            if not rep.ok:
+                raise VerificationError(
+                    f"planner '{request.algorithm}' produced a wrong plan (a2acc bug)", list(rep.errors)
+                )
+        if target is None:
+            return Result(prog, rep, None, None, clock.t, label, tuple(refused))
+        try:
+            with clock.phase("lower"):
+                lowered = target.lower(prog, topts, name=request.name)
+        except LoweringError as exc:
+            refused.append(f"{label}: {exc}")
+            continue
+        with clock.phase("check"):
+            chk = target.check(lowered)
+        if not chk.ok:
+            raise VerificationError(f"lowered {target.name} file (a2acc bug)", list(chk.errors))
+        return Result(prog, rep, lowered, chk, clock.t, label, tuple(refused))
+    if not refused:
+        raise InternalError("the unit policy produced no candidate layout")
+    tried = ", ".join(label for label, _u in candidates)
+    raise LoweringError(f"{refused[-1].split(': ', 1)[1]} (tried {tried})")
+
+
+def emit(result: Result, output: str | Path) -> list[Path]:
+    """Write a checked result's files through its target (atomic writes)."""
+    if result.lowered is None or result.check is None or not result.check.ok:
+        raise InternalError("emit() needs a lowered and checked result")
+    return get_target(result.lowered.target).emit(result.lowered, Path(output))
