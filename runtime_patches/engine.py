@@ -36,7 +36,7 @@ from a2acc.errors import InternalError, RuntimeHookError
 from a2acc.ir import Buf, Program, program_from_json
 from a2acc.ir.layout import fitting_rows
 from a2acc.ir.quantize import UnitPolicy
-from a2acc.jit.bucket import BucketIndex
+from a2acc.jit.bucket import BucketIndex, variant
 from a2acc.jit.cache import CacheEntry, PlanCache, default_cache_dir
 from a2acc.model.topology import Topology, load_topology
 from a2acc.pipeline import Request
@@ -119,8 +119,8 @@ class Engine:
         # options are part of the bucket key: other options, other plans
         self.index = BucketIndex(
             self.topology,
-            f"{settings.algorithm}{sorted(self.planner_options.items())}",
-            f"{settings.backend}{sorted(self.backend_options.items())}",
+            variant(settings.algorithm, self.planner_options),
+            variant(settings.backend, self.backend_options),
         )
         self.executor = get_executor(settings.executor)
         self.reference = get_executor("reference")

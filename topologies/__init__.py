@@ -1,1 +1,1 @@
-"""t"""
+"""Preset topology files (YAML), shipped as package data; `a2acc topo list` shows them."""

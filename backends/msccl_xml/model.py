@@ -1,4 +1,5 @@
-"""In-memory form of an MSCCL XML algorithm (``<algo>`` > ``<gpu>`` > ``<tb>`` > ``<step>``), spec §2."""
+"""In-memory form of an MSCCL XML algorithm (``<algo>`` > ``<gpu>`` > ``<tb>`` > ``<step>``)
+as msccl-executor-nccl's ``src/misc/msccl/msccl_parser.cc`` reads it."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ ALGO_ATTRS = (
     "maxBytes",
 )
 
-# executor limits (spec §9)
+# executor limits (msccl-executor-nccl's src/include/msccl/msccl_struct.h; RCCL's MSCCL_MAX_NUM_THREAD_BLOCKS)
 MAX_STEPS = 64
 MAX_COUNT = 71
 MAX_TBS_RCCL = 64

@@ -1,4 +1,5 @@
-"""Strict reader of MSCCL XML: the executors' hand-written parser quirks become checks (spec §1-2).
+"""Strict reader of MSCCL XML: the executors' hand-written parser quirks become checks
+(msccl-executor-nccl's ``src/misc/msccl/msccl_parser.cc``, RCCL's copy of it).
 
 The stock parser (msccl-executor-nccl / RCCL ``msccl_parser.cc``) is stricter than XML and fails silently or
 late. This reader accepts exactly what it accepts and reports, with line numbers, everything it would reject:

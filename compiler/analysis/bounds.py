@@ -1,4 +1,5 @@
-"""Lower bounds on all-to-all completion time, and the hierarchical peak model of seed 002.
+"""Lower bounds on all-to-all completion time, and the hierarchical peak model of "A Peak
+Performance Model for All-to-all on Hierarchical Systems" (SC25 PMBS).
 
 Terms (all in seconds, for bytes ``T`` on a topology); the reported bound is the largest **valid** one and names
 the term that binds:
@@ -12,7 +13,7 @@ the term that binds:
 - ``mcf`` (valid, optional LP): the max-concurrent multi-commodity flow optimum over the topology graph
   (source-aggregated commodities, store-and-forward allowed), solved with HiGHS: no schedule on these links
   can deliver the matrix faster than ``T / lambda*``. Used for small topologies (``mcf=True``).
-- ``peak-model`` (a model, not a bound for skewed traffic): seed 002's self/near/far model applied per GPU
+- ``peak-model`` (a model, not a bound for skewed traffic): the SC25 PMBS peak model's self/near/far terms applied per GPU
   without relaying, ``max(far/B_far, near/B_near, self/B_self)``. For uniform traffic it is exactly the seed's
   ``t_a2a = max{(P-n)(m/P)/B_far, (n-1)(m/P)/B_near, (m/P)/B_self}``; with skew, relays beat it, so it is
   reported beside the bound and never taken as the bound.
@@ -219,11 +220,13 @@ def lower_bounds(traffic: npt.NDArray[np.int64], topo: Topology, *, mcf: bool = 
         val = mcf_bound(t, topo)
         if val is not None:
             terms.append(Bound("mcf", val, True, "max-concurrent-flow LP (HiGHS)"))
-    terms.append(Bound("peak-model", peak_model_per_gpu(t, topo), False, "seed 002 self/near/far, no relays"))
+    terms.append(
+        Bound("peak-model", peak_model_per_gpu(t, topo), False, "SC25 PMBS self/near/far, no relays")
+    )
     return BoundsReport(tuple(terms), int(t.sum()), n)
 
 
-# ---------------------------------------------------------------------- seed 002 closed forms
+# ---------------------------------------------------------------------- SC25 PMBS peak model closed forms
 def peak_model(
     p: int, n: int, m_bytes: float, b_self: float, b_near: float, b_far: float
 ) -> tuple[float, float]:
@@ -243,7 +246,7 @@ def peak_model(
 
 
 def alps_b_near(n: int, per_pair: float = 150e9) -> float:
-    """Alps: GPUs split NVLink over their peers, so B_near(n) = (n - 1) x 150 GB/s (seed 002)."""
+    """Alps: GPUs split NVLink over their peers, so B_near(n) = (n - 1) x 150 GB/s (SC25 PMBS, Alps)."""
     return (n - 1) * per_pair
 
 

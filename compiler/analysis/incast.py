@@ -9,7 +9,7 @@ are (b = bytes per sender):
     eta(k, b) = 1 - (1 - eta_ref(b)) * min(1, (k - 1) / (k_ref - 1))
 
 ``eta_ref(b)`` is a measured curve, interpolated log-linearly in b and clamped at the ends. The default curve,
-``mi300x-rocev2``, comes from FAST's logs in ``shared/reference/peers/FAST/amd-result/3n_fixed_sz_*.txt``
+``mi300x-rocev2``, comes from FAST's published 3-server logs (FAST repository, ``amd-result/3n_fixed_sz_*.txt``)
 (3 servers x 8 MI300X, one 100 Gb/s RoCEv2 NIC per GPU, so every NIC receives from k_ref = 16 remote GPUs in
 fan-out): for each size, the median of RCCL fan-out algbw divided by the median of FLASH algbw at the same size
 (FLASH is incast-free, so the ratio isolates incast loss from protocol overheads; capped at 1). Per-sender bytes

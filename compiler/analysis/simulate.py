@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.analysis.incast import IncastModel
-from a2acc.errors import InputError
+from a2acc.errors import InputError, InternalError
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
 
@@ -202,7 +202,7 @@ def simulate(
             t_fin = np.inf
         t = min(t_next_act, t_fin)
         if not np.isfinite(t):  # pragma: no cover - a verified DAG always makes progress
-            raise RuntimeError("simulation stalled (zero-capacity link?)")
+            raise InternalError("simulation stalled (zero-capacity link?)")
         dt = t - now
         if active and dt > 0:
             act_arr = np.array(active, dtype=np.int64)

@@ -11,7 +11,7 @@ from a2acc.cli.common import add_topology_args, add_traffic_arg, topology_from_a
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bounds",
-        help="lower bounds on completion time (FLASH Thm 1, cuts, MCF LP) and the seed-002 peak model",
+        help="lower bounds on completion time (FLASH Thm 1, cuts, MCF LP) and the SC25 PMBS hierarchical peak model",
     )
     add_topology_args(p)
     add_traffic_arg(p)

@@ -16,7 +16,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_topology_args(p)
     add_traffic_arg(p)
     p.add_argument("--algorithm", "-a", default="fast")
-    p.add_argument("--backend", "-b", default="reference")
+    p.add_argument(
+        "--backend",
+        "-b",
+        default="none",
+        help="as A2ACC_BACKEND: none (reference executor) or a backend name",
+    )
     p.add_argument("--full", action="store_true", help="print the whole layout matrix")
     p.set_defaults(func=_run)
 

@@ -84,12 +84,28 @@ def unit_for_padding(
     return max(u, floor_unit)
 
 
+def peak_chunks(matrix: npt.NDArray[np.int64], unit: int) -> int:
+    """Chunks of the busiest rank (largest input or output) after quantising with ``unit``."""
+    c = quantize(matrix, unit)
+    return int(max(c.sum(axis=1).max(initial=0), c.sum(axis=0).max(initial=0)))
+
+
 def min_unit(matrix: npt.NDArray[np.int64], max_chunks: int | None, align: int = DEFAULT_ALIGN) -> int:
-    """Smallest unit (multiple of ``align``) that keeps the busiest rank within ``max_chunks`` chunks."""
+    """A unit (multiple of ``align``, near the smallest) whose quantised layout keeps every rank within ``max_chunks``
+    chunks (each pair rounds up, so bytes / max_chunks alone is not enough). When even one chunk per pair
+    exceeds the limit, the unit that gives one chunk per pair is returned and the target refuses it."""
     if max_chunks is None:
         return align
-    u = -(-_peak(np.asarray(matrix, dtype=np.int64)) // max_chunks)
-    return max(align, -(-u // align) * align)
+    m = np.asarray(matrix, dtype=np.int64)
+    floor = -(-_peak(m) // max_chunks)  # ceil(peak bytes / max_chunks)
+    u = max(align, -(-floor // align) * align)
+    top = max(align, -(-int(m.max(initial=0)) // align) * align)
+    for _ in range(64):
+        need = peak_chunks(m, u)
+        if need <= max_chunks or u >= top:
+            return min(u, top) if need <= max_chunks else top
+        u = max(u + align, -(-(u * need // max_chunks) // align) * align)
+    return top
 
 
 def ladder_unit(

@@ -39,6 +39,12 @@ DEFAULT_MAX_PADDING = 0.10
 DEFAULT_CAPACITY = 32
 
 
+def variant(name: str, options: dict[str, str] | None = None) -> str:
+    """The planner or backend part of a bucket key: its name, plus its options when any are set (other
+    options give other plans, so they must give other keys)."""
+    return name if not options else f"{name}{sorted(options.items())}"
+
+
 def topology_fingerprint(topo: Topology) -> str:
     """Stable hash of everything in a topology that affects plans (:attr:`Topology.fingerprint`)."""
     return topo.fingerprint

@@ -31,6 +31,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.errors import InternalError
+
 METHODS = ("bottleneck", "kuhn")
 
 
@@ -192,7 +194,7 @@ def _bottleneck_matching(p: npt.NDArray[np.int64], warm: list[int], prev: int = 
             best, best_v = res, int(vals[idx])
             break
         if idx == 0:  # pragma: no cover - a padded matrix always has a perfect matching (Birkhoff/König)
-            raise RuntimeError("no perfect matching on a padded matrix")
+            raise InternalError("no perfect matching on a padded matrix")
         fail = idx
         idx = max(0, idx - step)
         step *= 2

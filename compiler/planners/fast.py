@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from a2acc.errors import InternalError
 from a2acc.ir import Buf, Program, ProgramBuilder
 from a2acc.planners import PlanRequest
 from a2acc.planners.birkhoff import decompose, stage_bound
@@ -134,7 +135,7 @@ def plan(req: PlanRequest) -> Program:
             for i in range(m):
                 bundles[a][bb][i] = _order_bundle(rows[i], rank(bb, i))
             if int(server[a, bb]) != max(sum(p.cnt for p in r) for r in rows):  # pragma: no cover
-                raise RuntimeError("fast: stage plan and balancing disagree")
+                raise InternalError("fast: stage plan and balancing disagree")
     # ---- 2. Birkhoff stages of the server matrix, ascending weight
     dec = sp.decomposition if n > 1 else None
     stages = sorted(dec.stages, key=lambda st: st.weight) if dec is not None else []
@@ -188,7 +189,7 @@ def plan(req: PlanRequest) -> Program:
             last_recv[r] = ops
     leftovers = [p for a in range(n) for bb in range(n) for i in range(m) for p in bundles[a][bb][i]]
     if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
-        raise RuntimeError(f"fast: {len(leftovers)} pieces were not scheduled")
+        raise InternalError(f"fast: {len(leftovers)} pieces were not scheduled")
     kuhn_stages = None
     if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
         kuhn_stages = len(stages) if method == "kuhn" else len(decompose(server, "kuhn").stages)

@@ -1,4 +1,4 @@
-"""Glue for the MSCCL executors (msccl-executor-nccl, RCCL with MSCCL kernels); spec msccl-xml.md §11-12.
+"""Glue for the MSCCL executors (msccl-executor-nccl, RCCL with MSCCL kernels) (``src/misc/msccl/``).
 
 Two ways to get a2acc's XML to the executor:
 
@@ -19,7 +19,7 @@ Two ways to get a2acc's XML to the executor:
        ncclResult_t mscclUnloadAlgo(mscclAlgoHandle_t handle);
 
    ``mscclAlgoHandle_t`` is ``int``; the enums are ``int``; comm and stream are pointers. Upstream notes that
-   ``mscclRunAlgo`` does not set up connections at the executor's HEAD (spec §16), so this path is for
+   ``mscclRunAlgo`` does not set up connections at msccl-executor-nccl's HEAD, so this path is for
    schedulers that know their build supports it.
 
 **What has run where:** nothing here has run on a GPU. The bindings are tested against a small C library with
@@ -136,7 +136,7 @@ class MscclLibrary:
         recv_counts: Sequence[int] | None = None,
     ) -> None:
         """``mscclRunAlgo`` for an all-to-all: ``count`` elements per peer (counts/displacements unused by the
-        kernels, spec §12; passed when given for executors that record them)."""
+        kernels; passed when given for executors that record them)."""
         if dtype not in NCCL_DTYPES:
             raise RuntimeHookError(f"dtype {dtype!r} has no NCCL equivalent")
 

@@ -1,6 +1,6 @@
 """MSCCL++ glue: run a2acc's JSON execution plans through ``mscclpp.Executor`` + ``mscclpp.ExecutionPlan``.
 
-The MSCCL++ NCCL shim never routes ``ncclAllToAll`` to a plan (spec mscclpp.md §5.2), so a2acc must drive
+The MSCCL++ NCCL shim never routes ``ncclAllToAll`` to a plan (MSCCL++'s ``apps/nccl`` shim routes only the collectives it implements), so a2acc must drive
 ``mscclpp.Executor`` itself. That needs a2acc's MSCCL++ backend (JSON plans), which is not built yet: this
 module is the seam. :func:`executor_for` reports exactly what is missing.
 """

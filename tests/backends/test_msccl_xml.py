@@ -39,7 +39,7 @@ def _example_2gpu():
 
 
 def _example_3gpu_relay():
-    """The 3-GPU line 0-1-2 of spec §17: 0<->2 relayed through GPU 1's scratch."""
+    """The 3-GPU line 0-1-2 of the golden file: 0<->2 relayed through GPU 1's scratch."""
     b = ProgramBuilder("ex3", "manual", np.ones((3, 3), dtype=np.int64), 16)
     b.add((0, IN, 1), (1, OUT, 0), 1)
     b.add((2, IN, 1), (1, OUT, 2), 1)

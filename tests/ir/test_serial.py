@@ -5,10 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from a2acc import plan
-from a2acc.errors import PlanFormatError
-from a2acc.ir import load_program, program_from_json
-from a2acc.model.topology import load_topology
+from a2acc import plan, simulate
+from a2acc.errors import InputError, PlanFormatError
+from a2acc.ir import MachineMap, load_program, program_from_json
+from a2acc.ir.verify import verify_program
+from a2acc.model.topology import load_topology, parse_topology
 from a2acc.model.traffic import generate
 from tests.conftest import staged_relay_program
 
@@ -66,3 +67,47 @@ def test_truncated_plan_file(tmp_path):
     p.write_text(text[: len(text) // 2])
     with pytest.raises(PlanFormatError, match="truncated or corrupt"):
         load_program(p)
+
+
+def _as_v1(text: str) -> str:
+    """The same plan in the version-1 form: no topology/machine, a twelfth op column 'channel' (-1)."""
+    d = json.loads(text)
+    d["version"] = 1
+    d.pop("topology")
+    d.pop("machine")
+    d["op_fields"] = [*d["op_fields"], "channel"]
+    d["ops"] = [[*row, -1] for row in d["ops"]]
+    return json.dumps(d)
+
+
+def test_version_1_plans_still_read_and_verify():
+    t = load_topology("dgx-h100", servers=2)
+    prog = plan(t, generate("zipf", t.nranks, 1 << 22, 3), "fast")
+    old = program_from_json(_as_v1(prog.to_json()), "old.json")
+    assert old.ops == prog.ops and old.machine is None and old.topology == ""
+    assert verify_program(old).ok
+
+
+def test_v2_records_machine_map_and_topology_fingerprint():
+    t = load_topology("dgx-h100", servers=2)
+    prog = plan(t, generate("zipf", t.nranks, 1 << 22, 3), "spreadout")
+    back = program_from_json(prog.to_json())
+    assert back.machine == MachineMap.of(t) and back.machine.node[8] == 1 and back.machine.local[9] == 1
+    assert back.topology == t.fingerprint
+    assert {op.link for op in back.ops} == {"intra", "inter"}  # zipf has no self traffic
+    other = load_topology("dgx-a100", servers=2)
+    with pytest.raises(InputError, match="built for another topology"):
+        simulate(back, other)
+
+
+def test_direct_connect_edges_are_labelled_direct():
+    t = parse_topology(
+        {
+            "version": 1,
+            "name": "ring4",
+            "direct": {"kind": "torus", "dims": [4], "bandwidth": 10, "latency": 1},
+        },
+        "ring4",
+    )
+    prog = plan(t, generate("uniform", t.nranks, 1 << 16, 1), "direct")
+    assert {op.link for op in prog.ops if op.src_rank != op.dst_rank} == {"direct"}
