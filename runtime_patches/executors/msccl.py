@@ -187,8 +187,9 @@ class MscclExecutor:
     The XML must already be in ``MSCCL_ALGO_DIR`` when the communicator is created (``a2acc cache export DIR``
     from an earlier job or an offline ``a2acc compile``); then the stock ``all_to_all_single`` over the packed
     uniform buffer of ``buffer_chunks x unit`` bytes per rank is what the executor replaces by that XML. The
-    executor is used only when that is provably so for this plan: an NCCL process group, and the directory
-    holding a byte-identical copy of the bucket's XML. Otherwise :meth:`unavailable` says why and the engine
+    executor is used only when that is provably so for this plan: an NCCL process group of a ROCm PyTorch (whose
+    ``all_to_all_single`` calls RCCL's ``ncclAllToAll``; CUDA PyTorch issues grouped send/recv instead), and the
+    directory holding a byte-identical copy of the bucket's XML. Otherwise :meth:`unavailable` says why and the engine
     runs the reference executor instead (the stock call on a packed buffer would not be this plan's
     all-to-all-v). Nothing here has run on a GPU.
     """
@@ -220,6 +221,12 @@ class MscclExecutor:
             return f"no process group backend ({exc})"
         if backend != "nccl":
             return f"process group backend is {backend}, not nccl (NCCL/RCCL with MSCCL)"
+        import torch
+
+        if not getattr(torch.version, "hip", None):
+            # CUDA PyTorch lowers an equal-split all_to_all_single to grouped ncclSend/ncclRecv, which MSCCL's
+            # algorithm selection never sees; ROCm PyTorch calls RCCL's ncclAllToAll, which it does
+            return "CUDA PyTorch issues grouped send/recv, not ncclAllToAll, so MSCCL cannot select the XML"
         return None
 
     def run(self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any) -> None:

@@ -85,6 +85,22 @@ def test_jit_matches_stock_and_hits_cache(tmp_path, world):
 
 
 @pytest.mark.slow
+def test_msccl_executor_that_cannot_run_falls_back_to_reference_and_lowers_xml(tmp_path):
+    """A2ACC_EXECUTOR=msccl on Gloo: every plan is still lowered to XML and cached (for a later export), the
+    executor says why it cannot run here, once, and the reference executor gives the stock call's bytes."""
+    topo = tmp_path / "two.yaml"
+    topo.write_text(TWO)
+    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY=str(topo), A2ACC_EXECUTOR="msccl", A2ACC_LOG="warning")
+    results, errs = _run_world(tmp_path, 2, env)
+    for res, err in zip(results, errs):
+        assert all(c["same"] for c in res["checks"])
+        assert res["stats"]["fallbacks"] == 0
+        assert err.count("A2ACC_EXECUTOR=msccl cannot run here") == 1 and "MSCCL_ALGO_DIR" in err
+    cached = list((tmp_path / "cache").rglob("*.json"))
+    assert cached and all(".xml" in json.loads(p.read_text())["payload"]["files"].__repr__() for p in cached)
+
+
+@pytest.mark.slow
 def test_unset_jit_patches_nothing_and_imports_nothing(tmp_path):
     code = (
         "import sys, torch.distributed as d, torch.distributed.distributed_c10d as c;"
@@ -109,6 +125,8 @@ def test_unset_jit_patches_nothing_and_imports_nothing(tmp_path):
     ("extra", "fragment"),
     [
         ({"A2ACC_BACKEND": "nccl"}, "A2ACC_BACKEND='nccl'"),
+        ({"A2ACC_EXECUTOR": "cuda"}, "A2ACC_EXECUTOR='cuda'"),
+        ({"A2ACC_BACKEND_OPTS": "dialect"}, "use KEY=VALUE"),
         ({"A2ACC_ALGORITHM": "magic"}, "A2ACC_ALGORITHM='magic'"),
         ({}, "A2ACC_TOPOLOGY is not set"),
     ],

@@ -1,0 +1,81 @@
+"""Time of the paths users run, per pipeline phase: ``a2acc plan``, ``a2acc compile``, a JIT cache miss.
+
+Run: ``.venv/bin/python benchmarks/pipeline.py [--runs 5] [--servers 4,8]``
+
+All three go through :func:`a2acc.pipeline.compile` (the only driver), so the phase times are the pipeline's
+own (``Result.timings``), not phases re-timed by hand. Workload: dgx-h100 presets (n x 8 H100), Zipf(0.8),
+256 MiB per GPU, fast planner, median of ``--runs``:
+
+- ``plan``: what ``a2acc plan`` runs (unit for ~4096 chunks per busiest rank; quantize, plan, verify);
+- ``compile``: what ``a2acc compile --opt dialect=rccl`` runs (padding ladder from 2 %; + lower, check);
+- ``jit-miss``: what a JIT cache miss runs (a skew bucket's layout; plan, verify, lower to rccl XML, check),
+  excluding the cache write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from a2acc.ir.quantize import UnitPolicy
+from a2acc.jit.bucket import BucketIndex
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import generate
+from a2acc.pipeline import PHASES, Request, compile
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--servers", default="4,8")
+    args = ap.parse_args()
+    cols = [p for p in PHASES if p != "passes"]
+    print(
+        f"{'path':>9} {'topo':>5} "
+        + " ".join(f"{p + ' ms':>11}" for p in cols)
+        + f" {'total ms':>10} {'wall ms':>9}"
+    )
+    for servers in (int(s) for s in args.servers.split(",")):
+        topo = load_topology("dgx-h100", servers)
+        m = generate("zipf", topo.nranks, 256 << 20, 1, skew=0.8)
+        bucket = BucketIndex(topo, "fast", "msccl-xml").lookup(m)
+        requests = {
+            "plan": Request(topo, m, "fast"),
+            "compile": Request(
+                topo,
+                m,
+                "fast",
+                target="msccl-xml",
+                target_options={"dialect": "rccl"},
+                units=UnitPolicy(max_padding="auto"),
+            ),
+            "jit-miss": Request(
+                topo,
+                bucket.layout * bucket.unit,
+                "fast",
+                target="msccl-xml",
+                target_options={"dialect": "rccl"},
+                units=UnitPolicy(unit=bucket.unit),
+                counts=bucket.layout,
+            ),
+        }
+        for path, req in requests.items():
+            phase = {p: [] for p in cols}
+            walls = []
+            for _ in range(args.runs):
+                t0 = time.perf_counter()
+                res = compile(req)
+                walls.append(time.perf_counter() - t0)
+                for p in cols:
+                    phase[p].append(res.timings.get(p, 0.0))
+            med = {p: statistics.median(v) * 1e3 for p, v in phase.items()}
+            print(
+                f"{path:>9} {servers}x8 "
+                + " ".join(f"{med[p]:>11.2f}" for p in cols)
+                + f" {sum(med.values()):>10.2f} {statistics.median(walls) * 1e3:>9.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
