@@ -33,8 +33,13 @@ run: install
 	$(BIN)/a2acc plan --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --algorithm direct -o $(RUN_DIR)/direct.json
 	$(BIN)/a2acc verify $(RUN_DIR)/direct.json
 	$(BIN)/a2acc report $(RUN_DIR)/direct.json
-	$(BIN)/a2acc plan --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --algorithm fast -o $(RUN_DIR)/fast.json
+	$(BIN)/a2acc plan --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --algorithm fast \
+		--opt compare_kuhn=true --timings -o $(RUN_DIR)/fast.json
 	$(BIN)/a2acc verify $(RUN_DIR)/fast.json
+	@rm -rf $(RUN_DIR)/algos $(RUN_DIR)/algos.manifest.json
+	$(BIN)/a2acc compile --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --algorithm fast \
+		--backend msccl-xml --opt dialect=rccl --timings -o $(RUN_DIR)/algos
+	$(BIN)/a2acc verify $(RUN_DIR)/algos/*.xml --manifest $(RUN_DIR)/algos.manifest.json --opt dialect=rccl
 	$(BIN)/a2acc bounds --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy
 	$(BIN)/a2acc compare --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --sizes 64M:256M:x4 \
 		--algorithms fast,spreadout,direct,hierarchical --plot $(RUN_DIR)/compare.png

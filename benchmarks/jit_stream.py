@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--algorithm", default="fast")
     args = ap.parse_args()
     topo = load_topology("dgx-h100", 4)
-    index = BucketIndex(topo, args.algorithm, "reference")
+    index = BucketIndex(topo, args.algorithm, "none")
     with tempfile.TemporaryDirectory() as d:
         cache = PlanCache(d)
         programs: dict[str, object] = {}
@@ -43,7 +43,7 @@ def main() -> None:
             if b.key not in programs:
                 entry, _where = cache.get_or_compile(
                     b.key,
-                    lambda b=b: compile_entry(topo, b.layout, b.unit, args.algorithm, "reference", b.key),
+                    lambda b=b: compile_entry(topo, b.layout, b.unit, args.algorithm, None, b.key),
                 )
                 programs[b.key] = program_from_json(entry.program_json)
             dt = time.perf_counter() - t0

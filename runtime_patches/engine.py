@@ -73,6 +73,7 @@ def compile_entry(
     backend_options: Any = None,
 ) -> CacheEntry:
     """Plan the bucket's layout exactly and (with a backend) lower it: one :func:`a2acc.pipeline.compile`."""
+    backend = None if backend in (None, "none") else backend
     res = compile_pipeline(
         Request(
             topo,
