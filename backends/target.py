@@ -70,8 +70,11 @@ class Target(Protocol):
         """Read the exact text of ``lowered`` back and interpret it against its manifest."""
         ...
 
-    def emit(self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None) -> list[Path]:
-        """Write the files atomically, the manifest last (default place: the target's); return the paths."""
+    def emit(
+        self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None, force: bool = False
+    ) -> list[Path]:
+        """Write the files atomically, the manifest last (default place: the target's); return the paths.
+        Refuse to write over or beside files a2acc cannot prove it wrote unless ``force``."""
         ...
 
     def detect(self, head: str) -> bool:

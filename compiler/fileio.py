@@ -10,7 +10,18 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from pathlib import Path
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """The process umask (read by setting and restoring it, under a lock: there is no getter)."""
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -20,6 +31,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
+        # mkstemp creates 0600; a finished file gets the mode any new file gets here (0666 less the umask)
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

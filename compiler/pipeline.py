@@ -158,8 +158,8 @@ def compile(request: Request) -> Result:
     raise LoweringError(f"{refused[-1].split(': ', 1)[1]} (tried {tried})")
 
 
-def emit(result: Result, output: str | Path) -> list[Path]:
-    """Write a checked result's files through its target (atomic writes)."""
+def emit(result: Result, output: str | Path, *, force: bool = False) -> list[Path]:
+    """Write a checked result's files through its target (atomic writes; ``force`` writes beside foreign files)."""
     if result.lowered is None or result.check is None or not result.check.ok:
         raise InternalError("emit() needs a lowered and checked result")
-    return get_target(result.lowered.target).emit(result.lowered, Path(output))
+    return get_target(result.lowered.target).emit(result.lowered, Path(output), force=force)

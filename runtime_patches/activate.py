@@ -10,6 +10,8 @@ import logging
 import os
 import sys
 
+ON_VALUES = ("1", "true", "yes", "on")
+OFF_VALUES = ("", "0", "false", "no", "off")
 _ACTIVE = False
 _ATTEMPTED = False  # site may process a site-packages dir twice (e.g. a lib64 -> lib symlink in venvs)
 
@@ -26,9 +28,19 @@ def _setup_logging(level: int) -> None:
 def activate_from_env() -> bool:
     """Patch ``torch.distributed.all_to_all_single`` when the settings are valid; True if patched."""
     global _ACTIVE, _ATTEMPTED
-    if _ATTEMPTED or os.environ.get("A2ACC_JIT", "") in ("", "0"):
+    if _ATTEMPTED:
         return _ACTIVE
+    value = os.environ.get("A2ACC_JIT", "").strip().lower()
+    if value in OFF_VALUES:
+        return False
     _ATTEMPTED = True
+    if value not in ON_VALUES:
+        print(
+            f"a2acc: A2ACC_JIT={os.environ['A2ACC_JIT']!r} is not one of {', '.join(ON_VALUES)} (on) or "
+            f"{', '.join(v for v in OFF_VALUES if v)} (off) -- the JIT stays off",
+            file=sys.stderr,
+        )
+        return False
     from a2acc.runtime.settings import JitSettings
 
     settings, problems = JitSettings.from_env()
@@ -46,7 +58,11 @@ def activate_from_env() -> bool:
         return False
     from a2acc.runtime.torch_patch import install
 
-    install(settings)
+    try:
+        install(settings)
+    except Exception as exc:  # the job must run on: stock collectives, one clear line
+        print(f"a2acc: the JIT could not start ({exc}) -- using the stock collectives", file=sys.stderr)
+        return False
     _ACTIVE = True
     return True
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from a2acc.errors import RuntimeHookError
 from a2acc.runtime.settings import JitSettings
 
 log = logging.getLogger("a2acc.runtime")
@@ -60,11 +61,12 @@ def install(settings: JitSettings | None = None) -> None:
     if settings is None:
         s, problems = JitSettings.from_env()
         if s is None:
-            raise ValueError("; ".join(problems))
+            raise RuntimeHookError("; ".join(problems))
         settings = s
+    eng = Engine(settings)  # may fail (e.g. the topology): then nothing is installed
     original = dist.all_to_all_single
+    _STATE["engine"] = eng
     _STATE["original"] = original
-    _STATE["engine"] = Engine(settings)
     dist.all_to_all_single = all_to_all_single
     c10d.all_to_all_single = all_to_all_single
     log.info(

@@ -58,7 +58,9 @@ class ToyTarget:
         ((fname, text),) = lowered.files.items()
         return self.check_text(text, fname, lowered.manifest, lowered.options)
 
-    def emit(self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None) -> list[Path]:
+    def emit(
+        self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None, force: bool = False
+    ) -> list[Path]:
         paths = []
         for fname, text in lowered.files.items():
             atomic_write_text(output / fname, text)

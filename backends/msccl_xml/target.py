@@ -21,9 +21,17 @@ from a2acc.backends.msccl_xml.model import MAX_OFFSET, Algo
 from a2acc.backends.msccl_xml.reader import read_xml
 from a2acc.backends.msccl_xml.writer import LowerOptions, lower, to_xml
 from a2acc.backends.target import CheckReport, Lowered
-from a2acc.errors import InputError, InternalError, LoweringError
+from a2acc.errors import InputError, InternalError
 from a2acc.fileio import atomic_write_text
-from a2acc.ir.layout import ChunkLayout, Manifest, manifest_for
+from a2acc.ir.layout import (
+    ChunkLayout,
+    Manifest,
+    dir_manifest_path,
+    find_manifest,
+    manifest_file,
+    manifest_for,
+    owned_files,
+)
 from a2acc.ir.program import Program
 from a2acc.model.units import parse_size
 
@@ -91,6 +99,9 @@ def _check_algo_text(text: str, src: str, dialect: str, layout: ChunkLayout | No
     if rr.algo is None:
         return CheckReport(False, tuple(errors), tuple(rr.notes))
     algo = rr.algo
+    blocked = _not_interpretable(algo, errors)
+    if blocked:
+        return CheckReport(False, (*errors, f"{src}: {blocked}"), tuple(rr.notes), "", algo)
     errors += [f"{src}: {e}" for e in static_checks(algo, dialect)]
     modes = ([False] if algo.outofplace == 1 else []) + ([True] if algo.inplace == 1 else [])
     for inplace in modes or [False]:
@@ -112,6 +123,28 @@ def _check_algo_text(text: str, src: str, dialect: str, layout: ChunkLayout | No
     return CheckReport(not errors, tuple(errors), tuple(rr.notes), summary, algo)
 
 
+# the interpreter holds every chunk of every rank: refuse sizes no executor could hold before allocating them
+MAX_INTERP_CHUNKS = 1 << 20
+MAX_INTERP_GPUS = 4096
+_SIZE_ATTRS = ("nchunksperloop", "ngpus", "i_chunks", "o_chunks", "s_chunks", "coll")
+
+
+def _not_interpretable(algo: Algo, errors: list[str]) -> str:
+    """Why the file cannot be run by the interpreter at all ("" when it can)."""
+    missing = [a for a in _SIZE_ATTRS if any(f"Attribute {a} of node" in e for e in errors)]
+    if missing:
+        return f"not interpreted: the size attribute(s) {', '.join(missing)} are missing"
+    if not 1 <= algo.ngpus <= MAX_INTERP_GPUS:
+        return f"not interpreted: ngpus={algo.ngpus} outside 1..{MAX_INTERP_GPUS}"
+    sizes = [algo.nchunksperloop] + [x for g in algo.gpus for x in (g.i_chunks, g.o_chunks, g.s_chunks)]
+    if max(sizes) > MAX_INTERP_CHUNKS or min(sizes) < 0:
+        return (
+            f"not interpreted: chunk counts up to {max(sizes)} (nchunksperloop or i/o/s_chunks); "
+            f"MSCCL offsets are int16 and this checker holds at most {MAX_INTERP_CHUNKS} chunks per buffer"
+        )
+    return ""
+
+
 def check_xml_text(
     text: str, src: str, *, dialect: str = "nccl", layout: ChunkLayout | None = None
 ) -> CheckReport:
@@ -129,6 +162,13 @@ class MscclXmlTarget:
 
     def lower(self, program: Program, options: Any, *, name: str | None = None) -> Lowered:
         opts: Options = options if isinstance(options, Options) else Options()
+        if int(program.counts.sum()) == 0:
+            raise InputError(
+                "",
+                "traffic",
+                "all zero",
+                "an empty all-to-all moves nothing, so there is no XML to write (a2acc plan handles it)",
+            )
         lay = program.layout
         c = lay.buffer_chunks
         buffer_bytes = c * program.unit_bytes
@@ -168,6 +208,7 @@ class MscclXmlTarget:
             algo_name=name,
             buffer_chunks=c,
             call=CALL,
+            options={"dialect": opts.dialect},
         )
         tbs = max(len(g.tbs) for g in algo.gpus)
         steps = max((len(t.steps) for g in algo.gpus for t in g.tbs), default=0)
@@ -183,23 +224,61 @@ class MscclXmlTarget:
         ((xml_name, text),) = lowered.files.items()
         return _check_algo_text(text, xml_name, opts.dialect, lowered.manifest.chunk_layout)
 
-    def emit(self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None) -> list[Path]:
+    def emit(
+        self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None, force: bool = False
+    ) -> list[Path]:
+        """Write the XML into ``output`` (an MSCCL_ALGO_DIR) and the manifest beside it.
+
+        The directory may hold only files a2acc wrote (each named by one of its manifests): a previous
+        ``compile`` into the same directory is replaced as a set (new XML, then the manifest, then the old XML
+        it described), an ``export`` adds files. Files a2acc did not write are never touched: without ``force``
+        their presence is an error (the executor would load them too); a non-XML file is an error always (the
+        executor parses every file there and would fail to initialise)."""
         out = Path(output)
         if out.exists() and not out.is_dir():
-            raise LoweringError(f"{out} exists and is not a directory (msccl-xml writes an MSCCL_ALGO_DIR)")
-        for p in out.iterdir() if out.is_dir() else ():
-            if p.is_file() and not p.name.endswith(".xml"):
-                raise LoweringError(
-                    f"{out} holds a non-XML file {p.name}; the executor parses every file there and would fail"
+            raise InputError(
+                str(out), "-o", str(out), "exists and is not a directory (msccl-xml writes an MSCCL_ALGO_DIR)"
+            )
+        dir_manifest = manifest_path is None
+        man_path = dir_manifest_path(out) if manifest_path is None else manifest_path
+        owned = owned_files(out)
+        present = [p for p in out.iterdir() if p.is_file()] if out.is_dir() else []
+        foreign = [p.name for p in present if p.name not in owned]
+        for name in foreign:
+            if not name.endswith(".xml"):
+                raise InputError(
+                    str(out),
+                    "-o",
+                    name,
+                    "the directory holds a non-XML file: the executor parses every file there",
                 )
+        if foreign and not force:
+            raise InputError(
+                str(out),
+                "-o",
+                f"{len(foreign)} file(s) a2acc did not write ({', '.join(sorted(foreign)[:3])})",
+                "use a new or empty directory, or --force to write beside them (the executor loads them all)",
+            )
+        if man_path.exists() and manifest_file(man_path) is None and not force:
+            raise InputError(
+                str(man_path),
+                "manifest",
+                man_path.name,
+                "exists and is not an a2acc manifest; --force to replace it",
+            )
+        stale = []
+        if dir_manifest and man_path.exists():  # the previous compile's XML: replaced as a set
+            stale = [p for p in present if p.name in owned and find_manifest(p) == man_path]
         out.mkdir(parents=True, exist_ok=True)
         paths = []
         for fname, text in lowered.files.items():
             atomic_write_text(out / fname, text)
             paths.append(out / fname)
-        man_path = manifest_path if manifest_path is not None else out.parent / f"{out.name}.manifest.json"
         atomic_write_text(man_path, lowered.manifest.to_json())
         paths.append(man_path)
+        for p in stale:
+            if p.name not in lowered.files:
+                p.unlink()
         return paths
 
     def detect(self, head: str) -> bool:

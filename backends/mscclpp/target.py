@@ -55,7 +55,9 @@ class _MscclppTarget:
     def check(self, lowered: Lowered) -> CheckReport:
         raise LoweringError(NOT_BUILT)
 
-    def emit(self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None) -> list[Path]:
+    def emit(
+        self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None, force: bool = False
+    ) -> list[Path]:
         raise LoweringError(NOT_BUILT)
 
     def detect(self, head: str) -> bool:

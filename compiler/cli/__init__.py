@@ -6,6 +6,7 @@ Exit codes: 0 success; 1 a plan or file failed verification; 2 bad input (file, 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -69,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc: int = args.func(args)
         return rc
     except VerificationError as exc:
-        print(f"a2acc: verification failed: {exc}", file=sys.stderr)
+        print(f"a2acc: verification failed: {_summary(exc)}", file=sys.stderr)
         return 1
     except InputError as exc:
         print(f"a2acc: error: {exc}", file=sys.stderr)
@@ -79,6 +80,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # pragma: no cover - e.g. piping into head
         return 0
+    except OSError as exc:  # an unwritable -o path, a full disk, a missing directory
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"a2acc: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+SHOWN_ISSUES = 10
+
+
+def _summary(exc: VerificationError) -> str:
+    """The first issues; when there are more, all of them go to a file whose name is printed."""
+    issues = exc.issues
+    head = str(exc).splitlines()[0]
+    lines = [head, *(f"  - {i}" for i in issues[:SHOWN_ISSUES])]
+    if len(issues) > SHOWN_ISSUES:
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="a2acc-verify-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("\n".join([head, *issues]) + "\n")
+        lines.append(f"  ... and {len(issues) - SHOWN_ISSUES} more: all {len(issues)} in {path}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -49,6 +49,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f"{', '.join(map(str, AUTO_PADDING))} until the plan fits the executor's limits",
     )
     add_timings_arg(p)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write even if the output directory holds files a2acc did not write (they are left in place)",
+    )
     p.add_argument("-o", "--output", required=False, help="output (an algorithm directory for msccl-xml)")
     p.set_defaults(func=_run)
 
@@ -83,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     if res.lowered is None:
         raise InternalError("compile() with a backend returned no lowered files")
-    paths = emit(res, args.output)
+    paths = emit(res, args.output, force=args.force)
     man = res.lowered.manifest
     pad = man.padding_bytes() / max(int(m.sum()), 1)
     for path in paths[:-1]:

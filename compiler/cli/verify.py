@@ -8,7 +8,7 @@ from pathlib import Path
 from a2acc.backends import detect
 from a2acc.cli.common import add_opt_args
 from a2acc.errors import PlanFormatError, VerificationError
-from a2acc.ir.layout import load_manifest
+from a2acc.ir.layout import find_manifest, load_manifest
 from a2acc.ir.serial import is_plan_json, program_from_json
 from a2acc.ir.verify import verify_program
 from a2acc.options import parse_options, split_pairs
@@ -66,13 +66,20 @@ def _run(args: argparse.Namespace) -> int:
             head[:40],
             "not an a2acc plan JSON, MSCCL XML or MSCCL++ JSON plan (recognised by content)",
         )
-    opts: object = parse_options(target.Options, dict(split_pairs(args.opt)), where="--opt")
-    manifest = load_manifest(args.manifest) if args.manifest else None
+    man_path = Path(args.manifest) if args.manifest else find_manifest(Path(args.file))
+    manifest = load_manifest(man_path) if man_path is not None else None
+    # the options the file was lowered with (recorded in its manifest), then the user's --opt on top
+    raw = {**dict(manifest.options if manifest is not None else ()), **dict(split_pairs(args.opt))}
+    opts: object = parse_options(target.Options, raw, where="--opt")
     chk = target.check_text(text, args.file, manifest, opts)
     if not chk.ok:
-        raise VerificationError(args.file, list(chk.errors))
+        errors = list(chk.errors)
+        if manifest is None and any("postcondition" in e or "never written" in e for e in errors):
+            errors.insert(0, "no manifest found beside the file: an all-to-all-v layout needs --manifest M")
+        raise VerificationError(args.file, errors)
     if not args.quiet:
-        print(f"{args.file}: OK  ({target.name}: {chk.summary})")
+        used = f", manifest {man_path}" if man_path is not None and not args.manifest else ""
+        print(f"{args.file}: OK  ({target.name}: {chk.summary}{used})")
         for note in chk.notes:
             print(f"  note: {note}")
     return 0

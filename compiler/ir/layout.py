@@ -26,6 +26,9 @@ import numpy.typing as npt
 
 from a2acc.errors import PlanFormatError
 
+# size limits of a layout read from a file (checked before anything is allocated from it)
+MAX_LAYOUT_RANKS = 16384
+MAX_LAYOUT_CHUNKS = 1 << 26
 MANIFEST_FORMAT = "a2acc.manifest"
 MANIFEST_VERSION = 1
 # manifests written before the layout moved out of the MSCCL backend carry this name; they read the same
@@ -168,6 +171,7 @@ class Manifest:
     counts: list[list[int]]
     traffic_bytes: list[list[int]] | None
     call: str = ""
+    options: tuple[tuple[str, str], ...] = ()  # the target options the file was lowered with (e.g. dialect)
 
     @cached_property
     def chunk_layout(self) -> ChunkLayout:
@@ -190,6 +194,7 @@ class Manifest:
             "format": MANIFEST_FORMAT,
             "version": MANIFEST_VERSION,
             "target": self.target,
+            "target_options": dict(self.options),
             "file": self.file,
             "algo_name": self.algo_name,
             "coll": "alltoall",
@@ -232,6 +237,7 @@ def manifest_for(
     algo_name: str,
     buffer_chunks: int | None = None,
     call: str = "",
+    options: dict[str, str] | None = None,
 ) -> Manifest:
     lay = ChunkLayout.of(counts)
     return Manifest(
@@ -244,6 +250,7 @@ def manifest_for(
         counts=lay.counts.tolist(),
         traffic_bytes=None if traffic is None else np.asarray(traffic, dtype=np.int64).tolist(),
         call=call,
+        options=tuple(sorted((options or {}).items())),
     )
 
 
@@ -266,11 +273,20 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
         )
     try:
         n = int(doc["ngpus"])
+        if not 1 <= n <= MAX_LAYOUT_RANKS:
+            raise _mfail(path, "ngpus", n, f"must be in 1..{MAX_LAYOUT_RANKS}")
+        if not isinstance(doc["counts"], list) or len(doc["counts"]) != n:
+            raise _mfail(path, "counts", "shape", f"must be an {n} x {n} matrix of integers >= 0")
         counts = [[int(x) for x in row] for row in doc["counts"]]
         if len(counts) != n or any(len(row) != n or min(row, default=0) < 0 for row in counts):
             raise _mfail(path, "counts", "shape", f"must be an {n} x {n} matrix of integers >= 0")
+        if sum(map(sum, counts)) > MAX_LAYOUT_CHUNKS:
+            raise _mfail(path, "counts", sum(map(sum, counts)), f"at most {MAX_LAYOUT_CHUNKS} chunks in all")
         lay = ChunkLayout.of(counts)
-        for entry in doc["ranks"]:
+        ranks = doc["ranks"]
+        if not isinstance(ranks, list) or sorted(int(e["rank"]) for e in ranks) != list(range(n)):
+            raise _mfail(path, "ranks", "rank ids", f"must list ranks 0..{n - 1} once each (ngpus={n})")
+        for entry in ranks:
             r = int(entry["rank"])
             want_in = [[int(lay.in_off[r, d]), counts[r][d]] for d in range(n)]
             want_out = [[int(lay.out_off[r, s]), counts[s][r]] for s in range(n)]
@@ -282,6 +298,9 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
                     "input/output offsets must be the contiguous layout of counts",
                 )
         buffer_chunks = int(doc.get("buffer_chunks") or doc.get("nchunksperloop") or lay.buffer_chunks)
+        need = int(max(lay.input_sizes.max(), lay.output_sizes.max()))
+        if buffer_chunks < need:
+            raise _mfail(path, "buffer_chunks", buffer_chunks, f"must hold the largest rank's {need} chunks")
         return Manifest(
             target=str(doc.get("target", "msccl-xml")),
             file=str(doc.get("file", doc.get("xml", ""))),
@@ -292,6 +311,7 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
             counts=counts,
             traffic_bytes=doc.get("traffic_bytes"),
             call=str(doc["unit_rules"].get("call", "")),
+            options=tuple(sorted((str(k), str(v)) for k, v in (doc.get("target_options") or {}).items())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise _mfail(path, "", "manifest", f"missing or malformed field ({exc})") from exc
@@ -305,3 +325,42 @@ def load_manifest(path: str | Path) -> Manifest:
             str(path), "", str(path), f"cannot read the manifest ({exc.__class__.__name__})"
         ) from exc
     return manifest_from_json(text, str(path))
+
+
+# ---------------------------------------------------------------------- where manifests live
+# A target that writes a directory (an MSCCL_ALGO_DIR, which must hold executor files only) puts its manifest
+# beside it: ``DIR.manifest.json`` for ``a2acc compile -o DIR`` (one file), ``DIR.manifests/FILE.manifest.json``
+# for ``a2acc cache export DIR`` (many). ``a2acc verify DIR/FILE`` looks in both places.
+def dir_manifest_path(out_dir: Path) -> Path:
+    return out_dir.parent / f"{out_dir.name}.manifest.json"
+
+
+def export_manifest_path(out_dir: Path, file_name: str) -> Path:
+    return out_dir.parent / f"{out_dir.name}.manifests" / f"{file_name}.manifest.json"
+
+
+def manifest_file(path: Path) -> str | None:
+    """The ``file`` a manifest at ``path`` describes, or None when it is not a readable a2acc manifest."""
+    try:
+        return manifest_from_json(path.read_text(encoding="utf-8"), str(path)).file
+    except (OSError, UnicodeDecodeError, PlanFormatError):
+        return None
+
+
+def find_manifest(file: Path) -> Path | None:
+    """The manifest a2acc wrote for ``file`` (a lowered file inside an output directory), if any."""
+    for cand in (dir_manifest_path(file.parent), export_manifest_path(file.parent, file.name)):
+        if cand.is_file() and manifest_file(cand) == file.name:
+            return cand
+    return None
+
+
+def owned_files(out_dir: Path) -> set[str]:
+    """Names of the files in ``out_dir`` that a2acc provably wrote: each named by one of its manifests."""
+    names: set[str] = set()
+    if not out_dir.is_dir():
+        return names
+    for p in out_dir.iterdir():
+        if p.is_file() and find_manifest(p) is not None:
+            names.add(p.name)
+    return names

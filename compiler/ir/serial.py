@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from a2acc.errors import PlanFormatError
 from a2acc.fileio import atomic_write_text
+from a2acc.ir.layout import MAX_LAYOUT_CHUNKS, MAX_LAYOUT_RANKS
 from a2acc.ir.program import LINK_CLASSES, OP_FIELDS, Buf, MachineMap, Op, Program
 
 IR_FORMAT = "a2acc.program"
@@ -99,18 +100,23 @@ def _jsonable(x: Any) -> Any:
 
 
 # ---------------------------------------------------------------------- reading
-def _int(v: Any, src: str, fld: str, lo: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo):
-        raise PlanFormatError(src, fld, v, f"must be an integer{'' if lo is None else f' >= {lo}'}")
+MAX_BYTES = 2**50  # bytes per entry or unit, as traffic matrices
+
+
+def _int(v: Any, src: str, fld: str, lo: int | None = None, hi: int = MAX_LAYOUT_CHUNKS) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo) or abs(v) > hi:
+        raise PlanFormatError(
+            src, fld, v, f"must be an integer{'' if lo is None else f' >= {lo}'} and at most {hi}"
+        )
     return v
 
 
-def _matrix(v: Any, n: int, src: str, fld: str) -> npt.NDArray[np.int64]:
+def _matrix(v: Any, n: int, src: str, fld: str, hi: int = MAX_LAYOUT_CHUNKS) -> npt.NDArray[np.int64]:
     if not isinstance(v, list) or len(v) != n or any(not isinstance(r, list) or len(r) != n for r in v):
         raise PlanFormatError(src, fld, "shape", f"must be an {n} x {n} list of lists")
     for i, row in enumerate(v):
         for j, x in enumerate(row):
-            _int(x, src, f"{fld}[{i}][{j}]", 0)
+            _int(x, src, f"{fld}[{i}][{j}]", 0, hi)
     return np.asarray(v, dtype=np.int64).reshape(n, n)
 
 
@@ -145,15 +151,25 @@ def program_from_json(text: str, source: str = "<plan>") -> Program:
             src, "version", version, f"this a2acc reads plan versions {list(READ_VERSIONS)}"
         )
     n = _int(doc.get("nranks"), src, "nranks", 1)
-    unit = _int(doc.get("unit_bytes"), src, "unit_bytes", 1)
+    if n > MAX_LAYOUT_RANKS:
+        raise PlanFormatError(src, "nranks", n, f"at most {MAX_LAYOUT_RANKS}")
+    unit = _int(doc.get("unit_bytes"), src, "unit_bytes", 1, MAX_BYTES)
     counts = _matrix(doc.get("counts"), n, src, "counts")
+    if int(counts.sum()) > MAX_LAYOUT_CHUNKS:
+        raise PlanFormatError(src, "counts", int(counts.sum()), f"at most {MAX_LAYOUT_CHUNKS} chunks in all")
     traffic = (
-        None if doc.get("traffic_bytes") is None else _matrix(doc["traffic_bytes"], n, src, "traffic_bytes")
+        None
+        if doc.get("traffic_bytes") is None
+        else _matrix(doc["traffic_bytes"], n, src, "traffic_bytes", MAX_BYTES)
     )
     scratch_raw = doc.get("scratch_chunks")
     if not isinstance(scratch_raw, list) or len(scratch_raw) != n:
         raise PlanFormatError(src, "scratch_chunks", scratch_raw, f"must be a list of {n} integers >= 0")
     scratch = tuple(_int(x, src, f"scratch_chunks[{i}]", 0) for i, x in enumerate(scratch_raw))
+    if sum(scratch) > MAX_LAYOUT_CHUNKS:
+        raise PlanFormatError(
+            src, "scratch_chunks", sum(scratch), f"at most {MAX_LAYOUT_CHUNKS} chunks in all"
+        )
     want_fields = list(OP_FIELDS) if version == 2 else list(_V1_FIELDS)
     fields = doc.get("op_fields")
     if fields != want_fields:

@@ -3,7 +3,7 @@
 An entry holds the Program (plan JSON), the lowered files (name -> text) and the manifest. On disk each entry is
 one JSON file ``<dir>/v<version>/<key>.json`` wrapping the payload with its SHA-256:
 
-    {"format": "a2acc.jit.cache-entry", "a2acc_version": "...", "key": "...", "sha256": "...", "payload": {...}}
+    {"format": "a2acc.cache-entry", "a2acc_version": "...", "key": "...", "sha256": "...", "payload": {...}}
 
 - Writes are atomic (temp file + ``os.replace``): several processes compiling the same key concurrently all
   write complete, identical files and the last rename wins, leaving one valid entry.
@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from a2acc import __version__
+from a2acc.errors import InputError
 from a2acc.fileio import atomic_write_text
 
 log = logging.getLogger("a2acc.jit.cache")
-ENTRY_FORMAT = "a2acc.jit.cache-entry"
+ENTRY_FORMAT = "a2acc.cache-entry"
 
 
 def default_cache_dir() -> Path:
@@ -57,6 +59,34 @@ class CacheEntry:
         }
 
 
+KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+VERSION_DIR_RE = re.compile(r"^v[0-9]+(\.[0-9A-Za-z+-]+)*$")
+
+
+def check_key(key: str) -> str:
+    """A cache key names one file inside the cache: letters, digits, '_' and '-' only (no path), checked before
+    any file-system access."""
+    if not isinstance(key, str) or not KEY_RE.match(key):
+        raise InputError(
+            "", "key", key, "a cache key is 1-128 letters, digits, '_' or '-' (see a2acc cache ls)"
+        )
+    return key
+
+
+def _is_entry_file(path: Path) -> bool:
+    """A file a2acc wrote into its cache: ``v<version>/<key>.json`` whose JSON header names the entry format."""
+    if not (path.is_file() and path.suffix == ".json" and KEY_RE.match(path.stem)):
+        return False
+    if not VERSION_DIR_RE.match(path.parent.name):
+        return False
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return False
+    return f'"format": "{ENTRY_FORMAT}"'.encode() in head
+
+
 def _digest(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -78,6 +108,7 @@ class PlanCache:
         return None if self.root is None else self.root / f"v{self.version}"
 
     def _path(self, key: str) -> Path | None:
+        check_key(key)
         d = self.dir
         return None if d is None else d / f"{key}.json"
 
@@ -132,7 +163,7 @@ class PlanCache:
         if path is None:
             return
         payload = entry.payload()
-        doc = {
+        doc = {  # "format" first: clear() recognises a2acc's entries by this header
             "format": ENTRY_FORMAT,
             "a2acc_version": self.version,
             "key": entry.key,
@@ -140,7 +171,7 @@ class PlanCache:
             "payload": payload,
         }
         try:
-            atomic_write_text(path, json.dumps(doc, sort_keys=True) + "\n")
+            atomic_write_text(path, json.dumps(doc) + "\n")
         except OSError as exc:  # a read-only or full disk must not break the job: memory still serves
             log.warning("a2acc cache: cannot write %s (%s); keeping the entry in memory only", path, exc)
 
@@ -167,17 +198,24 @@ class PlanCache:
         if self.root is None or not self.root.exists():
             return out
         for vdir in sorted(self.root.glob("v*")):
+            if not (vdir.is_dir() and VERSION_DIR_RE.match(vdir.name)):
+                continue
             for f in sorted(vdir.glob("*.json")):
-                out.append((f.stem, f.stat().st_size, vdir.name))
+                if KEY_RE.match(f.stem) and f.is_file():
+                    out.append((f.stem, f.stat().st_size, vdir.name))
         return out
 
     def clear(self) -> int:
+        """Remove every cache entry a2acc wrote (all versions); nothing else in the directory is touched."""
         self._mem.clear()
         n = 0
         if self.root is not None and self.root.exists():
             for vdir in self.root.glob("v*"):
-                for f in vdir.glob("*"):
-                    with contextlib.suppress(OSError):
-                        f.unlink()
-                        n += 1
+                if not (vdir.is_dir() and VERSION_DIR_RE.match(vdir.name)):
+                    continue
+                for f in vdir.glob("*.json"):
+                    if _is_entry_file(f):
+                        with contextlib.suppress(OSError):
+                            f.unlink()
+                            n += 1
         return n

@@ -57,6 +57,11 @@ def _lat(value: object, *, source: str, field: str) -> float:
     return parse_latency(value, source=source, field=field, error=TopologyError)
 
 
+# size limits, checked before any graph is built (a hypercube of dimension 40 or a full mesh of 10**6 GPUs
+# would otherwise run for hours): GPUs in all, GPUs per server with a link-list fabric, direct-connect degree
+MAX_RANKS = 16384
+MAX_FABRIC_GPUS = 512
+MAX_DEGREE = 64
 INTRA_FABRICS = ("switch", "full_mesh", "ring", "hybrid_cube_mesh", "links")
 WIRINGS = ("rail_optimized", "single_switch")
 DIRECT_KINDS = ("torus", "hypercube", "genkautz", "edges")
@@ -186,6 +191,8 @@ class Topology:
             raise TopologyError(self.source, "servers", servers, "direct-connect topologies cannot be scaled")
         if not isinstance(servers, int) or servers < 1:
             raise TopologyError(self.source, "--servers", servers, "must be an integer >= 1")
+        if servers * self.gpus_per_server > MAX_RANKS:
+            raise TopologyError(self.source, "--servers", servers, f"at most {MAX_RANKS} GPUs in all")
         if servers > 1 and self.inter is None:
             raise TopologyError(self.source, "inter", None, "multi-server topologies need an 'inter' section")
         return replace(self, servers=servers)
@@ -438,6 +445,11 @@ def _intra_links(kind: str, m: int, bw: float, raw: Any, src: str) -> tuple[tupl
     return tuple(out)
 
 
+def _max_nodes(n: int, src: str, fld: str, value: object) -> None:
+    if n > MAX_RANKS:
+        raise TopologyError(src, fld, value, f"at most {MAX_RANKS} nodes")
+
+
 def _direct(d: Mapping[str, Any], src: str) -> DirectConnect:
     if not isinstance(d, Mapping):
         raise TopologyError(src, "direct", d, "must be a mapping with 'kind'")
@@ -458,6 +470,7 @@ def _direct(d: Mapping[str, Any], src: str) -> DirectConnect:
         n = 1
         for x in dims_t:
             n *= x
+            _max_nodes(n, src, "direct.dims", dims)
         params.append(("dims", dims_t))
         for node in range(n):
             coord, rest = [], node
@@ -476,6 +489,10 @@ def _direct(d: Mapping[str, Any], src: str) -> DirectConnect:
                         pairs.add((node, other))
     elif kind == "hypercube":
         dim = _pos_int(_req(d, "dimension", src, "direct.", "an integer >= 1"), src, "direct.dimension")
+        if dim > MAX_RANKS.bit_length() - 1:
+            raise TopologyError(
+                src, "direct.dimension", dim, f"at most {MAX_RANKS.bit_length() - 1} ({MAX_RANKS} nodes)"
+            )
         n = 2**dim
         params.append(("dimension", dim))
         for node in range(n):
@@ -483,7 +500,10 @@ def _direct(d: Mapping[str, Any], src: str) -> DirectConnect:
                 pairs.add((node, node ^ (1 << k)))
     elif kind == "genkautz":
         n = _pos_int(_req(d, "n", src, "direct.", "number of nodes >= 2"), src, "direct.n", 2)
+        _max_nodes(n, src, "direct.n", n)
         deg = _pos_int(_req(d, "degree", src, "direct.", "out-degree >= 1"), src, "direct.degree")
+        if deg > MAX_DEGREE:
+            raise TopologyError(src, "direct.degree", deg, f"at most {MAX_DEGREE}")
         params.extend([("n", n), ("degree", deg)])
         # Imase-Itoh generalized Kautz digraph: i -> (-i*d - q) mod n, q = 1..d (self loops dropped).
         for i in range(n):
@@ -493,6 +513,7 @@ def _direct(d: Mapping[str, Any], src: str) -> DirectConnect:
                     pairs.add((i, j))
     else:
         n = _pos_int(_req(d, "nodes", src, "direct.", "number of nodes >= 2"), src, "direct.nodes", 2)
+        _max_nodes(n, src, "direct.nodes", n)
         edges = _req(d, "edges", src, "direct.", "a list [[u, v, GB/s], ...]")
         if not isinstance(edges, list) or not edges:
             raise TopologyError(
@@ -547,6 +568,8 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
         return Topology(name, dc.nodes, 1, mem, None, None, dc, src)
     servers = _pos_int(data.get("servers", 1), src, "servers")
     m = _pos_int(_req(data, "gpus_per_server", src, "", "an integer >= 1"), src, "gpus_per_server")
+    if servers * m > MAX_RANKS:
+        raise TopologyError(src, "servers x gpus_per_server", servers * m, f"at most {MAX_RANKS} GPUs")
     intra_raw = data.get("intra")
     if m > 1 and intra_raw is None:
         raise TopologyError(src, "intra", None, "required when gpus_per_server > 1")
@@ -566,6 +589,13 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
             field="intra.bandwidth",
         )
     ilat = _lat(intra_raw.get("latency", 0.7), source=src, field="intra.latency")
+    if kind in ("full_mesh", "ring", "links") and m > MAX_FABRIC_GPUS:
+        raise TopologyError(
+            src,
+            "gpus_per_server",
+            m,
+            f"at most {MAX_FABRIC_GPUS} GPUs per server for fabric {kind} (switch: any)",
+        )
     if kind != "links" and "links" in intra_raw:
         raise TopologyError(src, "intra.links", intra_raw["links"], "only allowed with fabric: links")
     links = _intra_links(kind, m, ibw, intra_raw.get("links"), src)
@@ -617,8 +647,16 @@ def _read_mapping(path: Path) -> Any:
         return yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise TopologyError(
-            src, "", path.name, f"not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}"
+            src, "", path.name, f"not valid {path.suffix.lstrip('.') or 'YAML'}: {_one_line(exc)}"
         ) from exc
+
+
+def _one_line(exc: Exception) -> str:
+    """A parser error in one line: the problem and where (YAML's messages span several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "msg", None) or str(exc)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return " ".join(f"{problem}{where}".split())
 
 
 def preset_names() -> tuple[str, ...]:

@@ -37,15 +37,24 @@ import numpy.typing as npt
 
 from a2acc.errors import TrafficMatrixError
 from a2acc.fileio import atomic_write_bytes, atomic_write_text
+from a2acc.model.topology import MAX_RANKS
 
 Matrix = npt.NDArray[np.int64]
+# size limits, checked before anything is allocated from a matrix: ranks (MAX_RANKS, as topologies), and bytes a
+# rank sends or receives
+# (2**50 = 1 PiB keeps every sum exact in float64 and far from int64 overflow)
+MAX_RANK_BYTES = 2**50
 GENERATORS = ("balanced", "uniform", "zipf", "lognormal", "moe")
 
 
 def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> Matrix:
-    """Check that ``raw`` is a square matrix of finite non-negative integers; return it as int64."""
+    """Check that ``raw`` is a square matrix of finite non-negative integers within the size limits
+    (:data:`MAX_RANKS` ranks, :data:`MAX_RANK_BYTES` bytes sent or received per rank); return it as int64.
+
+    Strings, booleans and mixed lists are refused (a JSON matrix of ``"1"`` is not bytes); unsigned and float
+    entries are range-checked before any conversion, so nothing wraps silently."""
     try:
-        arr = np.asarray(raw, dtype=np.float64) if not isinstance(raw, np.ndarray) else raw
+        arr = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
     except (ValueError, TypeError) as exc:
         raise TrafficMatrixError(
             source, "matrix", "ragged or non-numeric", f"need an N x N numeric matrix ({exc})"
@@ -54,8 +63,25 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
         raise TrafficMatrixError(
             source, "shape", tuple(arr.shape), "the matrix must be square N x N with N >= 1"
         )
+    if arr.shape[0] > MAX_RANKS:
+        raise TrafficMatrixError(source, "shape", tuple(arr.shape), f"at most {MAX_RANKS} ranks")
     if arr.dtype.kind not in "iuf":
-        raise TrafficMatrixError(source, "dtype", str(arr.dtype), "entries must be numbers of bytes")
+        raise TrafficMatrixError(
+            source,
+            "dtype",
+            str(arr.dtype),
+            "entries must be numbers of bytes (integers, not strings or booleans)",
+        )
+    if arr.dtype.kind in "iu":
+        big = arr > MAX_RANK_BYTES
+        if big.any():
+            i, j = (int(x) for x in np.argwhere(big)[0])
+            raise TrafficMatrixError(
+                source,
+                f"entry [{i}][{j}]",
+                int(arr[i, j]),
+                f"at most {MAX_RANK_BYTES} bytes (2**50) per entry",
+            )
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr)
         if bad.any():
@@ -67,13 +93,31 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
             raise TrafficMatrixError(
                 source, f"entry [{i}][{j}]", float(arr[i, j]), "entries must be whole bytes"
             )
-        if (np.abs(arr) > 2**62).any():
-            raise TrafficMatrixError(source, "matrix", "overflow", "entries must be below 2**62 bytes")
+        big = np.abs(arr) > MAX_RANK_BYTES
+        if big.any():
+            i, j = (int(x) for x in np.argwhere(big)[0])
+            raise TrafficMatrixError(
+                source,
+                f"entry [{i}][{j}]",
+                float(arr[i, j]),
+                f"at most {MAX_RANK_BYTES} bytes (2**50) per entry",
+            )
     neg = arr < 0
     if neg.any():
         i, j = (int(x) for x in np.argwhere(neg)[0])
         raise TrafficMatrixError(source, f"entry [{i}][{j}]", arr[i, j].item(), "entries must be >= 0 bytes")
     out = np.ascontiguousarray(arr, dtype=np.int64)
+    # sums in float64 (exact below 2**53): an int64 sum could wrap
+    sums = (out.astype(np.float64).sum(axis=1), out.astype(np.float64).sum(axis=0))
+    for what, s in zip(("row", "column"), sums):
+        if float(s.max()) > MAX_RANK_BYTES:
+            r = int(np.argmax(s))
+            raise TrafficMatrixError(
+                source,
+                f"{what} {r}",
+                int(s[r]),
+                f"a rank sends and receives at most {MAX_RANK_BYTES} bytes (2**50)",
+            )
     if expect_ranks is not None and out.shape[0] != expect_ranks:
         raise TrafficMatrixError(
             source,
@@ -92,9 +136,12 @@ def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
     try:
         if suffix == ".npy":
             try:
-                raw: Any = np.load(p, allow_pickle=False)
-            except ValueError as exc:
-                raise TrafficMatrixError(src, "", p.name, f"not a valid .npy array file ({exc})") from exc
+                # memory-mapped: the header's shape is checked (validate_matrix) before the data is read
+                raw: Any = np.load(p, allow_pickle=False, mmap_mode="r")
+            except (ValueError, EOFError) as exc:
+                raise TrafficMatrixError(
+                    src, "", p.name, f"not a valid .npy array file ({exc or 'empty'})"
+                ) from exc
         else:
             text = p.read_text(encoding="utf-8")
             if suffix == ".json":
@@ -212,8 +259,8 @@ def generate(
     src = f"traffic gen {kind}"
     if kind not in GENERATORS:
         raise TrafficMatrixError(src, "KIND", kind, f"allowed generators: {', '.join(GENERATORS)}")
-    if nranks < 1:
-        raise TrafficMatrixError(src, "--ranks", nranks, "must be >= 1")
+    if nranks < 1 or nranks > MAX_RANKS:
+        raise TrafficMatrixError(src, "--ranks", nranks, f"must be in 1..{MAX_RANKS}")
     if align < 1:
         raise TrafficMatrixError(src, "--align", align, "must be >= 1 byte")
     if size is not None and size < 0:

@@ -26,7 +26,12 @@ def parse_size(text: str | int, *, source: str = "", field: str = "size") -> int
             raise InputError(
                 source, field, text, "use a byte count with an optional K/M/G/T suffix, e.g. 64M"
             )
-        value = int(float(m.group(1)) * _SIZE_MULT[m.group(2).upper()])
+        exact = float(m.group(1)) * _SIZE_MULT[m.group(2).upper()]
+        if exact != int(exact):
+            raise InputError(
+                source, field, text, "sizes are whole bytes (e.g. 1.5K = 1536 is fine, 100.7 is not)"
+            )
+        value = int(exact)
     if value < 0:
         raise InputError(source, field, text, "sizes must be non-negative")
     return value
@@ -66,17 +71,28 @@ def parse_size_range(text: str, *, source: str = "", field: str = "--sizes") -> 
 
 
 _BW_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z/]*)\s*$")
+# Case matters, as network people write it: B is bytes, b is bits ("400Gbps" = 50 GB/s). Spellings that mix
+# cases ("gbps", "GBPS") are ambiguous and refused with the list below.
 _BW_UNITS = {
     "": 1.0,
-    "gb/s": 1.0,
-    "gbyte/s": 1.0,
-    "gbps": 1.0 / 8.0,
-    "gbit/s": 1.0 / 8.0,
-    "tb/s": 1000.0,
-    "tbps": 1000.0 / 8.0,
-    "mb/s": 1e-3,
-    "mbps": 1e-3 / 8.0,
+    "GB/s": 1.0,
+    "GBps": 1.0,
+    "GByte/s": 1.0,
+    "Gb/s": 1.0 / 8.0,
+    "Gbps": 1.0 / 8.0,
+    "Gbit/s": 1.0 / 8.0,
+    "TB/s": 1000.0,
+    "TBps": 1000.0,
+    "Tb/s": 1000.0 / 8.0,
+    "Tbps": 1000.0 / 8.0,
+    "Tbit/s": 1000.0 / 8.0,
+    "MB/s": 1e-3,
+    "MBps": 1e-3,
+    "Mb/s": 1e-3 / 8.0,
+    "Mbps": 1e-3 / 8.0,
+    "Mbit/s": 1e-3 / 8.0,
 }
+_BW_ACCEPTED = ", ".join(k for k in _BW_UNITS if k)
 _LAT_UNITS = {"": 1.0, "us": 1.0, "ns": 1e-3, "ms": 1e3, "s": 1e6}
 
 
@@ -88,10 +104,13 @@ def parse_bandwidth(value: object, *, source: str, field: str, error: type[Input
         gbs = float(value)
     elif isinstance(value, str):
         m = _BW_RE.match(value)
-        unit = m.group(2).lower() if m else None
+        unit = m.group(2) if m else None
         if not m or unit not in _BW_UNITS:
             raise error(
-                source, field, value, "give GB/s as a number or a string with unit GB/s, Gbps, TB/s, Mbps"
+                source,
+                field,
+                value,
+                f"give GB/s as a number, or a number with one of the units {_BW_ACCEPTED} (B = bytes, b = bits)",
             )
         gbs = float(m.group(1)) * _BW_UNITS[unit]
     else:
