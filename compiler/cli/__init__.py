@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as exc:  # an unwritable -o path, a full disk, a missing directory
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"a2acc: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"a2acc: error: {where}cannot read or write it ({exc.strerror or exc})", file=sys.stderr)
         return 2
 
 
