@@ -25,6 +25,7 @@ detail ``B_near(n) = (n - 1) * 150 GB/s`` (:func:`alps_b_near`) and the 2D trans
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -121,76 +122,27 @@ def peak_model_per_gpu(traffic: npt.NDArray[np.int64], topo: Topology) -> float:
     return float(max(terms))
 
 
-def mcf_bound(traffic: npt.NDArray[np.int64], topo: Topology, max_vars: int = 400_000) -> float | None:
-    """Max-concurrent-flow lower bound (seconds) via HiGHS; None if the LP would be too large.
+def mcf_bound(traffic: npt.NDArray[np.int64], topo: Topology, max_vars: int = 600_000) -> float | None:
+    """Max-concurrent-flow lower bound (seconds): the link-based MCF optimum (:func:`a2acc.flows.mcf.link_mcf`)
+    when it has at most ``max_vars`` variables, else the relaxed master LP of the decomposition
+    (:func:`a2acc.flows.decompose.master`, sources merged into groups: still a valid lower bound). Local copies
+    are excluded (no edge carries them). None if HiGHS finds no solution."""
+    from a2acc.flows.decompose import group_sources, master
+    from a2acc.flows.mcf import link_mcf
+    from a2acc.flows.network import FlowNetwork
 
-    Variables f[s, e] >= 0 (bytes of source s's data on edge e) and T (time). For every source s and node v:
-    outflow - inflow = supply (s: its bytes to others; v a GPU: -bytes from s; switches/NICs: 0);
-    for every edge: sum_s f[s, e] <= bw(e) * T. Minimise T. Local copies are excluded (no edge carries them).
-    """
-    import highspy
-
-    n = topo.nranks
+    net = FlowNetwork.of(topo)
     t = traffic.astype(np.float64).copy()
     np.fill_diagonal(t, 0.0)
-    sources = [s for s in range(n) if t[s].sum() > 0]
-    if not sources:
+    srcs = np.flatnonzero(t.sum(axis=1) > 0)
+    if srcs.size == 0:
         return 0.0
-    edges = topo.link_names
-    bws = np.array(topo.link_bandwidths)
-    ne = len(edges)
-    nodes = sorted({u for u, _ in edges} | {v for _, v in edges})
-    idx = {v: i for i, v in enumerate(nodes)}
-    nv = len(nodes)
-    ns = len(sources)
-    nvar = ns * ne + 1
-    if nvar > max_vars:
-        return None
-    scale = float(t.max())  # keep coefficients O(1): flows in units of the largest entry
-    col_cost = np.zeros(nvar)
-    col_cost[-1] = 1.0
-    starts: list[int] = []
-    index: list[int] = []
-    value: list[float] = []
-    # rows: ns*nv conservation rows, then ne capacity rows
-    for k in range(ns):
-        for e, (u, v) in enumerate(edges):
-            starts.append(len(index))
-            index.extend((k * nv + idx[u], k * nv + idx[v], ns * nv + e))
-            value.extend((1.0, -1.0, 1.0))
-    starts.append(len(index))
-    for e in range(ne):  # the T column: -bw * T in every capacity row
-        index.append(ns * nv + e)
-        value.append(-bws[e] / scale)
-    starts.append(len(index))
-    row_lo = np.zeros(ns * nv + ne)
-    row_hi = np.zeros(ns * nv + ne)
-    for k, s in enumerate(sources):
-        for d in range(n):
-            supply = t[s].sum() / scale if d == s else -t[s, d] / scale
-            r = k * nv + idx[f"g{d}"]
-            row_lo[r] = row_hi[r] = supply
-    row_lo[ns * nv :] = -highspy.kHighsInf
-    lp = highspy.HighsLp()
-    lp.num_col_ = nvar
-    lp.num_row_ = ns * nv + ne
-    lp.col_cost_ = col_cost
-    lp.col_lower_ = np.zeros(nvar)
-    lp.col_upper_ = np.full(nvar, highspy.kHighsInf)
-    lp.row_lower_ = row_lo
-    lp.row_upper_ = row_hi
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
-    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
-    lp.a_matrix_.value_ = np.array(value)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
-    h.passModel(lp)
-    h.run()
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        return None
-    return float(h.getInfo().objective_function_value)
+    if srcs.size * net.nedges <= max_vars:
+        flow = link_mcf(net, t, acyclic=False)
+        return None if flow is None else flow.time_s
+    groups = max(2, -(-srcs.size * net.nedges // max_vars))
+    bound, _secs = master(net, t, group_sources(srcs, groups), None)
+    return None if math.isnan(bound) else bound
 
 
 def lower_bounds(traffic: npt.NDArray[np.int64], topo: Topology, *, mcf: bool = False) -> BoundsReport:

@@ -52,6 +52,17 @@ def add_opt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--opt", "-O", action="append", default=[], metavar="KEY=VALUE", help=OPT_HELP)
 
 
+def add_time_limit_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds an LP planner may spend per solve (mcf); the best feasible plan found is returned and "
+        "marked not proven optimal",
+    )
+
+
 def add_timings_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timings", action="store_true", help="print the time of each pipeline phase")
 
@@ -72,4 +83,18 @@ def resolve_opts(
             lines += describe(tcls, f"options of backend '{backend}'")
         print("\n".join(lines))
         return None
-    return route(split_pairs(args.opt), pcls, tcls)
+    pairs = split_pairs(args.opt)
+    limit = getattr(args, "time_limit", None)
+    if limit is not None:
+        import dataclasses
+
+        from a2acc.errors import InputError
+
+        if "time_limit" not in {f.name for f in dataclasses.fields(pcls)}:
+            raise InputError(
+                "", "--time-limit", limit, f"planner '{algorithm}' has no time limit (it solves no LP)"
+            )
+        if not limit > 0:
+            raise InputError("", "--time-limit", limit, "seconds > 0")
+        pairs.append(("planner.time_limit", str(limit)))
+    return route(pairs, pcls, tcls)

@@ -7,6 +7,7 @@ import argparse
 from a2acc.backends import TARGETS
 from a2acc.cli.common import (
     add_opt_args,
+    add_time_limit_arg,
     add_timings_arg,
     add_topology_args,
     add_traffic_arg,
@@ -42,6 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--algorithm", "-a", default=DEFAULT_ALGORITHM)
     p.add_argument("--backend", "-b", default="msccl-xml", help=f"one of {', '.join(sorted(TARGETS))}")
     add_opt_args(p)
+    add_time_limit_arg(p)
     p.add_argument(
         "--max-padding",
         default="auto",

@@ -6,6 +6,7 @@ import argparse
 
 from a2acc.cli.common import (
     add_opt_args,
+    add_time_limit_arg,
     add_timings_arg,
     add_topology_args,
     add_traffic_arg,
@@ -39,6 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--algorithm", "-a", default=DEFAULT_ALGORITHM, help=f"planner name (default {DEFAULT_ALGORITHM})"
     )
     add_opt_args(p)
+    add_time_limit_arg(p)
     p.add_argument("--unit", default=None, help="chunk unit in bytes (default: chosen from --target-chunks)")
     p.add_argument(
         "--target-chunks",
@@ -82,9 +84,18 @@ def _run(args: argparse.Namespace) -> int:
         f"wrote {args.output}: {args.algorithm}, {len(prog.ops)} ops, unit {format_bytes(prog.unit_bytes)}, "
         f"padding {100 * pad:.2f}%, planned+verified in {res.total_s * 1e3:.1f} ms"
     )
-    scalars = {k: v for k, v in sorted(prog.meta.items()) if isinstance(v, (int, float, str)) and v != ""}
+    scalars = {
+        k: v
+        for k, v in sorted(prog.meta.items())
+        if isinstance(v, (int, float, str)) and v != "" and k != "note"
+    }
     if scalars:
-        print("planner    : " + ", ".join(f"{k}={v}" for k, v in scalars.items()))
+        print(
+            "planner    : "
+            + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in scalars.items())
+        )
+    if prog.meta.get("note"):
+        print(f"note       : {prog.meta['note']}")
     if args.timings:
         print("\n".join(res.timing_lines()))
     return 0

@@ -68,7 +68,18 @@ DIRECT_KINDS = ("torus", "hypercube", "genkautz", "edges")
 _TOP_KEYS = ("version", "name", "servers", "gpus_per_server", "memory_bandwidth", "intra", "inter", "direct")
 _INTRA_KEYS = ("fabric", "bandwidth", "latency", "links")
 _INTER_KEYS = ("nics_per_server", "bandwidth", "latency", "wiring")
-_DIRECT_KEYS = ("kind", "dims", "dimension", "n", "degree", "nodes", "edges", "bandwidth", "latency")
+_DIRECT_KEYS = (
+    "kind",
+    "dims",
+    "dimension",
+    "n",
+    "degree",
+    "nodes",
+    "edges",
+    "bandwidth",
+    "latency",
+    "removed",
+)
 
 #: DGX-1 / NDv2 (V100) hybrid cube-mesh: NVLink counts between local GPUs (each GPU has 6 links).
 #: Same link counts as msccl-tools ``msccl/topologies/nvidia.py`` (DGX-1) and TE-CCL ``topologies/ndv2.py``.
@@ -536,6 +547,19 @@ def _direct(d: Mapping[str, Any], src: str) -> DirectConnect:
         if explicit
         else tuple((u, v, bw) for u, v in sorted(pairs))
     )
+    removed = d.get("removed")
+    if removed is not None:  # a punctured graph: failed or missing links, both directions
+        if not isinstance(removed, list):
+            raise TopologyError(src, "direct.removed", removed, "a list of links [[u, v], ...] to remove")
+        present = {(u, v) for u, v, _w in edge_list}
+        gone: set[tuple[int, int]] = set()
+        for i, item in enumerate(removed):
+            fld = f"direct.removed[{i}]"
+            if not isinstance(item, list) or len(item) != 2 or (item[0], item[1]) not in present:
+                raise TopologyError(src, fld, item, "each removed link is [u, v], a link of the graph")
+            gone |= {(item[0], item[1]), (item[1], item[0])}
+        edge_list = tuple(x for x in edge_list if (x[0], x[1]) not in gone)
+        params.append(("removed", tuple(sorted(gone))))
     dc = DirectConnect(kind, n, edge_list, bw, lat, tuple(params))
     gg: nx.DiGraph = nx.DiGraph()
     gg.add_nodes_from(range(n))

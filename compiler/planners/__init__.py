@@ -70,6 +70,7 @@ PLANNERS: dict[str, PlannerInfo] = {
         PlannerInfo(
             "hierarchical", "a2acc.planners.hierarchical", "MSCCL relay: gather at one GPU, cross, scatter"
         ),
+        PlannerInfo("mcf", "a2acc.planners.mcf", "max-concurrent multi-commodity flow LP (HiGHS), relays"),
     )
 }
 
