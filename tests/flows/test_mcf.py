@@ -1,0 +1,121 @@
+"""MCF formulations against closed forms, exact path decomposition, the decomposition's bounds."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from a2acc.flows.decompose import decomposed_mcf
+from a2acc.flows.mcf import hop_distances, link_mcf, path_mcf, time_stepped_mcf
+from a2acc.flows.network import FlowNetwork
+from a2acc.flows.paths import chunk_split, peel
+from a2acc.model.topology import parse_topology
+
+B = 1e9  # 1 GB/s links
+M = 1e9  # 1 GB per pair
+
+
+def _topo(direct: dict) -> FlowNetwork:
+    t = parse_topology({"version": 1, "name": "t", "direct": {**direct, "bandwidth": 1, "latency": 0}}, "t")
+    return FlowNetwork.of(t)
+
+
+def _uniform(n: int) -> np.ndarray:
+    d = np.full((n, n), int(M))
+    np.fill_diagonal(d, 0)
+    return d
+
+
+# optimal all-to-all time for uniform demand M on edge-transitive graphs: sum of distances over capacity
+CLOSED_FORMS = [
+    ("ring 8", {"kind": "torus", "dims": [8]}, M * 16 / (2 * B)),  # sum_k min(k, 8-k) = 16 over 2 links
+    ("ring 7", {"kind": "torus", "dims": [7]}, M * 12 / (2 * B)),
+    ("torus 4x4", {"kind": "torus", "dims": [4, 4]}, M * 4**3 / (8 * B)),  # k^3/2 hop-bytes over 4 links
+    ("hypercube 4", {"kind": "hypercube", "dimension": 4}, M * 16 / (2 * B)),  # N/2 per node
+    (
+        "complete 6",
+        {"kind": "edges", "nodes": 6, "edges": [[a, b] for a in range(6) for b in range(a + 1, 6)]},
+        M / B,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "direct", "expect"), CLOSED_FORMS, ids=[c[0] for c in CLOSED_FORMS])
+def test_closed_forms(name, direct, expect):
+    net = _topo(direct)
+    d = _uniform(len(net.rank_node))
+    assert link_mcf(net, d).time_s == pytest.approx(expect, rel=1e-6)
+    assert path_mcf(net, d, k=4).time_s == pytest.approx(expect, rel=1e-6)  # shortest paths suffice here
+    diam = int(hop_distances(net).max())
+    stepped = time_stepped_mcf(net, d, diam + 1)
+    assert stepped is not None and stepped.time_s >= expect * (1 - 1e-6)
+    assert time_stepped_mcf(net, d, diam - 1) is None or diam == 1  # fewer epochs than hops: infeasible
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([[3, 3], [4, 2], [5]]))
+def test_peeling_conserves_flow_exactly(seed, dims):
+    net = _topo({"kind": "torus", "dims": dims})
+    n = len(net.rank_node)
+    d = np.random.default_rng(seed).integers(0, 10**6, (n, n))
+    np.fill_diagonal(d, 0)
+    lf = link_mcf(net, d)
+    for k, s in enumerate(lf.sources.tolist()):
+        dem = np.zeros(net.nnodes)
+        dem[net.rank_node] = d[s]
+        tol = 1e-9 * dem.sum()
+        used = np.zeros(net.nedges)
+        got = np.zeros(net.nnodes)
+        for v, walk, amount in peel(
+            net.nnodes, net.tail, net.head, lf.flow[k], int(net.rank_node[s]), dem, tol
+        ):
+            assert int(net.tail[walk[0]]) == net.rank_node[s] and int(net.head[walk[-1]]) == v
+            assert all(int(net.head[a]) == int(net.tail[b]) for a, b in itertools.pairwise(walk))
+            used[walk] += amount
+            got[v] += amount
+        assert np.allclose(got, dem, rtol=1e-6, atol=1.0)
+        assert np.allclose(used, lf.flow[k], rtol=1e-6, atol=1.0)
+
+
+def test_chunk_split_is_exact():
+    assert chunk_split(10, [1, 1, 1]) == [4, 3, 3]
+    assert chunk_split(5, [0.7, 0.2, 0.1]) == [4, 1, 0]
+    assert sum(chunk_split(997, np.random.default_rng(1).random(13))) == 997
+
+
+def _moore_bound(n: int, d: int) -> float:
+    """Fewest total hops from one node to all others in any d-regular digraph: d at 1 hop, d^2 at 2, ..."""
+    left, k, hops = n - 1, 1, 0
+    while left > 0:
+        take = min(left, d**k)
+        hops += take * k
+        left -= take
+        k += 1
+    return float(hops)
+
+
+@pytest.mark.parametrize(("n", "deg"), [(16, 2), (32, 3), (27, 3)])
+def test_genkautz_meets_the_degree_bound(n, deg):
+    """The N log_d N lower bound (Moore bound on distances) holds, and GenKautz comes close to it."""
+    net = _topo({"kind": "genkautz", "n": n, "degree": deg})
+    t = link_mcf(net, _uniform(n)).time_s
+    lower = M * n * _moore_bound(n, deg) / (n * deg * B)  # all hop-bytes over all link capacity
+    assert t >= lower * (1 - 1e-6)
+    assert t <= 1.45 * lower  # measured 1.35 (16, 2), closer at higher degree
+    assert lower >= M * (n - 1) * (math.log(n, deg) - 2) / (deg * B)  # Omega(N log_d N) shape
+
+
+def test_decomposition_brackets_the_optimum():
+    net = _topo({"kind": "torus", "dims": [4, 4]})
+    d = np.random.default_rng(3).integers(1, 10**6, (16, 16))
+    opt = link_mcf(net, d).time_s
+    for formulation in ("link", "path"):
+        dc = decomposed_mcf(net, d, groups=4, formulation=formulation, rounds=3)
+        assert dc is not None
+        assert dc.bound_s <= opt * (1 + 1e-6) <= dc.time_s * (1 + 1e-6)
+        assert dc.time_s <= 1.6 * opt
