@@ -1,27 +1,35 @@
-"""Reference interpreter of MSCCL XML (spec §3-8, §15): static rules, execution, races, postcondition.
+"""Reference interpreter of MSCCL XML as msccl-executor-nccl and RCCL's MSCCL run it: static rules, execution,
+races, postcondition.
 
-1. **Static rules** (spec §15, collected, not first-error): contiguous tb ids, one tb per (send peer, chan) and
-   per (recv peer, chan), ``chan < nchannels``, steps numbered 0..n-1, <= 64 steps per tb (nops included),
-   1 <= cnt <= 71 on real steps, step kinds allowed by the tb's peers (and by the RCCL dialect), dependency
-   targets in range with ``hasdep=1``, ids <= 127, nops followed by a real step with a dependency and never
-   ``hasdep=1``, offsets within the buffer capacities of the collective, <= 64 tbs on RCCL, <= 32 tbs with a
-   send (recv) peer per channel.
-2. **Execution** at chunk granularity: every tb is a sequential process; a step runs when its dependencies
-   (its own plus folded nops, flag rule of §7) are satisfied, its input FIFO is non-empty (receive kinds) and
-   its output FIFO has room under capacity K (send kinds; fused ``rcs``/``rrs``/``rrcs`` pop first, then push:
-   two-phase). FIFOs are per connection (sender, receiver, channel); the k-th send pairs with the k-th
-   receive and their ``cnt`` must match. No progress with work left is a **deadlock**, printed as a wait
-   cycle between tbs.
+1. **Static rules** (collected, not first-error; the limits of msccl-executor-nccl's
+   ``src/include/msccl/msccl_struct.h`` and what its parser ``src/misc/msccl/msccl_parser.cc`` and kernel need):
+   contiguous tb ids, one tb per (send peer, chan) and per (recv peer, chan), ``chan < nchannels``, steps
+   numbered 0..n-1, <= 64 steps per tb (nops included), 1 <= cnt <= 71 on real steps, step kinds allowed by the
+   tb's peers (and by the RCCL dialect), dependency targets in range with ``hasdep=1``, ids <= 127, nops
+   followed by a real step with a dependency and never ``hasdep=1``, offsets within the buffer capacities of
+   the collective, <= 64 tbs on RCCL, <= 32 tbs with a send (recv) peer per channel.
+2. **Execution** at chunk granularity, as the interpreter kernel (``src/device/msccl_kernel.cu``,
+   ``mscclRunInterpreter``) runs it: every tb is a sequential process; a step runs when its dependencies (its
+   own plus folded nops; a wait on tb b step t is released once b completed some ``hasdep`` step >= t) are
+   satisfied, its input FIFO is non-empty (receive kinds) and its output FIFO has room under capacity K (send
+   kinds; fused ``rcs``/``rrs``/``rrcs`` pop first, then push: two-phase). FIFOs are per connection (sender,
+   receiver, channel); the k-th send pairs with the k-th receive and their ``cnt`` must match. No progress
+   with work left is a **deadlock**, printed as a wait cycle between tbs. :func:`run` drives a
+   :class:`_Machine` (state, steps by kind, worklist, final report).
 3. **Races** by vector clocks: happens-before = program order, send -> matching receive, ``hasdep`` step ->
    released waiter. Any two accesses to a (rank, buffer, chunk), not both reads and not ordered, are a race.
 4. **Postcondition** for ``alltoall`` (or an a2acc manifest's all-to-all-v layout), ``allgather`` and
-   ``allreduce`` (multisets), with in-place aliasing per spec §3. Leftover FIFO messages are errors.
+   ``allreduce`` (multisets), with the in-place aliasing the executors' algorithm selection implies
+   (``mscclInternalSchedulerSelectAlgo`` in ``src/misc/msccl/msccl_lifecycle.cc``). Leftover FIFO messages are
+   errors.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import networkx as nx
 import numpy as np
@@ -62,7 +70,9 @@ class InterpResult:
 
 
 def capacities(algo: Algo) -> tuple[int, int]:
-    """Real input/output capacity in chunks for the collective (spec §3)."""
+    """Real input/output capacity in chunks for the collective: C each, except one rank's share (C/N) for
+    allgather's input and reducescatter's output (the executor's ``sizeMultiplier``, msccl-executor-nccl's
+    ``src/misc/msccl/msccl_parser.cc`` and ``src/misc/msccl/msccl_setup.cc``)."""
     c, n = algo.nchunksperloop, max(algo.ngpus, 1)
     if algo.coll == "allgather":
         return c // n, c
@@ -221,9 +231,16 @@ def _check_range(errs: list[str], sw: str, st: Step, cap_i: int, cap_o: int, cap
 
 
 # ---------------------------------------------------------------------- execution
+# a chunk's value: the sorted input chunk ids reduced into it, None while unwritten
+_Cell: TypeAlias = tuple[int, ...] | None
+_BufKey: TypeAlias = tuple[int, str]  # (rank, physical buffer i/o/s)
+_Conn: TypeAlias = tuple[int, int, int]  # (sender rank, receiver rank, channel)
+_Event: TypeAlias = tuple[object, ...]  # ("flag", pid) | ("data", conn) | ("room", conn)
+
+
 @dataclass
 class _Msg:
-    vals: list[tuple[int, ...]]
+    vals: list[_Cell]
     cnt: int
     clock: np.ndarray
     where: str
@@ -238,112 +255,162 @@ def run(
     max_errors: int = 100,
 ) -> InterpResult:
     """Execute ``algo`` with FIFO capacity ``k``; check races and the postcondition."""
-    res = InterpResult()
-    n = algo.ngpus
-    cap_i, cap_o = capacities(algo)
-    c = algo.nchunksperloop
-    per = c // n if n else 0
-    gpus = sorted(algo.gpus, key=lambda g: g.id)
-    # ---- memory: dict (rank, buf) -> list of values; aliasing for in-place
-    mem: dict[tuple[int, str], list[tuple[int, ...] | None]] = {}
-    alias: dict[tuple[int, str], tuple[str, int]] = {}
-    for g in gpus:
-        r = g.id
-        s_cap = g.s_chunks
-        if inplace and algo.coll == "allgather":
-            mem[(r, "o")] = [None] * cap_o
-            for j in range(cap_i):
-                mem[(r, "o")][r * per + j] = (r * cap_i + j,)
-            alias[(r, "i")] = ("o", r * per)
-        elif inplace and algo.coll == "reducescatter":
-            mem[(r, "i")] = [(r * cap_i + j,) for j in range(cap_i)]
-            alias[(r, "o")] = ("i", r * (c // n))
-        elif inplace:
-            mem[(r, "i")] = [(r * cap_i + j,) for j in range(cap_i)]
-            alias[(r, "o")] = ("i", 0)
-        else:
-            mem[(r, "i")] = [(r * cap_i + j,) for j in range(cap_i)]
-            mem[(r, "o")] = [None] * cap_o
-        mem[(r, "s")] = [None] * s_cap
+    m = _Machine(algo, k, inplace, max_errors)
+    m.run_worklist()
+    return m.report(layout)
 
-    def loc(r: int, b: str, off: int) -> tuple[tuple[int, str], int]:
-        if (r, b) in alias:
-            tb_, base = alias[(r, b)]
+
+class _Machine:
+    """One execution of an Algo: memory, FIFOs, vector clocks and program counters of every tb (a process,
+    ``pid``), the access history for race detection and the event-driven worklist."""
+
+    def __init__(self, algo: Algo, k: int, inplace: bool, max_errors: int) -> None:
+        self.algo = algo
+        self.k = k
+        self.inplace = inplace
+        self.max_errors = max_errors
+        self.res = InterpResult()
+        self.cap_i, self.cap_o = capacities(algo)
+        self.gpus = sorted(algo.gpus, key=lambda g: g.id)
+        self.races = 0
+        self.steps_run = 0
+        self.setup_memory()
+        self.setup_processes()
+        self.setup_access_tracking()
+        self.setup_worklist()
+
+    # ------------------------------------------------------------------ state
+    def setup_memory(self) -> None:
+        """Per (rank, buffer) a list of chunk values: input chunk j of rank r holds ``(r * cap_i + j,)``, output
+        and scratch start unwritten. In-place runs alias one buffer into the other (``alias``: name -> (real
+        buffer, base offset)) the way the executors' selection does for ``sendbuff``/``recvbuff``
+        (``mscclInternalSchedulerSelectAlgo`` in msccl-executor-nccl's ``src/misc/msccl/msccl_lifecycle.cc``)."""
+        algo, cap_i, cap_o = self.algo, self.cap_i, self.cap_o
+        n = algo.ngpus
+        c = algo.nchunksperloop
+        per = c // n if n else 0
+        self.mem: dict[_BufKey, list[_Cell]] = {}
+        self.alias: dict[_BufKey, tuple[str, int]] = {}
+        mem, alias, inplace = self.mem, self.alias, self.inplace
+        for g in self.gpus:
+            r = g.id
+            s_cap = g.s_chunks
+            if inplace and algo.coll == "allgather":
+                mem[(r, "o")] = [None] * cap_o
+                for j in range(cap_i):
+                    mem[(r, "o")][r * per + j] = (r * cap_i + j,)
+                alias[(r, "i")] = ("o", r * per)
+            elif inplace and algo.coll == "reducescatter":
+                mem[(r, "i")] = [(r * cap_i + j,) for j in range(cap_i)]
+                alias[(r, "o")] = ("i", r * (c // n))
+            elif inplace:
+                mem[(r, "i")] = [(r * cap_i + j,) for j in range(cap_i)]
+                alias[(r, "o")] = ("i", 0)
+            else:
+                mem[(r, "i")] = [(r * cap_i + j,) for j in range(cap_i)]
+                mem[(r, "o")] = [None] * cap_o
+            mem[(r, "s")] = [None] * s_cap
+
+    def setup_processes(self) -> None:
+        """One process per tb (in rank, tb id order) with its program counter, fused-op phase, vector clock and
+        completed ``hasdep`` steps; the FIFOs per connection; and per real step its folded dependencies (those
+        of the nops before it plus its own, as the parser gathers them)."""
+        self.tbs: list[tuple[int, Tb]] = [
+            (g.id, t) for g in self.gpus for t in sorted(g.tbs, key=lambda t: t.id)
+        ]
+        self.pid_of = {(r, t.id): i for i, (r, t) in enumerate(self.tbs)}
+        np_ = len(self.tbs)
+        self.pc = [0] * np_
+        self.phase = [0] * np_  # 1: a fused receive-and-send step has received and waits to send
+        self.pending_val: list[list[_Cell] | None] = [None] * np_
+        self.clock = [np.zeros(np_, dtype=np.int64) for _ in range(np_)]
+        self.flags: list[list[tuple[int, np.ndarray]]] = [
+            [] for _ in range(np_)
+        ]  # completed hasdep: (s, clock)
+        self.fifos: dict[_Conn, deque[_Msg]] = {}
+        self.folded: list[list[list[tuple[int, int]]]] = []
+        for _r, t in self.tbs:
+            lst: list[list[tuple[int, int]]] = []
+            acc: list[tuple[int, int]] = []
+            for st in t.steps:
+                if st.depid >= 0:
+                    acc.append((st.depid, st.deps))
+                if st.type == "nop":
+                    lst.append([])
+                    continue
+                lst.append(acc)
+                acc = []
+            self.folded.append(lst)
+
+    def setup_access_tracking(self) -> None:
+        """Access history per physical buffer: last writer (pid, time) and last reader (pid, time) per chunk as
+        numpy arrays; chunks read by several tbs since their last write keep the extra readers in a small dict.
+        ``where_of`` names the step behind a (pid, time) for race messages."""
+        self.wp: dict[_BufKey, np.ndarray] = {}
+        self.wt: dict[_BufKey, np.ndarray] = {}
+        self.rp: dict[_BufKey, np.ndarray] = {}
+        self.rt: dict[_BufKey, np.ndarray] = {}
+        self.extra_r: dict[_BufKey, dict[int, list[tuple[int, int]]]] = {}
+        self.where_of: dict[tuple[int, int], str] = {}
+        for kb, arr in self.mem.items():
+            self.wp[kb] = np.full(len(arr), -1, dtype=np.int64)
+            self.wt[kb] = np.zeros(len(arr), dtype=np.int64)
+            self.rp[kb] = np.full(len(arr), -1, dtype=np.int64)
+            self.rt[kb] = np.zeros(len(arr), dtype=np.int64)
+            self.extra_r[kb] = {}
+
+    def err(self, msg: str) -> None:
+        if len(self.res.errors) < self.max_errors:
+            self.res.errors.append(msg)
+
+    def loc(self, r: int, b: str, off: int) -> tuple[_BufKey, int]:
+        """The physical buffer and offset behind ``b[off]`` of rank ``r`` (in-place aliasing applied)."""
+        if (r, b) in self.alias:
+            tb_, base = self.alias[(r, b)]
             return (r, tb_), base + off
         return (r, b), off
 
-    # ---- processes
-    tbs: list[tuple[int, Tb]] = [(g.id, t) for g in gpus for t in sorted(g.tbs, key=lambda t: t.id)]
-    pid_of = {(r, t.id): i for i, (r, t) in enumerate(tbs)}
-    np_ = len(tbs)
-    pc = [0] * np_
-    phase = [0] * np_
-    pending_val: list[list[tuple[int, ...]] | None] = [None] * np_
-    clock = [np.zeros(np_, dtype=np.int64) for _ in range(np_)]
-    flags: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(np_)]  # completed hasdep steps: (s, clock)
-    fifos: dict[tuple[int, int, int], deque[_Msg]] = {}
-    # folded dependencies: for each real step, the list of (depid, deps) from preceding nops and itself
-    folded: list[list[list[tuple[int, int]]]] = []
-    for _r, t in tbs:
-        lst: list[list[tuple[int, int]]] = []
-        acc: list[tuple[int, int]] = []
-        for st in t.steps:
-            if st.depid >= 0:
-                acc.append((st.depid, st.deps))
-            if st.type == "nop":
-                lst.append([])
-                continue
-            lst.append(acc)
-            acc = []
-        folded.append(lst)
-    # access tracking per physical buffer: last writer (pid, time) and last reader (pid, time) per chunk as numpy
-    # arrays; chunks read by several tbs since their last write keep the extra readers in a small dict
-    wp: dict[tuple[int, str], np.ndarray] = {}
-    wt: dict[tuple[int, str], np.ndarray] = {}
-    rp: dict[tuple[int, str], np.ndarray] = {}
-    rt: dict[tuple[int, str], np.ndarray] = {}
-    extra_r: dict[tuple[int, str], dict[int, list[tuple[int, int]]]] = {}
-    where_of: dict[tuple[int, int], str] = {}
-    for kb, arr in mem.items():
-        wp[kb] = np.full(len(arr), -1, dtype=np.int64)
-        wt[kb] = np.zeros(len(arr), dtype=np.int64)
-        rp[kb] = np.full(len(arr), -1, dtype=np.int64)
-        rt[kb] = np.zeros(len(arr), dtype=np.int64)
-        extra_r[kb] = {}
-    races = 0
+    def getv(self, r: int, b: str, off: int, cnt: int) -> list[_Cell]:
+        key_buf, base = self.loc(r, b, off)
+        return self.mem[key_buf][base : base + cnt]
 
-    def err(msg: str) -> None:
-        if len(res.errors) < max_errors:
-            res.errors.append(msg)
+    def setv(self, r: int, b: str, off: int, vals: list[_Cell]) -> None:
+        key_buf, base = self.loc(r, b, off)
+        self.mem[key_buf][base : base + len(vals)] = vals
 
-    def unordered(pids: np.ndarray, ts: np.ndarray, pid: int) -> np.ndarray:
-        vc = clock[pid]
+    # ------------------------------------------------------------------ races
+    def unordered(self, pids: np.ndarray, ts: np.ndarray, pid: int) -> np.ndarray:
+        """Which of the accesses (pid, time) in ``pids``/``ts`` do not happen before ``pid``'s current time."""
+        vc = self.clock[pid]
         ok = pids >= 0
         return ok & (pids != pid) & (vc[np.where(ok, pids, 0)] < ts)
 
-    def access(pid: int, r: int, b: str, off: int, cnt: int, write: bool, where: str) -> None:
-        nonlocal races
-        kb, base = loc(r, b, off)
+    def access(self, pid: int, r: int, b: str, off: int, cnt: int, write: bool, where: str) -> None:
+        """Record a read or write of ``b[off..off+cnt)`` on rank ``r`` by ``pid``, reporting the first chunk
+        whose previous write (for any access) or previous reads (for a write) are not ordered before it."""
+        kb, base = self.loc(r, b, off)
         lo, hi = base, base + cnt
+        clock = self.clock
+        wp, wt, rp, rt = self.wp[kb], self.wt[kb], self.rp[kb], self.rt[kb]
         now = int(clock[pid][pid])
-        where_of[(pid, now)] = where
-        w_slice = wp[kb][lo:hi]
-        bad = unordered(w_slice, wt[kb][lo:hi], pid) if w_slice.max() >= 0 else None
+        self.where_of[(pid, now)] = where
+        w_slice = wp[lo:hi]
+        bad = self.unordered(w_slice, wt[lo:hi], pid) if w_slice.max() >= 0 else None
         if bad is not None and bad.any():
             j = int(np.flatnonzero(bad)[0])
-            w = where_of.get((int(wp[kb][lo + j]), int(wt[kb][lo + j])), "another tb")
-            err(
+            w = self.where_of.get((int(wp[lo + j]), int(wt[lo + j])), "another tb")
+            self.err(
                 f"race: {where} {'writes' if write else 'reads'} rank {r} {b}[{lo + j}] written by {w} without ordering"
             )
-            races += 1
+            self.races += 1
         if write:
-            r_slice = rp[kb][lo:hi]
+            r_slice = rp[lo:hi]
             bad = (
-                unordered(r_slice, rt[kb][lo:hi], pid)
+                self.unordered(r_slice, rt[lo:hi], pid)
                 if r_slice.max() >= 0
                 else np.zeros(hi - lo, dtype=bool)
             )
-            ex = extra_r[kb]
+            ex = self.extra_r[kb]
             if ex:
                 for ch in range(lo, hi):
                     for q, tq in ex.pop(ch, ()):
@@ -351,174 +418,224 @@ def run(
                             bad[ch - lo] = True
             if bad.any():
                 j = int(np.flatnonzero(bad)[0])
-                err(f"race: {where} overwrites rank {r} {b}[{lo + j}] while another tb may still read it")
-                races += 1
-            wp[kb][lo:hi] = pid
-            wt[kb][lo:hi] = now
-            rp[kb][lo:hi] = -1
+                self.err(
+                    f"race: {where} overwrites rank {r} {b}[{lo + j}] while another tb may still read it"
+                )
+                self.races += 1
+            wp[lo:hi] = pid
+            wt[lo:hi] = now
+            rp[lo:hi] = -1
         else:
-            prev = rp[kb][lo:hi]
+            prev = rp[lo:hi]
             keep = (prev >= 0) & (prev != pid)
             if keep.any():
-                ex = extra_r[kb]
+                ex = self.extra_r[kb]
                 for jj in np.flatnonzero(keep).tolist():
-                    ex.setdefault(lo + jj, []).append((int(prev[jj]), int(rt[kb][lo + jj])))
-            rp[kb][lo:hi] = pid
-            rt[kb][lo:hi] = now
+                    ex.setdefault(lo + jj, []).append((int(prev[jj]), int(rt[lo + jj])))
+            rp[lo:hi] = pid
+            rt[lo:hi] = now
 
-    def getv(r: int, b: str, off: int, cnt: int) -> list[tuple[int, ...] | None]:
-        key_buf, base = loc(r, b, off)
-        arr = mem[key_buf]
-        return arr[base : base + cnt]
+    # ------------------------------------------------------------------ scheduling
+    def setup_worklist(self) -> None:
+        """Event-driven worklist: a blocked tb waits on one event (a flag, data in a FIFO, room in a FIFO) and
+        is re-queued only when that event happens. Every tb starts queued, in pid order."""
+        np_ = len(self.tbs)
+        self.work: deque[int] = deque(range(np_))
+        self.queued = [True] * np_
+        self.waiters: dict[_Event, list[int]] = {}
 
-    def setv(r: int, b: str, off: int, vals: list[tuple[int, ...] | None]) -> None:
-        key_buf, base = loc(r, b, off)
-        mem[key_buf][base : base + len(vals)] = vals
+    def wake(self, key: _Event) -> None:
+        for q2 in self.waiters.pop(key, ()):
+            if not self.queued[q2]:
+                self.queued[q2] = True
+                self.work.append(q2)
 
-    def read_src(pid: int, r: int, st: Step, where: str, verb: str) -> list[tuple[int, ...] | None]:
-        """Read a step's source chunks (tracked for races), reporting uninitialised ones."""
-        access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
-        vals = getv(r, st.srcbuf, st.srcoff, st.cnt)
-        for j, v in enumerate(vals):
-            if v is None:
-                err(f"{where}: {verb} uninitialised rank {r} {st.srcbuf}[{st.srcoff + j}]")
+    def wait_on(self, key: _Event, pid: int) -> None:
+        self.waiters.setdefault(key, []).append(pid)
+
+    def run_worklist(self) -> None:
+        """Run queued tbs until none can progress (all done, or a deadlock for :meth:`report`)."""
+        work, queued = self.work, self.queued
+        while work:
+            pid = work.popleft()
+            queued[pid] = False
+            self.advance(pid)
+
+    def advance(self, pid: int) -> None:
+        """Run tb ``pid``'s steps in program order until it blocks or finishes (nops are skipped: the parser
+        folds their dependencies into the next real step)."""
+        r, t = self.tbs[pid]
+        pc, steps = self.pc, t.steps
+        while pc[pid] < len(steps):
+            st = steps[pc[pid]]
+            if st.type == "nop":
+                pc[pid] += 1
+                continue
+            if not self.ready(pid, r, t, st):
+                return
+            if self.execute(pid, r, t, st):
+                self.complete(pid, st)
+
+    def ready(self, pid: int, r: int, t: Tb, st: Step) -> bool:
+        """Whether ``st`` (or the pending phase of a fused step) can run now; if not, register the one event
+        it waits on. Checked in order: dependencies (first phase only), input data (receive kinds, first
+        phase), output room under capacity K (send kinds; the second phase of a fused step)."""
+        first_phase = self.phase[pid] == 0
+        if first_phase and not self.dependencies_met(pid, r):
+            return False
+        recv_kind = st.type in RECV_TYPES
+        send_kind = st.type in SEND_TYPES
+        if recv_kind and first_phase:
+            in_key = (t.recv, r, t.chan)
+            if not self.fifos.get(in_key):
+                self.wait_on(("data", in_key), pid)
+                return False
+        if send_kind and (not recv_kind or not first_phase):
+            out_key = (r, t.send, t.chan)
+            if len(self.fifos.setdefault(out_key, deque())) >= self.k:
+                self.wait_on(("room", out_key), pid)
+                return False
+        return True
+
+    def dependencies_met(self, pid: int, r: int) -> bool:
+        """The flag rule of the interpreter kernel (``COMPUTE_FLAG`` in msccl-executor-nccl's
+        ``src/device/msccl_kernel.cu``): a wait on (tb b, step t) is released once b has completed some
+        ``hasdep`` step >= t. When all are released, ``pid``'s clock absorbs the releasing steps' clocks."""
+        hits: list[np.ndarray] = []
+        flags, pid_of = self.flags, self.pid_of
+        for dtb, dstep in self.folded[pid][self.pc[pid]]:
+            q = pid_of.get((r, dtb))
+            if q is None:
+                continue
+            hit = next((ck for s_, ck in reversed(flags[q]) if s_ >= dstep), None)
+            if hit is None:
+                self.wait_on(("flag", q), pid)
+                return False
+            hits.append(hit)
+        vc = self.clock[pid]
+        for ck in hits:
+            np.maximum(vc, ck, out=vc)
+        return True
+
+    # ------------------------------------------------------------------ steps
+    def execute(self, pid: int, r: int, t: Tb, st: Step) -> bool:
+        """Run ``st`` (its first phase only, for a fused receive-and-send step: then False, and the step stays
+        current until its send has room) after advancing ``pid``'s own clock entry."""
+        where = f"gpu {r} tb {t.id} step {st.s}"
+        self.clock[pid][pid] += 1
+        recv_kind = st.type in RECV_TYPES
+        send_kind = st.type in SEND_TYPES
+        if recv_kind and self.phase[pid] == 0:
+            vals = self.receive(pid, r, t, st, where)
+            if send_kind:
+                self.pending_val[pid] = vals
+                self.phase[pid] = 1
+                self.steps_run += 1
+                return False
+        elif st.type == "s":
+            self.push(pid, (r, t.send, t.chan), self.read_src(pid, r, st, where, "sends"), st.cnt, where)
+        elif st.type == "cpy":
+            vals = self.read_src(pid, r, st, where, "copies")
+            self.access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
+            self.setv(r, st.dstbuf, st.dstoff, list(vals))
+        elif st.type == "re":
+            self.access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
+            self.access(pid, r, st.dstbuf, st.dstoff, st.cnt, False, where)
+            out = self.reduce_vals(
+                self.getv(r, st.dstbuf, st.dstoff, st.cnt), self.getv(r, st.srcbuf, st.srcoff, st.cnt), where
+            )
+            self.access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
+            self.setv(r, st.dstbuf, st.dstoff, out)
+        if send_kind and self.phase[pid] == 1:
+            self.push(pid, (r, t.send, t.chan), self.pending_val[pid] or [], st.cnt, where)
+            self.pending_val[pid] = None
+            self.phase[pid] = 0
+        return True
+
+    def receive(self, pid: int, r: int, t: Tb, st: Step, where: str) -> list[_Cell]:
+        """Pop the matching send (its cnt must equal ``st.cnt``), take its clock, reduce with the local source
+        (``rrs``/``rrc``/``rrcs``) and store (``r``/``rcs``/``rrc``/``rrcs``); returns the received values."""
+        in_key = (t.recv, r, t.chan)
+        msg = self.fifos[in_key].popleft()
+        self.wake(("room", in_key))
+        np.maximum(self.clock[pid], msg.clock, out=self.clock[pid])
+        if msg.cnt != st.cnt:
+            self.err(f"{where}: receives cnt={st.cnt} but the matching send {msg.where} has cnt={msg.cnt}")
+        vals = list(msg.vals[: st.cnt]) + [None] * max(0, st.cnt - msg.cnt)
+        if st.type in ("rrs", "rrc", "rrcs"):
+            self.access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
+            vals = self.reduce_vals(vals, self.getv(r, st.srcbuf, st.srcoff, st.cnt), where)
+        if st.type in ("r", "rcs", "rrc", "rrcs"):
+            self.access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
+            self.setv(r, st.dstbuf, st.dstoff, vals)
         return vals
 
-    def red(
-        a: list[tuple[int, ...] | None], bb: list[tuple[int, ...] | None], where: str
-    ) -> list[tuple[int, ...]]:
-        out: list[tuple[int, ...]] = []
+    def push(self, pid: int, out_key: _Conn, vals: list[_Cell], cnt: int, where: str) -> None:
+        """Append a message (with a copy of ``pid``'s clock: send -> receive ordering) to a connection FIFO."""
+        self.fifos[out_key].append(_Msg(vals, cnt, self.clock[pid].copy(), where))
+        self.wake(("data", out_key))
+
+    def complete(self, pid: int, st: Step) -> None:
+        """Finish the current step: a ``hasdep`` step raises tb ``pid``'s flag (with its clock) and wakes its
+        waiters."""
+        if st.hasdep:
+            self.flags[pid].append((st.s, self.clock[pid].copy()))
+            self.wake(("flag", pid))
+        self.pc[pid] += 1
+        self.steps_run += 1
+
+    def read_src(self, pid: int, r: int, st: Step, where: str, verb: str) -> list[_Cell]:
+        """Read a step's source chunks (tracked for races), reporting uninitialised ones."""
+        self.access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
+        vals = self.getv(r, st.srcbuf, st.srcoff, st.cnt)
+        for j, v in enumerate(vals):
+            if v is None:
+                self.err(f"{where}: {verb} uninitialised rank {r} {st.srcbuf}[{st.srcoff + j}]")
+        return vals
+
+    def reduce_vals(self, a: list[_Cell], bb: list[_Cell], where: str) -> list[_Cell]:
+        """Chunk-wise reduction: the multiset union of the contributing input chunk ids."""
+        out: list[_Cell] = []
         for x, y in zip(a, bb):
             if x is None or y is None:
-                err(f"{where}: reduces an uninitialised chunk")
+                self.err(f"{where}: reduces an uninitialised chunk")
                 out.append(())
             else:
                 out.append(tuple(sorted(x + y)))
         return out
 
-    steps_run = 0
-    # event-driven worklist: a blocked tb waits on one event (a flag, data in a FIFO, room in a FIFO) and is
-    # re-queued only when that event happens
-    work: deque[int] = deque(range(np_))
-    queued = [True] * np_
-    waiters: dict[tuple[object, ...], list[int]] = {}
-
-    def wake(key: tuple[object, ...]) -> None:
-        for q2 in waiters.pop(key, ()):
-            if not queued[q2]:
-                queued[q2] = True
-                work.append(q2)
-
-    def wait_on(key: tuple[object, ...], pid_: int) -> None:
-        waiters.setdefault(key, []).append(pid_)
-
-    while work:
-        pid = work.popleft()
-        queued[pid] = False
-        r, t = tbs[pid]
-        while pc[pid] < len(t.steps):
-            st = t.steps[pc[pid]]
-            if st.type == "nop":
-                pc[pid] += 1
-                continue
-            where = f"gpu {r} tb {t.id} step {st.s}"
-            # dependencies (flag rule): tb b completed some hasdep step >= deps
-            ok = True
-            for dtb, dstep in folded[pid][pc[pid]] if phase[pid] == 0 else ():
-                q = pid_of.get((r, dtb))
-                if q is None:
-                    continue
-                hit = next(((s_, ck) for s_, ck in reversed(flags[q]) if s_ >= dstep), None)
-                if hit is None:
-                    ok = False
-                    wait_on(("flag", q), pid)
-                    break
-            if not ok:
-                break
-            if phase[pid] == 0:
-                for dtb, dstep in folded[pid][pc[pid]]:
-                    q = pid_of.get((r, dtb))
-                    if q is None:
-                        continue
-                    hit = next(((s_, ck) for s_, ck in reversed(flags[q]) if s_ >= dstep), None)
-                    if hit is not None:
-                        np.maximum(clock[pid], hit[1], out=clock[pid])
-            recv_kind = st.type in RECV_TYPES
-            send_kind = st.type in SEND_TYPES
-            in_key = (t.recv, r, t.chan)
-            out_key = (r, t.send, t.chan)
-            if recv_kind and phase[pid] == 0:
-                q_in = fifos.get(in_key)
-                if not q_in:
-                    wait_on(("data", in_key), pid)
-                    break
-            if send_kind and (not recv_kind or phase[pid] == 1):
-                q_out = fifos.setdefault(out_key, deque())
-                if len(q_out) >= k:
-                    wait_on(("room", out_key), pid)
-                    break
-            # ---- execute (or the first phase of a fused op)
-            clock[pid][pid] += 1
-            if recv_kind and phase[pid] == 0:
-                msg = fifos[in_key].popleft()
-                wake(("room", in_key))
-                np.maximum(clock[pid], msg.clock, out=clock[pid])
-                if msg.cnt != st.cnt:
-                    err(f"{where}: receives cnt={st.cnt} but the matching send {msg.where} has cnt={msg.cnt}")
-                vals = list(msg.vals[: st.cnt]) + [None] * max(0, st.cnt - msg.cnt)
-                if st.type in ("rrs", "rrc", "rrcs"):
-                    access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
-                    vals = red(vals, getv(r, st.srcbuf, st.srcoff, st.cnt), where)  # type: ignore[assignment]
-                if st.type in ("r", "rcs", "rrc", "rrcs"):
-                    access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
-                    setv(r, st.dstbuf, st.dstoff, vals)
-                if send_kind:
-                    pending_val[pid] = vals  # type: ignore[assignment]
-                    phase[pid] = 1
-                    steps_run += 1
-                    continue  # second phase: push when there is room
-            elif st.type == "s":
-                vals2 = read_src(pid, r, st, where, "sends")
-                fifos[out_key].append(_Msg(vals2, st.cnt, clock[pid].copy(), where))  # type: ignore[arg-type]
-                wake(("data", out_key))
-            elif st.type == "cpy":
-                vals3 = read_src(pid, r, st, where, "copies")
-                access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
-                setv(r, st.dstbuf, st.dstoff, list(vals3))
-            elif st.type == "re":
-                access(pid, r, st.srcbuf, st.srcoff, st.cnt, False, where)
-                access(pid, r, st.dstbuf, st.dstoff, st.cnt, False, where)
-                out = red(getv(r, st.dstbuf, st.dstoff, st.cnt), getv(r, st.srcbuf, st.srcoff, st.cnt), where)
-                access(pid, r, st.dstbuf, st.dstoff, st.cnt, True, where)
-                setv(r, st.dstbuf, st.dstoff, out)  # type: ignore[arg-type]
-            if send_kind and phase[pid] == 1:
-                fifos[out_key].append(_Msg(pending_val[pid] or [], st.cnt, clock[pid].copy(), where))
-                wake(("data", out_key))
-                pending_val[pid] = None
-                phase[pid] = 0
-            # ---- complete
-            if st.hasdep:
-                flags[pid].append((st.s, clock[pid].copy()))
-                wake(("flag", pid))
-            pc[pid] += 1
-            steps_run += 1
-    res.steps_run = steps_run
-    stuck = [(pid, r, t) for pid, (r, t) in enumerate(tbs) if pc[pid] < len(t.steps)]
-    if stuck:
-        err(_deadlock_report(stuck, tbs, pc, phase, folded, pid_of, fifos, k))
+    # ------------------------------------------------------------------ outcome
+    def report(self, layout: ChunkLayout | None) -> InterpResult:
+        """The result: a deadlock (tbs with steps left; nothing else is checked then), else messages left in
+        FIFOs, the postcondition and the race count."""
+        res = self.res
+        res.steps_run = self.steps_run
+        stuck = [(pid, r, t) for pid, (r, t) in enumerate(self.tbs) if self.pc[pid] < len(t.steps)]
+        if stuck:
+            self.err(_deadlock_report(stuck, self.tbs, self.pc, self.phase, self.folded, self.pid_of, self.k))
+            return res
+        for key, fifo in self.fifos.items():
+            if fifo:
+                self.err(
+                    f"connection {key[0]}->{key[1]} channel {key[2]}: {len(fifo)} message(s) sent but never received"
+                )
+        _postcondition(self.algo, self.mem, self.loc, self.inplace, layout, self.err, self.cap_i, self.cap_o)
+        if self.races:
+            res.warnings.append(f"{self.races} race(s) found")
         return res
-    for key, fifo in fifos.items():
-        if fifo:
-            err(
-                f"connection {key[0]}->{key[1]} channel {key[2]}: {len(fifo)} message(s) sent but never received"
-            )
-    _postcondition(algo, mem, loc, inplace, layout, err, cap_i, cap_o)
-    if races:
-        res.warnings.append(f"{races} race(s) found")
-    return res
 
 
-def _deadlock_report(stuck, tbs, pc, phase, folded, pid_of, fifos, k) -> str:  # type: ignore[no-untyped-def]
+def _deadlock_report(
+    stuck: list[tuple[int, int, Tb]],
+    tbs: list[tuple[int, Tb]],
+    pc: list[int],
+    phase: list[int],
+    folded: list[list[list[tuple[int, int]]]],
+    pid_of: dict[tuple[int, int], int],
+    k: int,
+) -> str:
+    """Name a wait cycle between the stuck tbs (dependency waits, and FIFO waits on the peer tb of the
+    connection), or list the first stuck tbs when they wait on finished peers."""
     g: nx.DiGraph = nx.DiGraph()
     desc = {}
     for pid, r, t in stuck:
@@ -546,12 +663,24 @@ def _deadlock_report(stuck, tbs, pc, phase, folded, pid_of, fifos, k) -> str:  #
         return f"deadlock at FIFO capacity K={k}: {len(stuck)} tbs cannot progress (waiting on a finished peer): {first}"
 
 
-def _postcondition(algo, mem, loc, inplace, layout, err, cap_i, cap_o) -> None:  # type: ignore[no-untyped-def]
+def _postcondition(
+    algo: Algo,
+    mem: dict[_BufKey, list[_Cell]],
+    loc: Callable[[int, str, int], tuple[_BufKey, int]],
+    inplace: bool,
+    layout: ChunkLayout | None,
+    err: Callable[[str], None],
+    cap_i: int,
+    cap_o: int,
+) -> None:
+    """Check the collective's result in every rank's output (through ``loc``'s aliasing), reporting each wrong
+    chunk through ``err``."""
     n = algo.ngpus
     c = algo.nchunksperloop
     per = c // n if n else 0
+    want: tuple[int, ...]
 
-    def out_of(r: int) -> list[tuple[int, ...] | None]:
+    def out_of(r: int) -> list[_Cell]:
         kb, base = loc(r, "o", 0)
         return mem[kb][base : base + cap_o]
 

@@ -1,32 +1,42 @@
-"""Lowering a verified Program to MSCCL XML (spec §1-2, §4-7, §9, §12, §15).
+"""Lowering a verified Program to MSCCL XML for msccl-executor-nccl and RCCL's MSCCL.
 
-Passes, in order (each a small function below):
+:func:`_lower` runs these passes in order; each is a function or a method of :class:`_Lowering` (the state
+they share):
 
-1. **Layout**: all-to-all with C = N * k chunks per rank (k = ceil(max(input, output chunks) / N)), so the
-   selection predicate ``(count * ngpus) % C == 0`` holds for counts that are multiples of k; rank r's
-   Program regions keep their offsets inside those C chunks (the rest is padding; see the manifest).
-2. **Levels**: op level = longest dependency path; every tb runs its steps level by level, which keeps each
-   connection's send and receive order identical on both sides and rules out deadlock at FIFO capacity 1.
-3. **Splitting**: a step moves at most ``max_cnt`` (<= 71) chunks; ``instances`` > 1 splits every op over that
-   many channels.
-4. **Thread blocks**: ``split`` layout = one tb per (send peer, chan) and one per (recv peer, chan); ``combined``
-   = one tb per (peer, chan) for both directions, sends and receives of a level alternated (send first);
-   local copies go to copy-only tbs (chan 0). A connection spills to the next channel when a tb would pass 64
-   steps (nops included). tb ids follow first use in Program order; copy tbs come last.
-5. **Dependencies**: a Program dependency Y -> X becomes, on every rank where both have a step, a wait of X's
-   first step on Y's last step there (data hazards are always on a shared rank, so all are expressible);
-   waits on the step's own tb are dropped (program order), several on one tb keep the latest, k remaining
-   waits become k-1 ``nop`` steps plus the step's own ``depid``; targets get ``hasdep="1"``.
-6. **Limits**: tbs per GPU (64 on RCCL), channels (32), dependency-target ids (127), int16 offsets: a plan
-   that does not fit raises :class:`~a2acc.errors.LoweringError` naming the limit and what would fit.
-7. **Text**: exactly what the hand-written parser accepts: no declaration, one start tag per line, double
-   quotes, every attribute on every element, steps 0..n-1.
+1. **Layout** (:func:`_check_offsets`): all-to-all with C = N * k chunks per rank (k = ceil(max(input,
+   output chunks) / N)), so the selection predicate ``(count * ngpus) % C == 0`` holds for counts that are
+   multiples of k; rank r's Program regions keep their offsets inside those C chunks (the rest is padding; see
+   the manifest). C and the scratch size must fit the executors' int16 offsets.
+2. **Levels** (:func:`_order_by_level`): op level = longest dependency path; every tb runs its steps level by
+   level, which keeps each connection's send and receive order identical on both sides and rules out deadlock
+   at FIFO capacity 1.
+3. **Placement** (:meth:`_Lowering.reserve_tbs`, :meth:`_Lowering.place`): a step moves at most ``max_cnt``
+   (<= 71) chunks; ``instances`` > 1 splits every op over that many channels. ``split`` layout = one tb per
+   (send peer, chan) and one per (recv peer, chan); ``combined`` = one tb per (peer, chan) for both
+   directions; local copies go to copy-only tbs (chan 0). A connection spills to the next channel when a tb
+   would pass 64 steps (nops included).
+4. **Thread blocks** (:meth:`_Lowering.interleave_combined`, :meth:`_Lowering.number_tbs`): combined tbs
+   alternate the sends and receives of a level (send first); tb ids follow first use in Program order, copy
+   tbs last.
+5. **Dependencies** (:meth:`_Lowering.resolve_dependencies`): a Program dependency Y -> X becomes, on every
+   rank where both have a step, a wait of X's first step on Y's last step there (data hazards are always on a
+   shared rank, so all are expressible); waits on the step's own tb are dropped (program order), several on
+   one tb keep the latest, k remaining waits become k-1 ``nop`` steps plus the step's own ``depid``; targets
+   get ``hasdep="1"``.
+6. **Limits** (:meth:`_Lowering.check_limits`): tbs per GPU (64 on RCCL), steps per tb (64), dependency-target
+   ids (127), tbs per channel and role (32); channels (32) are enforced while placing, int16 offsets in pass 1.
+   A plan that does not fit raises :class:`~a2acc.errors.LoweringError` naming the limit and what would fit.
+7. **Algo** (:meth:`_Lowering.build_algo`): the :class:`~a2acc.backends.msccl_xml.model.Algo` model, nops
+   written out before the steps they guard.
+8. **Text** (:func:`to_xml`): exactly what the hand-written parser accepts: no declaration, one start tag per
+   line, double quotes, every attribute on every element, steps 0..n-1.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TypeAlias
 
 from a2acc.backends.msccl_xml.model import (
     MAX_CHANNELS_NCCL,
@@ -63,19 +73,60 @@ class LowerOptions:
     max_bytes: int = 0
 
 
-@dataclass
-class _Piece:
-    op: int
-    level: int
-    kind: str  # 's', 'r', 'cpy'
-    peer: int
-    src: tuple[str, int]
-    dst: tuple[str, int]
-    cnt: int
-    first: bool  # first piece of its op on this tb: carries the op's dependencies
-    deps: list[tuple[int, int]] = field(default_factory=list)  # (tb key index, step index) resolved later
-    index: int = -1
+_Key: TypeAlias = tuple[int, str, int, int, int]
+"""A thread block before numbering: (rank, role, peer, chan, copy index); role ``p`` (combined, both
+directions), ``s`` (send), ``r`` (receive) or ``c`` (local copies; peer -1, chan 0)."""
 
+
+class _Piece:
+    """One step of one op on one tb: a send, a receive or a local copy of at most ``max_cnt`` chunks."""
+
+    __slots__ = (
+        "cnt",
+        "deps",
+        "dst",
+        "first",
+        "index",
+        "is_target",
+        "kind",
+        "level",
+        "op",
+        "peer",
+        "pos",
+        "src",
+        "targets",
+    )
+
+    def __init__(
+        self,
+        op: int,
+        level: int,
+        kind: str,  # 's', 'r', 'cpy'
+        peer: int,
+        src: tuple[str, int],
+        dst: tuple[str, int],
+        cnt: int,
+        first: bool,  # first step of one of its op's parts (one part per instance): carries the op's deps
+    ) -> None:
+        self.op = op
+        self.level = level
+        self.kind = kind
+        self.peer = peer
+        self.src = src
+        self.dst = dst
+        self.cnt = cnt
+        self.first = first
+        self.pos = -1  # position in its tb's piece list (after interleaving)
+        self.index = -1  # step index in its tb (nops included)
+        # tb -> latest piece waited on there, and the resulting (tb id, step index) pairs, sorted; pieces
+        # without dependencies share the empty defaults (replaced, never mutated)
+        self.targets: dict[_Key, _Piece] = _NO_TARGETS
+        self.deps: list[tuple[int, int]] = _NO_DEPS
+        self.is_target = False  # some step waits on this one: hasdep="1"
+
+
+_NO_TARGETS: dict[_Key, _Piece] = {}
+_NO_DEPS: list[tuple[int, int]] = []
 
 _BUF = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
 
@@ -102,213 +153,315 @@ def lower(prog: Program, opts: LowerOptions) -> Algo:
 
 
 def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
-    n = prog.nranks
+    """Run the passes of the module docstring for one tb layout (``split`` or ``combined``)."""
+    _check_offsets(prog)
+    level, order = _order_by_level(prog)
+    low = _Lowering(prog, opts, layout, level)
+    low.reserve_tbs()
+    low.place(order)
+    low.interleave_combined()
+    low.number_tbs()
+    low.resolve_dependencies()
+    low.check_limits()
+    return low.build_algo()
+
+
+def _check_offsets(prog: Program) -> None:
+    """Reject a layout whose chunk offsets do not fit the executors' int16 ``srcOffset``/``dstOffset``
+    (msccl-executor-nccl's ``src/include/msccl/msccl_struct.h``); checked first, before any placement work."""
     c = prog.layout.buffer_chunks
     if c - 1 > MAX_OFFSET or max(prog.scratch, default=0) - 1 > MAX_OFFSET:
         raise LoweringError(
             f"the layout needs {c} chunks per rank (scratch {max(prog.scratch)}) but MSCCL offsets are int16 "
             f"(<= {MAX_OFFSET}); plan with a coarser layout (a larger --max-padding)"
         )
-    level = levels(prog.ops)  # ops are listed in a topological order (verified)
+
+
+def _order_by_level(prog: Program) -> tuple[list[int], list[int]]:
+    """Each op's level (longest dependency path ending at it) and the op ids sorted by (level, id).
+
+    Placing ops in this order makes every tb run its steps level by level, so both ends of a connection see
+    its sends and receives in the same order and no wait cycle can form even at FIFO capacity 1. The ops are
+    already in a topological order (the Program is verified), which :func:`~a2acc.ir.dag.levels` needs."""
+    level = levels(prog.ops)
     order = sorted(range(len(prog.ops)), key=lambda o: (level[o], o))
-    # tb keys: (rank, role, peer, chan, copy_idx); role 'p' (combined), 's', 'r' or 'c' (copy)
-    tb_steps: dict[tuple[int, str, int, int, int], list[_Piece]] = defaultdict(list)
-    tb_cost: dict[tuple[int, str, int, int, int], int] = defaultdict(int)
-    first_use: dict[tuple[int, str, int, int, int], int] = {}
-    last_step_of: dict[tuple[int, int], tuple[tuple[int, str, int, int, int], _Piece]] = {}
-    n_use = 0
+    return level, order
 
-    def touch(key: tuple[int, str, int, int, int]) -> None:
-        nonlocal n_use
-        if key not in first_use:
-            first_use[key] = n_use
-            n_use += 1
 
-    # channel groups: connection s->d uses group ((d - s) mod N - 1) // 32, so every rank has at most 32 send
-    # (and 32 receive) tbs per channel, the executor's MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL
-    n_groups = max(1, -(-(n - 1) // MAX_TBS_PER_CHANNEL))
+class _Lowering:
+    """State shared by the lowering passes of one Program with one tb layout."""
 
-    def channel(src: int, dst: int, inst: int, spill: int) -> int:
-        return ((dst - src) % n - 1) // MAX_TBS_PER_CHANNEL + n_groups * (inst + opts.instances * spill)
+    def __init__(self, prog: Program, opts: LowerOptions, layout: str, level: list[int]) -> None:
+        self.prog = prog
+        self.opts = opts
+        self.layout = layout
+        self.level = level
+        # channel groups: connection s->d uses group ((d - s) mod N - 1) // 32, so every rank has at most 32
+        # send (and 32 receive) tbs per channel, the executor's MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL
+        self.n_groups = max(1, -(-(prog.nranks - 1) // MAX_TBS_PER_CHANNEL))
+        self.tb_steps: dict[_Key, list[_Piece]] = defaultdict(list)  # tbs in order of first placed piece
+        self.tb_cost: dict[_Key, int] = defaultdict(int)  # steps so far, nops included
+        self.first_use: dict[_Key, int] = {}
+        self.last_tb_of: dict[tuple[int, int], _Key] = {}  # (op, rank) -> tb of the op's last piece there
+        self.per_rank: dict[int, list[_Key]] = defaultdict(list)  # tbs of a rank in id order
+        self.ids: dict[_Key, int] = {}
+        self.n_steps: dict[_Key, int] = {}  # steps per tb, nops included
 
-    # tbs are created in Program (op id) order of first use, so record that order first
-    for op in prog.ops:
-        if op.src_rank == op.dst_rank:
-            continue
-        for inst in range(min(opts.instances, op.cnt)):
-            ch0 = channel(op.src_rank, op.dst_rank, inst, 0)
-            if layout == "combined":
-                touch((op.src_rank, "p", op.dst_rank, ch0, 0))
-                touch((op.dst_rank, "p", op.src_rank, ch0, 0))
-            else:
-                touch((op.src_rank, "s", op.dst_rank, ch0, 0))
-                touch((op.dst_rank, "r", op.src_rank, ch0, 0))
+    # ------------------------------------------------------------------ pass 3: placement
+    def channel(self, src: int, dst: int, inst: int, spill: int) -> int:
+        """Channel of connection ``src -> dst`` for instance ``inst`` after ``spill`` spills: the channel
+        group of the peer distance, then one block of groups per instance, then per spill."""
+        n = self.prog.nranks
+        return ((dst - src) % n - 1) // MAX_TBS_PER_CHANNEL + self.n_groups * (
+            inst + self.opts.instances * spill
+        )
 
-    def dep_tbs(rank: int, deps: tuple[int, ...]) -> set[tuple[int, str, int, int, int]]:
+    def conn_tbs(self, src: int, dst: int, chan: int) -> tuple[_Key, _Key]:
+        """The sending tb (on ``src``) and the receiving tb (on ``dst``) of a connection on ``chan``."""
+        if self.layout == "combined":
+            return (src, "p", dst, chan, 0), (dst, "p", src, chan, 0)
+        return (src, "s", dst, chan, 0), (dst, "r", src, chan, 0)
+
+    def touch(self, key: _Key) -> None:
+        """Record the first use of a tb; tb ids are handed out in this order (:meth:`number_tbs`)."""
+        if key not in self.first_use:
+            self.first_use[key] = len(self.first_use)
+
+    def reserve_tbs(self) -> None:
+        """Touch every connection's first-channel tbs in Program (op id) order, before placement.
+
+        Placement runs in level order, but tb ids should follow the Program's own order of first use so
+        that the numbering reads like the Program; spilled and copy tbs get theirs when first placed."""
+        for op in self.prog.ops:
+            if op.src_rank == op.dst_rank:
+                continue
+            for inst in range(min(self.opts.instances, op.cnt)):
+                ks, kr = self.conn_tbs(
+                    op.src_rank, op.dst_rank, self.channel(op.src_rank, op.dst_rank, inst, 0)
+                )
+                self.touch(ks)
+                self.touch(kr)
+
+    def place(self, order: list[int]) -> None:
+        """Cut every op (in level order) into pieces and append them to their tbs.
+
+        A transfer is split evenly over ``min(instances, cnt)`` channels, each part into steps of at most
+        ``max_cnt`` chunks; the first step of each part carries the op's dependencies. A local copy is one
+        part on a copy-only tb."""
+        for oid in order:
+            op = self.prog.ops[oid]
+            local = op.src_rank == op.dst_rank
+            parts = _split_counts(op.cnt, 1 if local else min(self.opts.instances, op.cnt))
+            off = 0
+            for inst, part in enumerate(parts):
+                for ci, cnt in enumerate(_split_counts(part, -(-part // self.opts.max_cnt))):
+                    src = (_BUF[Buf(op.src_buf)], op.src_off + off)
+                    dst = (_BUF[Buf(op.dst_buf)], op.dst_off + off)
+                    if local:
+                        self.place_copy(oid, src, dst, cnt, ci == 0)
+                    else:
+                        self.place_transfer(oid, inst, src, dst, cnt, ci == 0)
+                    off += cnt
+
+    def dep_tbs(self, rank: int, oid: int) -> set[_Key]:
+        """The tbs on ``rank`` that hold the last piece of one of op ``oid``'s dependencies (placed earlier)."""
         out = set()
-        for d in deps:
-            hit = last_step_of.get((d, rank))
-            if hit is not None:
-                out.add(hit[0])
+        for d in self.prog.ops[oid].deps:
+            key = self.last_tb_of.get((d, rank))
+            if key is not None:
+                out.add(key)
         return out
 
-    for oid in order:
-        op = prog.ops[oid]
-        parts = _split_counts(op.cnt, min(opts.instances, op.cnt) if op.src_rank != op.dst_rank else 1)
-        off = 0
-        for inst, part in enumerate(parts):
-            chunks = _split_counts(part, -(-part // opts.max_cnt))
-            sub_off = off
-            for ci, cnt in enumerate(chunks):
-                src = (_BUF[Buf(op.src_buf)], op.src_off + sub_off)
-                dst = (_BUF[Buf(op.dst_buf)], op.dst_off + sub_off)
-                if op.src_rank == op.dst_rank:
-                    r = op.src_rank
-                    j = 0
-                    while True:
-                        key = (r, "c", -1, 0, j)
-                        nops = max(0, len(dep_tbs(r, op.deps) - {key}) - 1) if ci == 0 else 0
-                        if tb_cost[key] + 1 + nops <= MAX_STEPS:
-                            break
-                        j += 1
-                    touch(key)
-                    pc = _Piece(oid, level[oid], "cpy", -1, src, dst, cnt, ci == 0)
-                    tb_steps[key].append(pc)
-                    tb_cost[key] += 1 + nops
-                    last_step_of[(oid, r)] = (key, pc)
-                else:
-                    s_, d_ = op.src_rank, op.dst_rank
-                    spill = 0
-                    ch = channel(s_, d_, inst, spill)
-                    while True:
-                        if layout == "combined":
-                            ks, kr = (s_, "p", d_, ch, 0), (d_, "p", s_, ch, 0)
-                        else:
-                            ks, kr = (s_, "s", d_, ch, 0), (d_, "r", s_, ch, 0)
-                        ns = max(0, len(dep_tbs(s_, op.deps) - {ks}) - 1) if ci == 0 else 0
-                        nr = max(0, len(dep_tbs(d_, op.deps) - {kr}) - 1) if ci == 0 else 0
-                        if tb_cost[ks] + 1 + ns <= MAX_STEPS and tb_cost[kr] + 1 + nr <= MAX_STEPS:
-                            break
-                        spill += 1
-                        ch = channel(s_, d_, inst, spill)
-                        if ch >= opts.max_channels:
-                            raise LoweringError(
-                                f"connection {s_}->{d_} needs more than {opts.max_channels} channels to stay within "
-                                f"{MAX_STEPS} steps per thread block; fewer stages or a coarser layout would fit "
-                                f"(a larger --max-padding), or allow more channels"
-                            )
-                    touch(ks)
-                    touch(kr)
-                    ps = _Piece(oid, level[oid], "s", d_, src, dst, cnt, ci == 0)
-                    pr = _Piece(oid, level[oid], "r", s_, src, dst, cnt, ci == 0)
-                    tb_steps[ks].append(ps)
-                    tb_steps[kr].append(pr)
-                    tb_cost[ks] += 1 + ns
-                    tb_cost[kr] += 1 + nr
-                    last_step_of[(oid, s_)] = (ks, ps)
-                    last_step_of[(oid, d_)] = (kr, pr)
-                sub_off += cnt
-            off += part
-    # ---- order steps inside each tb
-    for key, pieces in tb_steps.items():
-        if key[1] == "p":
-            pieces[:] = _alternate(pieces)
-    # ---- tb ids per rank: first use, copy tbs last
-    ids: dict[tuple[int, str, int, int, int], int] = {}
-    per_rank: dict[int, list[tuple[int, str, int, int, int]]] = defaultdict(list)
-    for key in sorted(tb_steps, key=lambda kk: (kk[1] == "c", first_use.get(kk, 0), kk[4])):
-        per_rank[key[0]].append(key)
-    for r, keys in per_rank.items():
-        for i, key in enumerate(keys):
-            ids[key] = i
-        if opts.dialect == "rccl" and len(keys) > MAX_TBS_RCCL:
-            raise LoweringError(
-                f"rank {r} needs {len(keys)} thread blocks; RCCL allows {MAX_TBS_RCCL}. Fewer peers per rank or "
-                f"fewer channels would fit: try --tb-layout combined, --instances 1, or a coarser layout"
-            )
-    # ---- step indices (nops before steps with several dependency tbs), then dependencies
-    op_of_piece: dict[int, dict[int, list[tuple[tuple[int, str, int, int, int], _Piece]]]] = defaultdict(dict)
-    for key, pieces in tb_steps.items():
-        for p in pieces:
-            op_of_piece[p.op].setdefault(key[0], []).append((key, p))
-    position: dict[int, int] = {}
-    for pieces in tb_steps.values():
-        for i, p in enumerate(pieces):
-            position[id(p)] = i
-    targets_of: dict[int, dict[tuple[int, str, int, int, int], _Piece]] = {}
-    for key, pieces in tb_steps.items():
-        idx = 0
-        rank = key[0]
-        for p in pieces:
-            targets: dict[tuple[int, str, int, int, int], _Piece] = {}
-            if p.first:
-                for d in prog.ops[p.op].deps:
-                    for tkey, tp in op_of_piece.get(d, {}).get(rank, []):
-                        if tkey == key:
-                            continue
-                        prev = targets.get(tkey)
-                        if prev is None or position[id(tp)] > position[id(prev)]:
-                            targets[tkey] = tp
-            p.index = idx + max(0, len(targets) - 1)
-            idx = p.index + 1
-            targets_of[id(p)] = targets
-        if idx > MAX_STEPS:
-            raise LoweringError(f"rank {rank} tb {ids[key]}: {idx} steps > {MAX_STEPS}")
-    hasdep: set[int] = set()
-    for pieces in tb_steps.values():
-        for p in pieces:
-            deps = []
-            for tkey, tp in targets_of[id(p)].items():
-                if ids[tkey] > MAX_DEP_TB:
-                    raise LoweringError(
-                        f"dependency target tb id {ids[tkey]} > {MAX_DEP_TB} (int8 in the executor)"
-                    )
-                deps.append((ids[tkey], tp.index))
-                hasdep.add(id(tp))
-            p.deps = sorted(deps)
-    # ---- build the Algo
-    nch = 1 + max((key[3] for key in tb_steps), default=0)
-    gpus = []
-    for r in range(n):
-        tbs = []
-        for key in per_rank.get(r, []):
-            role, peer, chan = key[1], key[2], key[3]
-            send = peer if role in ("s", "p") else -1
-            recv = peer if role in ("r", "p") else -1
-            steps: list[Step] = []
-            for p in tb_steps[key]:
-                for dtb, dst_ in p.deps[:-1]:
-                    steps.append(Step(len(steps), "nop", "i", -1, "o", -1, 0, dtb, dst_, 0))
-                dtb, dst_ = p.deps[-1] if p.deps else (-1, -1)
-                steps.append(
-                    Step(
-                        len(steps),
-                        p.kind,
-                        p.src[0],
-                        p.src[1],
-                        p.dst[0],
-                        p.dst[1],
-                        p.cnt,
-                        dtb,
-                        dst_,
-                        1 if id(p) in hasdep else 0,
-                    )
+    def add_piece(self, key: _Key, piece: _Piece, nops: int) -> None:
+        """Append ``piece`` to tb ``key``, counting the ``nops`` it will need for extra dependencies."""
+        self.touch(key)
+        self.tb_steps[key].append(piece)
+        self.tb_cost[key] += 1 + nops
+
+    def place_copy(self, oid: int, src: tuple[str, int], dst: tuple[str, int], cnt: int, first: bool) -> None:
+        """A local copy goes to the first copy-only tb of its rank that still has room for it and its nops."""
+        r = self.prog.ops[oid].src_rank
+        deps = self.dep_tbs(r, oid) if first else set()
+        j = 0
+        while True:
+            key = (r, "c", -1, 0, j)
+            nops = _nops(deps, key) if first else 0
+            if self.tb_cost[key] + 1 + nops <= MAX_STEPS:
+                break
+            j += 1
+        self.add_piece(key, _Piece(oid, self.level[oid], "cpy", -1, src, dst, cnt, first), nops)
+        self.last_tb_of[(oid, r)] = key
+
+    def place_transfer(
+        self, oid: int, inst: int, src: tuple[str, int], dst: tuple[str, int], cnt: int, first: bool
+    ) -> None:
+        """A send/receive pair goes to the connection's tbs on the first channel (of its group and instance)
+        where neither side would pass 64 steps; spilling past ``max_channels`` raises."""
+        op = self.prog.ops[oid]
+        s_, d_ = op.src_rank, op.dst_rank
+        deps_s = self.dep_tbs(s_, oid) if first else set()
+        deps_d = self.dep_tbs(d_, oid) if first else set()
+        spill = 0
+        ch = self.channel(s_, d_, inst, spill)
+        while True:
+            ks, kr = self.conn_tbs(s_, d_, ch)
+            ns = _nops(deps_s, ks) if first else 0
+            nr = _nops(deps_d, kr) if first else 0
+            if self.tb_cost[ks] + 1 + ns <= MAX_STEPS and self.tb_cost[kr] + 1 + nr <= MAX_STEPS:
+                break
+            spill += 1
+            ch = self.channel(s_, d_, inst, spill)
+            if ch >= self.opts.max_channels:
+                raise LoweringError(
+                    f"connection {s_}->{d_} needs more than {self.opts.max_channels} channels to stay within "
+                    f"{MAX_STEPS} steps per thread block; fewer stages or a coarser layout would fit "
+                    f"(a larger --max-padding), or allow more channels"
                 )
-            tbs.append(Tb(ids[key], send, recv, chan if role != "c" else 0, steps))
-        gpus.append(Gpu(r, c, c, prog.scratch[r], tbs))
-    per_chan: dict[tuple[int, int, str], int] = defaultdict(int)
-    for g in gpus:
-        for t in g.tbs:
-            if t.send >= 0:
-                per_chan[(g.id, t.chan, "send")] += 1
-            if t.recv >= 0:
-                per_chan[(g.id, t.chan, "recv")] += 1
-    for (r, ch, role), cnt in per_chan.items():
-        if cnt > MAX_TBS_PER_CHANNEL:
-            raise LoweringError(
-                f"rank {r} channel {ch}: {cnt} tbs with a {role} peer; the executor allows {MAX_TBS_PER_CHANNEL}"
+        lvl = self.level[oid]
+        self.add_piece(ks, _Piece(oid, lvl, "s", d_, src, dst, cnt, first), ns)
+        self.add_piece(kr, _Piece(oid, lvl, "r", s_, src, dst, cnt, first), nr)
+        self.last_tb_of[(oid, s_)] = ks
+        self.last_tb_of[(oid, d_)] = kr
+
+    # ------------------------------------------------------------------ pass 4: thread blocks
+    def interleave_combined(self) -> None:
+        """Combined tbs: per level, alternate sends and receives (send first), so that two peers exchanging
+        data in the same level both make progress at FIFO capacity 1."""
+        for key, pieces in self.tb_steps.items():
+            if key[1] == "p":
+                pieces[:] = _alternate(pieces)
+
+    def number_tbs(self) -> None:
+        """Tb ids per rank: 0..T-1 in order of first use, copy tbs last (the executors want contiguous ids;
+        ids of dependency targets must stay small, see :meth:`check_limits`)."""
+        for key in sorted(self.tb_steps, key=lambda kk: (kk[1] == "c", self.first_use.get(kk, 0), kk[4])):
+            self.per_rank[key[0]].append(key)
+        for keys in self.per_rank.values():
+            for i, key in enumerate(keys):
+                self.ids[key] = i
+
+    # ------------------------------------------------------------------ pass 5: dependencies
+    def resolve_dependencies(self) -> None:
+        """Turn op dependencies into per-step waits, step indices (nops included) and ``hasdep`` targets.
+
+        A step holds one ``depid``/``deps`` pair; the executor's parser folds the waits of preceding ``nop``
+        steps into the next real step (msccl-executor-nccl's ``src/misc/msccl/msccl_parser.cc``), so a piece
+        with k target tbs is preceded by k-1 nops and its index is shifted by them."""
+        pieces_on: dict[int, dict[int, list[tuple[_Key, _Piece]]]] = defaultdict(dict)  # op -> rank -> pieces
+        for key, pieces in self.tb_steps.items():
+            for i, p in enumerate(pieces):
+                p.pos = i
+                pieces_on[p.op].setdefault(key[0], []).append((key, p))
+        for key, pieces in self.tb_steps.items():
+            idx = 0
+            for p in pieces:
+                if p.first:
+                    p.targets = self.latest_targets(key, p, pieces_on)
+                p.index = idx + max(0, len(p.targets) - 1)
+                idx = p.index + 1
+            self.n_steps[key] = idx
+        for pieces in self.tb_steps.values():
+            for p in pieces:
+                if p.targets:
+                    p.deps = sorted((self.ids[tkey], tp.index) for tkey, tp in p.targets.items())
+                    for tp in p.targets.values():
+                        tp.is_target = True
+
+    def latest_targets(
+        self, key: _Key, p: _Piece, pieces_on: dict[int, dict[int, list[tuple[_Key, _Piece]]]]
+    ) -> dict[_Key, _Piece]:
+        """Per other tb of ``p``'s rank, the latest piece there of one of ``p``'s op's dependencies (waits on
+        ``p``'s own tb are implied by program order)."""
+        targets: dict[_Key, _Piece] = {}
+        for d in self.prog.ops[p.op].deps:
+            for tkey, tp in pieces_on.get(d, {}).get(key[0], []):
+                if tkey == key:
+                    continue
+                prev = targets.get(tkey)
+                if prev is None or tp.pos > prev.pos:
+                    targets[tkey] = tp
+        return targets
+
+    # ------------------------------------------------------------------ pass 6: limits
+    def check_limits(self) -> None:
+        """Raise :class:`LoweringError` at the first executor limit the placement exceeds, checked in this
+        order: tbs per GPU on RCCL, steps per tb (nops included), dependency-target tb ids (``dependentBid`` is
+        int8), tbs with a send (recv) peer per channel (limits from msccl-executor-nccl's and RCCL's
+        ``src/include/msccl/msccl_struct.h``)."""
+        if self.opts.dialect == "rccl":
+            for r, keys in self.per_rank.items():
+                if len(keys) > MAX_TBS_RCCL:
+                    raise LoweringError(
+                        f"rank {r} needs {len(keys)} thread blocks; RCCL allows {MAX_TBS_RCCL}. Fewer peers per "
+                        f"rank or fewer channels would fit: try --tb-layout combined, --instances 1, or a "
+                        f"coarser layout"
+                    )
+        for key, count in self.n_steps.items():
+            if count > MAX_STEPS:
+                raise LoweringError(f"rank {key[0]} tb {self.ids[key]}: {count} steps > {MAX_STEPS}")
+        for pieces in self.tb_steps.values():
+            for p in pieces:
+                for tkey in p.targets:
+                    if self.ids[tkey] > MAX_DEP_TB:
+                        raise LoweringError(
+                            f"dependency target tb id {self.ids[tkey]} > {MAX_DEP_TB} (int8 in the executor)"
+                        )
+        per_chan: dict[tuple[int, int, str], int] = defaultdict(int)
+        for r in range(self.prog.nranks):
+            for _r, role, _peer, chan, _j in self.per_rank.get(r, []):
+                if role in ("s", "p"):
+                    per_chan[(r, chan, "send")] += 1
+                if role in ("r", "p"):
+                    per_chan[(r, chan, "recv")] += 1
+        for (r, ch, role), cnt in per_chan.items():
+            if cnt > MAX_TBS_PER_CHANNEL:
+                raise LoweringError(
+                    f"rank {r} channel {ch}: {cnt} tbs with a {role} peer; the executor allows {MAX_TBS_PER_CHANNEL}"
+                )
+
+    # ------------------------------------------------------------------ pass 7: the Algo model
+    def build_algo(self) -> Algo:
+        """The :class:`Algo`: one ``<gpu>`` per rank with C-chunk input and output, its tbs in id order."""
+        n = self.prog.nranks
+        c = self.prog.layout.buffer_chunks
+        nch = 1 + max((key[3] for key in self.tb_steps), default=0)
+        gpus = [
+            Gpu(r, c, c, self.prog.scratch[r], [self.build_tb(key) for key in self.per_rank.get(r, [])])
+            for r in range(n)
+        ]
+        o = self.opts
+        return Algo(o.name, o.proto, nch, c, n, "alltoall", 0, 1, o.min_bytes, o.max_bytes, gpus)
+
+    def build_tb(self, key: _Key) -> Tb:
+        """One ``<tb>``: each piece's extra dependencies as nops (``i -1`` -> ``o -1``, cnt 0) before it."""
+        role, peer, chan = key[1], key[2], key[3]
+        send = peer if role in ("s", "p") else -1
+        recv = peer if role in ("r", "p") else -1
+        steps: list[Step] = []
+        for p in self.tb_steps[key]:
+            for dtb, dstep in p.deps[:-1]:
+                steps.append(Step(len(steps), "nop", "i", -1, "o", -1, 0, dtb, dstep, 0))
+            dtb, dstep = p.deps[-1] if p.deps else (-1, -1)
+            steps.append(
+                Step(
+                    len(steps),
+                    p.kind,
+                    p.src[0],
+                    p.src[1],
+                    p.dst[0],
+                    p.dst[1],
+                    p.cnt,
+                    dtb,
+                    dstep,
+                    1 if p.is_target else 0,
+                )
             )
-    return Algo(opts.name, opts.proto, nch, c, n, "alltoall", 0, 1, opts.min_bytes, opts.max_bytes, gpus)
+        return Tb(self.ids[key], send, recv, chan if role != "c" else 0, steps)
+
+
+def _nops(dep_tbs: set[_Key], key: _Key) -> int:
+    """Nops a piece on tb ``key`` needs: one per dependency tb beyond the first, its own tb excluded."""
+    return max(0, len(dep_tbs - {key}) - 1)
 
 
 def _split_counts(total: int, parts: int) -> list[int]:
@@ -335,7 +488,9 @@ def _alternate(pieces: list[_Piece]) -> list[_Piece]:
 
 
 def to_xml(algo: Algo) -> str:
-    """Serialise exactly as the executors' parser wants it (spec §1, §15 MUST 1-2)."""
+    """Serialise exactly as the executors' hand-written reader wants it (msccl-executor-nccl's
+    ``src/misc/msccl/msccl_parser.cc``, copied by RCCL): no declaration, one start tag per line, double quotes,
+    every attribute on every element."""
     lines = [
         f'<algo name="{algo.name}" proto="{algo.proto}" nchannels="{algo.nchannels}" '
         f'nchunksperloop="{algo.nchunksperloop}" ngpus="{algo.ngpus}" coll="{algo.coll}" inplace="{algo.inplace}" '
