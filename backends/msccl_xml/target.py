@@ -102,14 +102,24 @@ def _check_algo_text(text: str, src: str, dialect: str, layout: ChunkLayout | No
     blocked = _not_interpretable(algo, errors)
     if blocked:
         return CheckReport(False, (*errors, f"{src}: {blocked}"), tuple(rr.notes), "", algo)
-    errors += [f"{src}: {e}" for e in static_checks(algo, dialect)]
+    static = static_checks(algo, dialect)
+    errors += [f"{src}: {e}" for e in static]
+    if any("outside the buffer" in e for e in static):
+        errors.append(f"{src}: not interpreted: steps address chunks outside their buffers (listed above)")
+        return CheckReport(False, tuple(errors), tuple(rr.notes), "", algo)
     modes = ([False] if algo.outofplace == 1 else []) + ([True] if algo.inplace == 1 else [])
     for inplace in modes or [False]:
         # FIFO capacity K=1 is the strict lint. A run that completes at K=1 completes identically at any larger
         # K (extra buffering only enables steps; matching is FIFO order, so data flow is the same), so the
         # protocol's K is run only to tell a K=1-only deadlock from a real one.
         for k in sorted({1, PROTO_K.get(algo.proto, 2)}):
-            res: InterpResult = run(algo, k=k, inplace=inplace, layout=layout)
+            try:
+                res: InterpResult = run(algo, k=k, inplace=inplace, layout=layout)
+            except (ValueError, IndexError, KeyError) as exc:  # a malformed file the static rules missed
+                errors.append(
+                    f"{src}: not interpreted: the file is malformed in a way the checks above miss ({exc})"
+                )
+                return CheckReport(False, tuple(errors), tuple(rr.notes), "", algo)
             tag = f"{src} (K={k}{', in-place' if inplace else ''})"
             errors += [f"{tag}: {e}" for e in res.errors]
             if res.ok:
