@@ -106,7 +106,7 @@ class _Piece:
         src: tuple[str, int],
         dst: tuple[str, int],
         cnt: int,
-        first: bool,  # first step of one of its op's parts (one part per instance): carries the op's deps
+        first: bool,  # first step of its op on its tb: carries the op's deps (waits on the other tbs)
     ) -> None:
         self.op = op
         self.level = level
@@ -203,6 +203,9 @@ class _Lowering:
         self.tb_cost: dict[_Key, int] = defaultdict(int)  # steps so far, nops included
         self.first_use: dict[_Key, int] = {}
         self.last_tb_of: dict[tuple[int, int], _Key] = {}  # (op, rank) -> tb of the op's last piece there
+        # (op, tb) pairs placed so far: the first piece of an op on a tb carries the op's dependencies there
+        # (an op whose pieces spill onto another tb needs its waits on that tb too)
+        self.placed: set[tuple[int, _Key]] = set()
         self.per_rank: dict[int, list[_Key]] = defaultdict(list)  # tbs of a rank in id order
         self.ids: dict[_Key, int] = {}
         self.n_steps: dict[_Key, int] = {}  # steps per tb, nops included
@@ -246,7 +249,8 @@ class _Lowering:
         """Cut every op (in level order) into pieces and append them to their tbs.
 
         A transfer is split evenly over ``min(instances, cnt)`` channels, each part into steps of at most
-        ``max_cnt`` chunks; the first step of each part carries the op's dependencies. A local copy is one
+        ``max_cnt`` chunks; the first step of the op on every tb it lands on carries the op's dependencies (a part
+        that spills onto another channel's tb waits there too). A local copy is one
         part on a copy-only tb."""
         for oid in order:
             op = self.prog.ops[oid]
@@ -254,13 +258,13 @@ class _Lowering:
             parts = _split_counts(op.cnt, 1 if local else min(self.opts.instances, op.cnt))
             off = 0
             for inst, part in enumerate(parts):
-                for ci, cnt in enumerate(_split_counts(part, -(-part // self.opts.max_cnt))):
+                for cnt in _split_counts(part, -(-part // self.opts.max_cnt)):
                     src = (_BUF[Buf(op.src_buf)], op.src_off + off)
                     dst = (_BUF[Buf(op.dst_buf)], op.dst_off + off)
                     if local:
-                        self.place_copy(oid, src, dst, cnt, ci == 0)
+                        self.place_copy(oid, src, dst, cnt)
                     else:
-                        self.place_transfer(oid, inst, src, dst, cnt, ci == 0)
+                        self.place_transfer(oid, inst, src, dst, cnt)
                     off += cnt
 
     def dep_tbs(self, rank: int, oid: int) -> set[_Key]:
@@ -277,36 +281,39 @@ class _Lowering:
         self.touch(key)
         self.tb_steps[key].append(piece)
         self.tb_cost[key] += 1 + nops
+        self.placed.add((piece.op, key))
 
-    def place_copy(self, oid: int, src: tuple[str, int], dst: tuple[str, int], cnt: int, first: bool) -> None:
+    def place_copy(self, oid: int, src: tuple[str, int], dst: tuple[str, int], cnt: int) -> None:
         """A local copy goes to the first copy-only tb of its rank that still has room for it and its nops."""
         r = self.prog.ops[oid].src_rank
-        deps = self.dep_tbs(r, oid) if first else set()
+        deps = self.dep_tbs(r, oid)
         j = 0
         while True:
             key = (r, "c", -1, 0, j)
-            nops = _nops(deps, key) if first else 0
+            here = (oid, key) not in self.placed
+            nops = _nops(deps, key) if here else 0
             if self.tb_cost[key] + 1 + nops <= MAX_STEPS:
                 break
             j += 1
-        self.add_piece(key, _Piece(oid, self.level[oid], "cpy", -1, src, dst, cnt, first), nops)
+        self.add_piece(key, _Piece(oid, self.level[oid], "cpy", -1, src, dst, cnt, here), nops)
         self.last_tb_of[(oid, r)] = key
 
     def place_transfer(
-        self, oid: int, inst: int, src: tuple[str, int], dst: tuple[str, int], cnt: int, first: bool
+        self, oid: int, inst: int, src: tuple[str, int], dst: tuple[str, int], cnt: int
     ) -> None:
         """A send/receive pair goes to the connection's tbs on the first channel (of its group and instance)
         where neither side would pass 64 steps; spilling past ``max_channels`` raises."""
         op = self.prog.ops[oid]
         s_, d_ = op.src_rank, op.dst_rank
-        deps_s = self.dep_tbs(s_, oid) if first else set()
-        deps_d = self.dep_tbs(d_, oid) if first else set()
+        deps_s = self.dep_tbs(s_, oid)
+        deps_d = self.dep_tbs(d_, oid)
         spill = 0
         ch = self.channel(s_, d_, inst, spill)
         while True:
             ks, kr = self.conn_tbs(s_, d_, ch)
-            ns = _nops(deps_s, ks) if first else 0
-            nr = _nops(deps_d, kr) if first else 0
+            first_s, first_r = (oid, ks) not in self.placed, (oid, kr) not in self.placed
+            ns = _nops(deps_s, ks) if first_s else 0
+            nr = _nops(deps_d, kr) if first_r else 0
             if self.tb_cost[ks] + 1 + ns <= MAX_STEPS and self.tb_cost[kr] + 1 + nr <= MAX_STEPS:
                 break
             spill += 1
@@ -318,8 +325,8 @@ class _Lowering:
                     f"(a larger --max-padding), or allow more channels"
                 )
         lvl = self.level[oid]
-        self.add_piece(ks, _Piece(oid, lvl, "s", d_, src, dst, cnt, first), ns)
-        self.add_piece(kr, _Piece(oid, lvl, "r", s_, src, dst, cnt, first), nr)
+        self.add_piece(ks, _Piece(oid, lvl, "s", d_, src, dst, cnt, first_s), ns)
+        self.add_piece(kr, _Piece(oid, lvl, "r", s_, src, dst, cnt, first_r), nr)
         self.last_tb_of[(oid, s_)] = ks
         self.last_tb_of[(oid, d_)] = kr
 
