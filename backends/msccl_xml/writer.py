@@ -322,7 +322,7 @@ class _Lowering:
                 raise LoweringError(
                     f"connection {s_}->{d_} needs more than {self.opts.max_channels} channels to stay within "
                     f"{MAX_STEPS} steps per thread block; fewer stages or a coarser layout would fit "
-                    f"(a larger --max-padding), or allow more channels"
+                    f"(a larger --max-padding)"
                 )
         lvl = self.level[oid]
         self.add_piece(ks, _Piece(oid, lvl, "s", d_, src, dst, cnt, first_s), ns)
@@ -398,10 +398,17 @@ class _Lowering:
         if self.opts.dialect == "rccl":
             for r, keys in self.per_rank.items():
                 if len(keys) > MAX_TBS_RCCL:
+                    tips = [
+                        t
+                        for t, given in (
+                            ("--opt tb_layout=combined", self.layout == "combined"),
+                            ("--opt instances=1", self.opts.instances == 1),
+                        )
+                        if not given
+                    ]
                     raise LoweringError(
                         f"rank {r} needs {len(keys)} thread blocks; RCCL allows {MAX_TBS_RCCL}. Fewer peers per "
-                        f"rank or fewer channels would fit: try --tb-layout combined, --instances 1, or a "
-                        f"coarser layout"
+                        f"rank or fewer channels would fit: try {', '.join([*tips, 'a coarser layout'])}"
                     )
         for key, count in self.n_steps.items():
             if count > MAX_STEPS:
