@@ -187,7 +187,7 @@ def candidate_paths(
     """Up to k short paths s -> d (edge indices): one per first hop, each continued along a shortest path
     (lowest edge index at ties), the shortest first. Deterministic, no Yen enumeration."""
     src, dst = int(net.rank_node[s]), int(net.rank_node[d])
-    out_edges = _out_edges(net)
+    out_edges = net.out_edges
     cands: list[tuple[int, tuple[int, ...]]] = []
     for e0 in out_edges[src]:
         w = int(net.head[e0])
@@ -215,21 +215,6 @@ def candidate_paths(
             cands.append((len(path), tuple(path)))
     cands.sort()
     return [p for _l, p in cands[:k]]
-
-
-_OUT_CACHE: dict[int, list[list[int]]] = {}
-
-
-def _out_edges(net: FlowNetwork) -> list[list[int]]:
-    key = id(net)
-    hit = _OUT_CACHE.get(key)
-    if hit is None or len(hit) != net.nnodes:
-        hit = [[] for _ in range(net.nnodes)]
-        for e, u in enumerate(net.tail.tolist()):
-            hit[u].append(e)
-        _OUT_CACHE.clear()
-        _OUT_CACHE[key] = hit
-    return hit
 
 
 def path_mcf(

@@ -52,5 +52,9 @@ class FlowNetwork:
         return out
 
     @cached_property
-    def edge_index(self) -> dict[tuple[int, int], int]:
-        return {(int(u), int(v)): e for e, (u, v) in enumerate(zip(self.tail, self.head))}
+    def out_edges(self) -> list[list[int]]:
+        """Edge indices leaving each node, in edge order."""
+        out: list[list[int]] = [[] for _ in range(self.nnodes)]
+        for e, u in enumerate(self.tail.tolist()):
+            out[u].append(e)
+        return out
