@@ -25,11 +25,12 @@ Heavy modules are imported on first use, so ``import a2acc`` stays cheap (the JI
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 __version__ = "0.2.0"
 
+TYPE_CHECKING = False  # not typing's: ``import a2acc`` runs in the JIT's start-up hook, and typing costs ~10 ms
 if TYPE_CHECKING:
+    from typing import Any
+
     import numpy as np
     import numpy.typing as npt
 

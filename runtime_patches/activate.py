@@ -1,67 +1,130 @@
-"""Activation at interpreter start (``a2acc-jit.pth`` calls :func:`activate_from_env` iff ``A2ACC_JIT`` is set).
+"""Activation at interpreter start: ``a2acc-jit.pth`` calls :func:`activate_from_env` when ``A2ACC_JIT`` is set.
 
-With ``A2ACC_JIT`` unset the hook costs one ``os.environ`` lookup and imports nothing. With it set, settings are
-validated; a problem prints one clear warning and leaves every stock collective untouched.
+Zero cost when unused: with ``A2ACC_JIT`` unset (or 0/false/no/off) the hook is one ``os.environ`` lookup. With it
+on, start-up only arms a lazy import hook (a ``sys.meta_path`` finder, nothing else imported): the settings
+are read and ``torch.distributed.all_to_all_single`` is patched when, and only if, the process imports
+``torch.distributed``. Launchers and tools never activate (``torchrun``'s parent, pip, the ``a2acc`` CLI).
+A problem prints one clear line on rank 0 (``RANK`` unset or 0) and leaves every stock collective untouched.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
+TYPE_CHECKING = (
+    False  # not typing.TYPE_CHECKING: importing typing alone costs ~10 ms at every interpreter start
+)
+if TYPE_CHECKING:
+    import importlib.machinery
+    from types import ModuleType
+    from typing import Any
+
 ON_VALUES = ("1", "true", "yes", "on")
 OFF_VALUES = ("", "0", "false", "no", "off")
+# programs that import torch.distributed but never run a job's collectives
+SKIP_PROGRAMS = ("torchrun", "pip", "pip3", "a2acc")
 _ACTIVE = False
 _ATTEMPTED = False  # site may process a site-packages dir twice (e.g. a lib64 -> lib symlink in venvs)
+_ARMED = False
 
 
 def _setup_logging(level: int) -> None:
+    import logging
+
     log = logging.getLogger("a2acc")
     if not log.handlers:
         h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(logging.Formatter("a2acc[%(process)d] %(levelname)s: %(message)s"))
+        rank = os.environ.get("RANK", "-")
+        h.setFormatter(logging.Formatter(f"a2acc[rank {rank}] %(levelname)s: %(message)s"))
         log.addHandler(h)
     log.setLevel(level)
 
 
+def job_rank0() -> bool:
+    """True on the process that speaks for the job (global rank 0, or a process outside a launcher)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def say(message: str) -> None:
+    """One line for the whole job: printed on rank 0 only."""
+    if job_rank0():
+        print(f"a2acc: {message}", file=sys.stderr)
+
+
+def _skipped_program() -> bool:
+    argv0 = os.path.basename(getattr(sys, "argv", [""])[0] or "")
+    return argv0.removesuffix(".py") in SKIP_PROGRAMS
+
+
+class _AfterImport:
+    """A ``sys.meta_path`` finder that runs :func:`_activate_now` right after ``torch.distributed`` has been
+    imported (a post-import hook; importlib.abc is not imported for its base class: it costs ~35 ms)."""
+
+    def find_spec(
+        self, fullname: str, path: Any, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "torch.distributed":
+            return None
+        import importlib.machinery
+
+        sys.meta_path.remove(self)  # find the real spec with the other finders, once
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        real_exec = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            real_exec(module)
+            _activate_now()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
 def activate_from_env() -> bool:
-    """Patch ``torch.distributed.all_to_all_single`` when the settings are valid; True if patched."""
-    global _ACTIVE, _ATTEMPTED
-    if _ATTEMPTED:
-        return _ACTIVE
+    """Arm the lazy hook when ``A2ACC_JIT`` is on (True), or do nothing (False). Cheap: imports nothing."""
+    global _ARMED, _ATTEMPTED
+    if _ARMED or _ATTEMPTED:
+        return _ARMED or _ACTIVE
     value = os.environ.get("A2ACC_JIT", "").strip().lower()
     if value in OFF_VALUES:
         return False
     _ATTEMPTED = True
     if value not in ON_VALUES:
-        print(
-            f"a2acc: A2ACC_JIT={os.environ['A2ACC_JIT']!r} is not one of {', '.join(ON_VALUES)} (on) or "
-            f"{', '.join(v for v in OFF_VALUES if v)} (off) -- the JIT stays off",
-            file=sys.stderr,
+        say(
+            f"A2ACC_JIT={os.environ['A2ACC_JIT']!r} is not one of {', '.join(ON_VALUES)} (on) or "
+            f"{', '.join(v for v in OFF_VALUES if v)} (off) -- the JIT stays off"
         )
         return False
+    if _skipped_program():
+        return False
+    if "torch.distributed" in sys.modules:
+        return _activate_now()
+    sys.meta_path.insert(0, _AfterImport())
+    _ARMED = True
+    return True
+
+
+def _activate_now() -> bool:
+    """Read the settings and patch ``torch.distributed`` (it is imported by now); True if patched."""
+    global _ACTIVE
+    if _ACTIVE:
+        return True
     from a2acc.runtime.settings import JitSettings
 
     settings, problems = JitSettings.from_env()
     if settings is None:
-        print(
-            "a2acc: A2ACC_JIT is set but " + "; ".join(problems) + " -- using the stock collectives",
-            file=sys.stderr,
-        )
+        say("A2ACC_JIT is set but " + "; ".join(problems) + " -- using the stock collectives")
         return False
     _setup_logging(settings.log_level)
-    try:
-        import torch.distributed  # noqa: F401
-    except ImportError:
-        print("a2acc: A2ACC_JIT is set but torch is not importable -- nothing patched", file=sys.stderr)
-        return False
     from a2acc.runtime.torch_patch import install
 
     try:
         install(settings)
     except Exception as exc:  # the job must run on: stock collectives, one clear line
-        print(f"a2acc: the JIT could not start ({exc}) -- using the stock collectives", file=sys.stderr)
+        say(f"the JIT could not start ({exc}) -- using the stock collectives")
         return False
     _ACTIVE = True
     return True

@@ -10,6 +10,7 @@
 | ``A2ACC_BACKEND`` | what a plan is lowered to and cached as: ``none`` or a registered target | by executor |
 | ``A2ACC_BACKEND_OPTS`` | target options, ``KEY=VALUE,...`` (e.g. ``dialect=rccl``) | by platform |
 | ``A2ACC_CACHE_DIR`` | plan cache directory | ``~/.cache/a2acc`` |
+| ``A2ACC_MISS`` | on a cache miss: ``stock`` (serve the call with the stock collective while the plan compiles in the background) or ``wait`` (compile in the call) | ``stock`` |
 | ``A2ACC_LOG`` | ``debug``, ``info``, ``warning``, ``error`` | ``warning`` |
 
 The executor and the backend are separate: the ``reference`` executor runs the Program itself and needs no
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 EXECUTORS = ("reference", "msccl", "mscclpp")
+MISS_MODES = ("stock", "wait")
 # the backend each executor needs when A2ACC_BACKEND is not set
 DEFAULT_BACKEND = {"reference": "none", "msccl": "msccl-xml", "mscclpp": "mscclpp-json"}
 LOG_LEVELS = {
@@ -45,6 +47,7 @@ class JitSettings:
     executor: str = "reference"
     planner_opts: tuple[tuple[str, str], ...] = ()
     backend_opts: tuple[tuple[str, str], ...] = ()
+    miss: str = "stock"
 
     @property
     def target(self) -> str | None:
@@ -88,11 +91,22 @@ class JitSettings:
             problems.append(f"A2ACC_LOG={level_name!r}: use one of {', '.join(LOG_LEVELS)}")
             level_name = "warning"
         cache_dir = e.get("A2ACC_CACHE_DIR") or None
+        miss = (e.get("A2ACC_MISS", "stock") or "stock").lower()
+        if miss not in MISS_MODES:
+            problems.append(f"A2ACC_MISS={miss!r}: use one of {', '.join(MISS_MODES)}")
         if problems:
             return None, problems
         return (
             JitSettings(
-                algorithm, backend, topology, cache_dir, LOG_LEVELS[level_name], executor, opts[0], opts[1]
+                algorithm,
+                backend,
+                topology,
+                cache_dir,
+                LOG_LEVELS[level_name],
+                executor,
+                opts[0],
+                opts[1],
+                miss,
             ),
             [],
         )

@@ -1,9 +1,11 @@
 """PyTorch integration: wrap ``torch.distributed.all_to_all_single`` (sync and ``async_op=True``, with and
-without split sizes, any dtype). Megatron-LM's ``_AllToAll`` looks the function up at call time, so the patch
-is seen there too (spec: style-and-ecosystem B.2-B.3).
+without split sizes, any dtype, the world or a subgroup). Megatron-LM's ``_AllToAll`` looks the function up at
+call time (``megatron/core/tensor_parallel/mappings.py``), so the patch is seen there too.
 
-On an ``async_op=True`` call served by a2acc the transfer is complete when the call returns; the returned handle
-is already completed (``wait()`` returns at once). Anything unusual goes to the stock function.
+With ``async_op=True`` a call served by a2acc returns a real ``torch.distributed.Work`` (made from a future by
+``torch._C._distributed_c10d._create_work_from_future``): the last stage's transfers and the unpack finish in
+the background and ``wait()``/``get_future()`` behave as for a stock work. Anything unusual goes to the stock
+function.
 """
 
 from __future__ import annotations
@@ -16,29 +18,6 @@ from a2acc.runtime.settings import JitSettings
 
 log = logging.getLogger("a2acc.runtime")
 _STATE: dict[str, Any] = {}
-
-
-class CompletedWork:
-    """A finished ``torch.distributed`` work handle (duck-typed)."""
-
-    def wait(self, timeout: Any = None) -> bool:
-        return True
-
-    def is_completed(self) -> bool:
-        return True
-
-    def is_success(self) -> bool:
-        return True
-
-    def exception(self) -> None:
-        return None
-
-    def get_future(self) -> Any:
-        import torch
-
-        fut: Any = torch.futures.Future()
-        fut.set_result(None)
-        return fut
 
 
 def engine() -> Any:
@@ -69,13 +48,20 @@ def install(settings: JitSettings | None = None) -> None:
     _STATE["original"] = original
     dist.all_to_all_single = all_to_all_single
     c10d.all_to_all_single = all_to_all_single
-    log.info(
-        "a2acc: all_to_all_single patched (algorithm %s, backend %s, executor %s, topology %s)",
-        settings.algorithm,
-        settings.backend,
-        settings.executor,
-        settings.topology,
-    )
+    from a2acc.runtime.activate import job_rank0
+
+    if job_rank0():
+        eng = _STATE["engine"]
+        log.info(
+            "hook active: all_to_all_single goes through a2acc (algorithm %s, executor %s, backend %s, topology %s:"
+            " %d GPUs, misses served by %s)",
+            settings.algorithm,
+            settings.executor,
+            settings.backend,
+            settings.topology,
+            eng.topology.nranks,
+            "the stock call" if settings.miss == "stock" else "waiting for the plan",
+        )
 
 
 def uninstall() -> None:
@@ -106,14 +92,13 @@ def all_to_all_single(
         return dist.all_to_all_single(
             output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op
         )
-    handled = False
     try:
-        handled = eng.run(output, input, output_split_sizes, input_split_sizes, group, original)
+        handled = eng.run(output, input, output_split_sizes, input_split_sizes, group, original, async_op)
     except Exception as exc:
-        # failures before the cross-rank agreement already returned False on every rank; an error during the
+        # failures before the cross-rank agreement already returned None on every rank; an error during the
         # data exchange cannot be undone consistently across ranks, so it is raised, not hidden
         log.error("a2acc failed while exchanging data (%r)", exc)
         raise
-    if not handled:
+    if handled is None:
         return original(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
-    return CompletedWork() if async_op else None
+    return handled if async_op else None

@@ -33,8 +33,9 @@ class Executor(Protocol):
         """Why this executor cannot run the cache entry's plan in this process (None: it can)."""
         ...
 
-    def run(self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any) -> None:
-        """Run rank ``rank``'s part of the plan over ``bufs`` (Buf -> 1-D uint8 tensors)."""
+    def run(self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any) -> Any:
+        """Start rank ``rank``'s part of the plan over ``bufs`` (Buf -> 1-D uint8 tensors); return the works
+        still pending (the caller waits for them before unpacking), or None when everything is done."""
         ...
 
 

@@ -229,10 +229,13 @@ class MscclExecutor:
             return "CUDA PyTorch issues grouped send/recv, not ncclAllToAll, so MSCCL cannot select the XML"
         return None
 
-    def run(self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any) -> None:
+    def run(
+        self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any
+    ) -> list[Any]:
         from a2acc.ir.program import Buf
 
         stock(bufs[int(Buf.OUTPUT)], bufs[int(Buf.INPUT)], group=group)
+        return []
 
 
 EXECUTOR = MscclExecutor()

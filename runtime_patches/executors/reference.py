@@ -1,32 +1,33 @@
-"""Reference executor: run one rank's part of a Program with ``torch.distributed`` isend/irecv and local copies.
+"""Reference executor: run one rank's part of a Program with ``torch.distributed`` batched P2P and local copies.
 
-Every rank walks the ops in the same topological order (op id order; builders emit dependencies first) and
-handles the ops it takes part in: a local copy runs at once; as sender it posts ``isend`` of the chunk range, as
-receiver ``irecv`` into the destination range (tag = op id). Before an op reads a range it waits for pending
-receives into that range; before it writes a range it waits for pending sends from and receives into that range
-(read-after-write, write-after-read, write-after-write on this rank). Those are exactly the hazards the
-verifier proves ordered, so the result equals the Program's semantics whatever the interleaving. Orderings
-between ranks only shape performance and are not needed here.
-
-This is a real distributed execution (Gloo on CPU in the tests; any backend with point-to-point support), used
-as the correctness oracle of the JIT path and as its portable executor. It is not tuned for speed.
+The ops are taken level by level (the longest dependency path to each op, :func:`a2acc.ir.dag.levels`): ops of
+one level do not depend on each other, so this rank's transfers of a level go out as one
+``batch_isend_irecv`` group (what a GPU job runs over NCCL: one grouped launch per stage) after its local copies.
+Before an op reads a range this rank waits for pending receives into that range; before it writes a range it
+waits for pending sends from and receives into that range (read-after-write, write-after-read,
+write-after-write on this rank). Those are exactly the hazards the verifier proves ordered, so the result
+equals the Program's semantics whatever the interleaving; orderings between ranks only shape performance.
+The last level's transfers are returned still pending: the caller waits for them (at once, or behind an async
+``Work``). A real distributed execution (Gloo on CPU in the tests), the correctness oracle of the JIT path and
+its portable executor.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from a2acc.ir import Program
+from a2acc.ir.dag import levels
 
 
 def execute(
     prog: Program, rank: int, bufs: dict[int, Any], group: Any = None, ranks: list[int] | None = None
-) -> None:
-    """Run rank ``rank``'s ops; ``bufs`` maps Buf -> 1-D uint8 tensors of capacity x unit bytes.
+) -> list[Any]:
+    """Run rank ``rank``'s ops; ``bufs`` maps Buf -> 1-D uint8 tensors of capacity x unit bytes. Returns the
+    works still pending (wait for them before reading the output).
 
-    ``ranks`` maps Program ranks to ranks of the process group's numbering used by isend/irecv (identity when
-    None; ``torch.distributed`` p2p takes global ranks).
-    """
+    ``ranks`` maps Program ranks to the process group's global ranks used by P2P (identity when None)."""
     import torch.distributed as dist
 
     u = prog.unit_bytes
@@ -46,27 +47,37 @@ def execute(
     def peer(r: int) -> int:
         return r if ranks is None else ranks[r]
 
+    by_level: dict[int, list[int]] = defaultdict(list)
+    lvl = levels(prog.ops)
     for op in prog.ops:
-        if rank != op.src_rank and rank != op.dst_rank:
-            continue
-        s_lo, s_hi = op.src_off, op.src_off + op.cnt
-        d_lo, d_hi = op.dst_off, op.dst_off + op.cnt
-        if rank == op.src_rank:
-            settle(op.src_buf, s_lo, s_hi, writes=False)
-        if rank == op.dst_rank:
-            settle(op.dst_buf, d_lo, d_hi, writes=True)
-        src = bufs[op.src_buf][s_lo * u : s_hi * u]
-        if op.src_rank == op.dst_rank:
-            bufs[op.dst_buf][d_lo * u : d_hi * u].copy_(src)
-        elif rank == op.src_rank:
-            w = dist.isend(src, dst=peer(op.dst_rank), group=group, tag=op.id)
-            pending.append((op.src_buf, s_lo, s_hi, False, w))
-        else:
-            dst = bufs[op.dst_buf][d_lo * u : d_hi * u]
-            w = dist.irecv(dst, src=peer(op.src_rank), group=group, tag=op.id)
-            pending.append((op.dst_buf, d_lo, d_hi, True, w))
-    for p in pending:
-        p[4].wait()
+        if rank in (op.src_rank, op.dst_rank):
+            by_level[lvl[op.id]].append(op.id)
+    for level in sorted(by_level):
+        batch: list[Any] = []
+        posted: list[tuple[int, int, int, bool]] = []
+        for oid in by_level[level]:
+            op = prog.ops[oid]
+            s_lo, s_hi = op.src_off, op.src_off + op.cnt
+            d_lo, d_hi = op.dst_off, op.dst_off + op.cnt
+            if rank == op.src_rank:
+                settle(op.src_buf, s_lo, s_hi, writes=False)
+            if rank == op.dst_rank:
+                settle(op.dst_buf, d_lo, d_hi, writes=True)
+            src = bufs[op.src_buf][s_lo * u : s_hi * u]
+            if op.src_rank == op.dst_rank:
+                bufs[op.dst_buf][d_lo * u : d_hi * u].copy_(src)
+            elif rank == op.src_rank:
+                batch.append(dist.P2POp(dist.isend, src, peer(op.dst_rank), group, op.id))
+                posted.append((op.src_buf, s_lo, s_hi, False))
+            else:
+                dst = bufs[op.dst_buf][d_lo * u : d_hi * u]
+                batch.append(dist.P2POp(dist.irecv, dst, peer(op.src_rank), group, op.id))
+                posted.append((op.dst_buf, d_lo, d_hi, True))
+        if batch:
+            works = dist.batch_isend_irecv(batch)
+            for (b, lo, hi, is_recv), w in zip(posted, works):
+                pending.append((b, lo, hi, is_recv, w))
+    return [p[4] for p in pending]
 
 
 class ReferenceExecutor:
@@ -78,12 +89,14 @@ class ReferenceExecutor:
     def unavailable(self, entry: Any, group: Any) -> str | None:
         return None
 
-    def run(self, prog: Program, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any) -> None:
+    def run(
+        self, prog: Program, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any
+    ) -> list[Any]:
         import torch.distributed as dist
 
         world = prog.nranks
         ranks = [dist.get_global_rank(group, r) for r in range(world)] if group is not None else None
-        execute(prog, rank, bufs, group=group, ranks=ranks)
+        return execute(prog, rank, bufs, group=group, ranks=ranks)
 
 
 EXECUTOR = ReferenceExecutor()

@@ -36,7 +36,7 @@ def _env(tmp_path, **extra):
     return env
 
 
-def _run_world(tmp_path, world, env, seed=7):
+def _run_world(tmp_path, world, env, seed=7, mode="full"):
     port = _port()
     procs = []
     outs = []
@@ -45,7 +45,7 @@ def _run_world(tmp_path, world, env, seed=7):
         outs.append(out)
         procs.append(
             subprocess.Popen(
-                [sys.executable, str(WORKER), str(r), str(world), str(port), str(out), str(seed)],
+                [sys.executable, str(WORKER), str(r), str(world), str(port), str(out), str(seed), mode],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -66,7 +66,8 @@ def test_jit_matches_stock_and_hits_cache(tmp_path, world):
     topo = tmp_path / "two.yaml"
     topo.write_text(TWO)
     spec = str(topo) if world == 2 else "alps:1"
-    results, _ = _run_world(tmp_path, world, _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY=spec))
+    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY=spec, A2ACC_MISS="wait")  # every call through a plan
+    results, _ = _run_world(tmp_path, world, env)
     for res in results:
         assert res["patched"]
         assert res["checks"] and all(c["same"] for c in res["checks"]), [
@@ -75,8 +76,10 @@ def test_jit_matches_stock_and_hits_cache(tmp_path, world):
         dtypes = {c["dtype"] for c in res["checks"]}
         assert {"torch.float32", "torch.bfloat16", "torch.int64"} <= dtypes
         assert {c["async"] for c in res["checks"]} == {True, False}
+        # async calls return a real torch.distributed.Work, served by a2acc
+        assert all(c["work"] is True and c["handled"] for c in res["checks"] if c["async"])
         st = res["stats"]
-        assert st["fallbacks"] == 0 and st["handled"] == st["calls"]
+        assert st["fallbacks"] == {} and st["handled"] == st["calls"]
         # calls 1..5 reuse call 0's matrix with other dtypes/async: the second call is served from memory
         assert res["checks"][1]["source"] == ["memory"]
         assert st["bucket_hits"] > 0
@@ -85,17 +88,48 @@ def test_jit_matches_stock_and_hits_cache(tmp_path, world):
 
 
 @pytest.mark.slow
+def test_a_miss_is_served_by_stock_and_all_ranks_switch_at_the_same_call(tmp_path):
+    topo = tmp_path / "two.yaml"
+    topo.write_text(TWO)
+    results, _ = _run_world(tmp_path, 2, _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY=str(topo)), mode="miss")
+    served = [r["checks"][0]["served"] for r in results]
+    assert served[0] == served[1]  # the same calls on every rank
+    assert served[0][0] is False and served[0][-1] is True  # first call: stock while compiling
+    assert results[0]["stats"]["stock_while_compiling"] >= 1
+
+
+@pytest.mark.slow
+def test_two_subgroups_run_their_own_plans_at_once(tmp_path):
+    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY="alps:1", A2ACC_MISS="wait")
+    results, _ = _run_world(tmp_path, 4, env, mode="groups")
+    for res in results:
+        assert res["checks"] and all(c["same"] for c in res["checks"])
+        assert all(c["work"] for c in res["checks"] if c["async"])
+        st = res["stats"]
+        assert st["handled"] == st["calls"] == 8 and st["fallbacks"] == {}
+
+
+@pytest.mark.slow
 def test_msccl_executor_that_cannot_run_falls_back_to_reference_and_lowers_xml(tmp_path):
     """A2ACC_EXECUTOR=msccl on Gloo: every plan is still lowered to XML and cached (for a later export), the
     executor says why it cannot run here, once, and the reference executor gives the stock call's bytes."""
     topo = tmp_path / "two.yaml"
     topo.write_text(TWO)
-    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY=str(topo), A2ACC_EXECUTOR="msccl", A2ACC_LOG="warning")
+    env = _env(
+        tmp_path,
+        A2ACC_JIT="1",
+        A2ACC_TOPOLOGY=str(topo),
+        A2ACC_EXECUTOR="msccl",
+        A2ACC_LOG="warning",
+        A2ACC_MISS="wait",
+    )
     results, errs = _run_world(tmp_path, 2, env)
-    for res, err in zip(results, errs):
+    for res in results:
         assert all(c["same"] for c in res["checks"])
-        assert res["stats"]["fallbacks"] == 0
-        assert err.count("A2ACC_EXECUTOR=msccl cannot run here") == 1 and "MSCCL_ALGO_DIR" in err
+        assert res["stats"]["fallbacks"] == {}
+    # said once per job: by the first rank only
+    assert errs[0].count("A2ACC_EXECUTOR=msccl cannot run here") == 1 and "MSCCL_ALGO_DIR" in errs[0]
+    assert "cannot run here" not in errs[1]
     cached = list((tmp_path / "cache").rglob("*.json"))
     assert cached and all(".xml" in json.loads(p.read_text())["payload"]["files"].__repr__() for p in cached)
 
@@ -118,6 +152,14 @@ def test_unset_jit_patches_nothing_and_imports_nothing(tmp_path):
         check=True,
     )
     assert out.stdout.split() == ["True", "a2acc.runtime.torch_patch", "True"]
+
+
+def test_armed_jit_imports_nothing_heavy_at_start(tmp_path):
+    """A2ACC_JIT=1 arms a lazy hook: a process that never imports torch.distributed pays nothing for it."""
+    code = "import sys; assert 'torch' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)"
+    subprocess.run(
+        [sys.executable, "-c", code], env=_env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY="alps:1"), check=True
+    )
 
 
 @pytest.mark.slow
