@@ -11,7 +11,7 @@ Each case runs in its own process (so peak memory, ru_maxrss, is the case's own)
 - ``gk64``: GenKautz n=64, d=4, monolithic, and decomposed into 4 groups (gap to the monolithic optimum);
 - ``h100``: dgx-h100 4x8 (GPUs, NVSwitches, NICs, rails as flow nodes);
 - ``gk1024``: GenKautz n=1024, d=8 (8,192 links), decomposed into 32 groups with path-based children: the LP
-  side only (master + children), no Program (a million pairs: see docs/planners.md).
+  side only (master with 8 groups + 32 path-based children, k=4, one round), no Program (a million pairs).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _case(name: str, workers: str) -> dict[str, object]:
         m = generate("zipf", 1024, 64 << 20, 1)
         t0 = time.perf_counter()
         dc = decomposed_mcf(
-            FlowNetwork.of(topo), m, groups=32, formulation="path", k=2, rounds=2, workers=workers
+            FlowNetwork.of(topo), m, groups=32, formulation="path", k=4, rounds=1, workers=workers
         )
         wall = time.perf_counter() - t0
         assert dc is not None

@@ -184,8 +184,10 @@ def hop_distances(net: FlowNetwork) -> npt.NDArray[np.int64]:
 def candidate_paths(
     net: FlowNetwork, dist: npt.NDArray[np.int64], s: int, d: int, k: int
 ) -> list[tuple[int, ...]]:
-    """Up to k short paths s -> d (edge indices): one per first hop, each continued along a shortest path
-    (lowest edge index at ties), the shortest first. Deterministic, no Yen enumeration."""
+    """Up to k short paths s -> d (edge indices): one per first hop, each continued along a shortest path, the
+    shortest first. At a tie between next hops the choice rotates with (d, node), so the pairs spread over
+    equal-cost paths instead of all taking the lowest-numbered edge (measured on GenKautz n=1024, d=8: 10x
+    the bound with lowest-index ties). Deterministic, no Yen enumeration."""
     src, dst = int(net.rank_node[s]), int(net.rank_node[d])
     out_edges = net.out_edges
     cands: list[tuple[int, tuple[int, ...]]] = []
@@ -197,14 +199,11 @@ def candidate_paths(
         x = w
         ok = True
         while x != dst:
-            nxt = -1
-            for e in out_edges[x]:
-                if dist[int(net.head[e]), dst] == dist[x, dst] - 1:
-                    nxt = e
-                    break
-            if nxt < 0:  # pragma: no cover - dist says a shortest path exists
+            options = [e for e in out_edges[x] if dist[int(net.head[e]), dst] == dist[x, dst] - 1]
+            if not options:  # pragma: no cover - dist says a shortest path exists
                 ok = False
                 break
+            nxt = options[(d + x) % len(options)]  # the rotation of a2acc.flows.decompose.next_hops
             path.append(nxt)
             x = int(net.head[nxt])
         if (
