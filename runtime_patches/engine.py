@@ -441,20 +441,19 @@ class Engine:
         return create(fut)
 
     def _buffer(self, g: _Group, device: Any, kind: int, nbytes: int) -> Any:
-        """A zeroed staging buffer of ``nbytes`` on ``device``, reused across calls (a fresh one while an
-        async call still uses the pooled one)."""
+        """A staging buffer of ``nbytes`` on ``device``, reused across calls (a fresh one while an async call
+        still uses the pooled one). Not cleared: unpacking reads only bytes the plan delivered, and packing
+        zeroes each peer's padding itself (zeroing whole buffers cost more than the copies, measured)."""
         import torch
 
         if g.busy:
-            return torch.zeros(nbytes, dtype=torch.uint8, device=device)
+            return torch.empty(nbytes, dtype=torch.uint8, device=device)
         pool_key = (str(device), kind)
         buf = g.buffers.get(pool_key)
         if buf is None or buf.numel() < nbytes:
-            buf = torch.zeros(max(nbytes, 1), dtype=torch.uint8, device=device)
+            buf = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
             g.buffers[pool_key] = buf
-        view = buf[:nbytes]
-        view.zero_()
-        return view
+        return buf[:nbytes]
 
     def _execute(
         self,
@@ -492,8 +491,16 @@ class Engine:
                 int(Buf.SCRATCH): prog.scratch[rank] * unit,
             }
         bufs = {b: self._buffer(g, dev, b, n) for b, n in sizes.items()}
+        staged = bufs[int(Buf.INPUT)]
+        packed = {b: nb for _a, b, nb in lay.pack_segments(rows, row_bytes, unit, rank)}
         for a, b, nb in lay.pack_segments(rows, row_bytes, unit, rank):
-            bufs[int(Buf.INPUT)][b : b + nb].copy_(in_bytes[a : a + nb])
+            staged[b : b + nb].copy_(in_bytes[a : a + nb])
+        for d in range(world):  # zero each peer's padding (what the manifest calls zero-padded)
+            lo = int(lay.in_off[rank, d]) * unit
+            hi = lo + int(lay.counts[rank, d]) * unit
+            start = lo + packed.get(lo, 0)
+            if start < hi:
+                staged[start:hi].zero_()
         pending = executor.run(prog, g.entries.get(key), rank, bufs, group, stock) or []
         if resid.any():  # rows beyond the layout: one small stock exchange (every rank knows resid)
             in_row_off = np.concatenate([[0], np.cumsum(rows[rank])[:-1]])
