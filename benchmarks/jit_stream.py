@@ -3,8 +3,8 @@
 Run: ``.venv/bin/python benchmarks/jit_stream.py [--calls 1000]``. 32 ranks (dgx-h100, 4 servers), the stream of
 :func:`a2acc.model.traffic.moe_stream` (router skew oscillating 0.4-0.9 over 400 calls, drifting popularity, every call
 re-sampled; 8192 tokens per rank, top-2, hidden 4096, bf16). The hook's decision path is timed exactly as the
-engine runs it per call (bucket lookup, plan from the cache: memory hit, disk hit or compile+verify), with the
-split-size gather and the data movement excluded. Targets: hit rate >= 90 % after warm-up, padding <= 10 %,
+engine runs it per call (bucket lookup and the plan-table check; a miss's compile runs in the engine's background
+thread, timed separately), with the split-size gather and the data movement excluded. Targets: hit rate >= 90 % after warm-up, padding <= 10 %,
 hit overhead <= 100 us.
 """
 
@@ -34,20 +34,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         cache = PlanCache(d)
         programs: dict[str, object] = {}
-        hit_t, miss_t = [], []
+        hit_t, miss_t, compile_t, call_t = [], [], [], []
         hits = n = 0
         pad = over = payload = 0
         for i, m in enumerate(moe_stream(32, args.calls, 1)):
             t0 = time.perf_counter()
             b = index.lookup(m)
-            if b.key not in programs:
+            known = b.key in programs
+            dt = time.perf_counter() - t0  # what the call pays: a miss hands the compile to the background
+            if not known:
+                t1 = time.perf_counter()
                 entry, _where = cache.get_or_compile(
                     b.key,
                     lambda b=b: compile_entry(topo, b.layout, b.unit, args.algorithm, None, b.key),
                 )
                 programs[b.key] = program_from_json(entry.program_json)
-            dt = time.perf_counter() - t0
+                compile_t.append(time.perf_counter() - t1)
             (hit_t if b.hit else miss_t).append(dt)
+            call_t.append(dt)
             if i >= args.warmup:
                 n += 1
                 hits += b.hit
@@ -62,11 +66,13 @@ def main() -> None:
             f"hook overhead on a hit         : median {statistics.median(hit_t) * 1e6:.0f} us, "
             f"p90 {sorted(hit_t)[int(0.9 * len(hit_t))] * 1e6:.0f} us"
         )
-        if miss_t:
+        if compile_t:
             print(
-                f"hook overhead on a miss        : median {statistics.median(miss_t) * 1e3:.1f} ms "
-                f"(plan + verify + cache write), {len(miss_t)} misses"
+                f"background compile per miss    : median {statistics.median(compile_t) * 1e3:.1f} ms "
+                f"(plan + verify + cache write), {len(compile_t)} compiles; the call meanwhile is served by the "
+                "stock collective"
             )
+        print(f"mean added time per call       : {statistics.mean(call_t) * 1e6:.0f} us (hits and misses)")
         print(f"distinct plans compiled        : {len(programs)}")
 
 
