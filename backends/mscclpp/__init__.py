@@ -1,2 +1,2 @@
-"""The MSCCL++ targets (``mscclpp-json`` execution plans, ``mscclpp-dsl`` program source): registered, detected
-by content, lowering not built yet (see :mod:`a2acc.backends.mscclpp.target`)."""
+"""The MSCCL++ targets: ``mscclpp-json`` execution plans and ``mscclpp-dsl`` program source from one lowering,
+read back strictly and interpreted (see :mod:`a2acc.backends.mscclpp.target`)."""

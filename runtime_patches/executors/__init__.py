@@ -4,7 +4,7 @@
 |---|---|---|
 | ``reference`` | the Program itself, as batched isend/irecv + local copies over ``torch.distributed`` | any backend with p2p (Gloo, NCCL, RCCL) |
 | ``msccl`` | the packed buffer through the stock ``all_to_all_single``, which msccl-executor-nccl / RCCL replace by the bucket's XML | an NCCL/RCCL process group and an ``MSCCL_ALGO_DIR`` holding that XML when the job started (``a2acc cache export``) |
-| ``mscclpp`` | an MSCCL++ JSON plan through ``mscclpp.Executor`` | the MSCCL++ backend (not built yet) |
+| ``mscclpp`` | an MSCCL++ JSON plan through ``mscclpp.Executor`` | ``mscclpp`` importable, a GPU, the bucket's plan lowered with ``A2ACC_BACKEND=mscclpp-json`` |
 
 Each executor says, per plan, whether it can run it here (:meth:`unavailable` returns the reason it cannot);
 the engine then falls back to ``reference`` with one warning, on every rank alike (the choice is part of the

@@ -142,15 +142,24 @@ class MscclppExecutor:
         return path
 
     def executor(self, group: Any) -> Any:
+        """One ``mscclpp.Executor`` per process group, over a communicator bootstrapped through that group
+        (``CommGroup(torch_group=...)`` broadcasts its unique id as a CPU tensor over the group, so the group
+        must carry CPU tensors: gloo, or a ``cpu:gloo,cuda:nccl`` group)."""
         key = id(group)
         ex = self._executors.get(key)
         if ex is None:
             mod = self.mod()
+            if group is None:  # the default group, which CommGroup needs by name
+                import torch.distributed as dist
+
+                group = dist.group.WORLD
             comm = mod.CommGroup(torch_group=group).communicator
             ex = self._executors[key] = executor_for(comm, mod)
         return ex
 
-    def run(self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any) -> list[Any]:
+    def run(
+        self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any
+    ) -> list[Any]:
         """Copy in, execute on the stream, copy out; everything is enqueued on the current stream, so nothing is
         left pending for the caller (stream order makes its unpacking wait)."""
         from a2acc.ir.program import Buf

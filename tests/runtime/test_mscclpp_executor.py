@@ -144,3 +144,26 @@ def test_unavailable_says_why(tmp_path):
         with pytest.raises(RuntimeHookError, match="mscclpp is not importable"):
             executor_for(None)
     assert get_executor("mscclpp").name == "mscclpp"
+
+
+@pytest.mark.slow
+def test_jit_with_mscclpp_executor_caches_json_plans_and_falls_back(tmp_path):
+    """A2ACC_EXECUTOR=mscclpp on Gloo without mscclpp: every bucket is lowered to an MSCCL++ JSON plan and cached,
+    the executor says why it cannot run here (once), and the reference executor gives the stock call's bytes."""
+    from tests.runtime.test_torch_jit import TWO, _env, _run_world
+
+    topo = tmp_path / "two.yaml"
+    topo.write_text(TWO)
+    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY=str(topo), A2ACC_EXECUTOR="mscclpp", A2ACC_MISS="wait")
+    results, errs = _run_world(tmp_path, 2, env)
+    for res in results:
+        assert all(c["same"] for c in res["checks"])
+    if not mscclpp_available():
+        assert errs[0].count("A2ACC_EXECUTOR=mscclpp cannot run here") == 1 and "not importable" in errs[0]
+    cached = list((tmp_path / "cache").rglob("*.json"))
+    payloads = [__import__("json").loads(p.read_text())["payload"] for p in cached]
+    assert payloads and all(any(k.endswith(".json") for k in p["files"]) for p in payloads)
+    for p in payloads:
+        ((name, text),) = p["files"].items()
+        man = manifest_from_json(p["manifest"])
+        assert get_target("mscclpp-json").check_text(text, name, man, None).ok
