@@ -32,10 +32,14 @@ TARGETS: dict[str, TargetInfo] = {
             "MSCCL XML for msccl-executor-nccl (--opt dialect=nccl) and RCCL's MSCCL (--opt dialect=rccl)",
         ),
         TargetInfo(
-            "mscclpp-json", "a2acc.backends.mscclpp.target", "MSCCL++ JSON execution plan for mscclpp.Executor (--opt target=nvidia|amd)"
+            "mscclpp-json",
+            "a2acc.backends.mscclpp.target",
+            "MSCCL++ JSON execution plan for mscclpp.Executor (--opt target=nvidia|amd)",
         ),
         TargetInfo(
-            "mscclpp-dsl", "a2acc.backends.mscclpp.target", "MSCCL++ DSL program (mscclpp.language) from the same lowering"
+            "mscclpp-dsl",
+            "a2acc.backends.mscclpp.target",
+            "MSCCL++ DSL program (mscclpp.language) from the same lowering",
         ),
     )
 }
