@@ -27,7 +27,8 @@ from __future__ import annotations
 
 __version__ = "0.2.0"
 
-TYPE_CHECKING = False  # not typing's: ``import a2acc`` runs in the JIT's start-up hook, and typing costs ~10 ms
+# not typing.TYPE_CHECKING: ``import a2acc`` runs in the JIT's start-up hook, and typing costs ~10 ms
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
