@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from a2acc.errors import InputError
 from a2acc.ir.layout import Manifest
 from a2acc.ir.program import Program
 
@@ -84,3 +85,24 @@ class Target(Protocol):
     def check_text(self, text: str, source: str, manifest: Manifest | None, options: Any) -> CheckReport:
         """Verify a file of this target's format (ours or anyone's) with the strict reader + interpreter."""
         ...
+
+
+# ---------------------------------------------------------------------- helpers every target uses
+def default_name(program: Program) -> str:
+    """``a2acc_<algorithm>_<N>r_<hash>``: a lowered file's name when the caller gives none (content-addressed,
+    so the same Program always gets the same name)."""
+    import hashlib
+
+    digest = hashlib.sha256(program.to_json().encode()).hexdigest()[:10]
+    return f"a2acc_{program.algorithm}_{program.nranks}r_{digest}"
+
+
+def size_window(size_range: tuple[int, int] | None, text: str, buffer_bytes: int) -> tuple[int, int]:
+    """The message-size window a lowered file declares (default: exactly the plan's buffer); it must contain
+    the buffer size, or the executor never selects (or refuses) the file."""
+    lo, hi = size_range or (buffer_bytes, buffer_bytes)
+    if not lo <= buffer_bytes <= hi:
+        raise InputError(
+            "--opt", "size_range", text, f"must include the plan's buffer size {buffer_bytes} B per rank"
+        )
+    return lo, hi

@@ -11,7 +11,6 @@ as XML), and ``DIR.manifest.json`` beside it describes the all-to-all-v packing 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +19,7 @@ from a2acc.backends.msccl_xml.interp import PROTO_K, InterpResult, run, static_c
 from a2acc.backends.msccl_xml.model import MAX_OFFSET, Algo
 from a2acc.backends.msccl_xml.reader import read_xml
 from a2acc.backends.msccl_xml.writer import LowerOptions, lower, to_xml
-from a2acc.backends.target import CheckReport, Lowered
+from a2acc.backends.target import CheckReport, Lowered, default_name, size_window
 from a2acc.errors import InputError, InternalError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir.layout import (
@@ -182,17 +181,9 @@ class MscclXmlTarget:
         lay = program.layout
         c = lay.buffer_chunks
         buffer_bytes = c * program.unit_bytes
-        lo, hi = opts.bytes_range() or (buffer_bytes, buffer_bytes)
-        if not lo <= buffer_bytes <= hi:
-            raise InputError(
-                "--opt",
-                "size_range",
-                opts.size_range,
-                f"must include the plan's buffer size {buffer_bytes} B per rank, or the executor never selects it",
-            )
+        lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes)
         if name is None:
-            digest = hashlib.sha256(program.to_json().encode()).hexdigest()[:10]
-            name = f"a2acc_{program.algorithm}_{program.nranks}r_{digest}"
+            name = default_name(program)
         xml_name = f"{opts.priority:02d}-{name}-{opts.dialect}.xml"
         algo = lower(
             program,

@@ -16,7 +16,6 @@ MSCCL++ v0.8's ``MSCCLPP_EXECUTION_PLAN_DIR`` loaded.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from a2acc.backends.mscclpp.lower import LowerOptions, LowerStats, lower
 from a2acc.backends.mscclpp.model import Plan, flat_ops
 from a2acc.backends.mscclpp.read_dsl import read_dsl
 from a2acc.backends.mscclpp.reader import read_plan
-from a2acc.backends.target import CheckReport, Lowered
+from a2acc.backends.target import CheckReport, Lowered, default_name, size_window
 from a2acc.errors import InputError, LoweringError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir.layout import Manifest, export_manifest_path, manifest_file, manifest_for, manifest_from_json
@@ -224,17 +223,9 @@ class _MscclppTarget:
         lay = program.layout
         c = lay.buffer_chunks
         buffer_bytes = c * program.unit_bytes
-        lo, hi = opts.bytes_range() or (buffer_bytes, buffer_bytes)
-        if not lo <= buffer_bytes <= hi:
-            raise InputError(
-                "--opt",
-                "size_range",
-                opts.size_range,
-                f"must include the plan's buffer size {buffer_bytes} B per rank, or the executor refuses the call",
-            )
+        lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes)
         if name is None:
-            digest = hashlib.sha256(program.to_json().encode()).hexdigest()[:10]
-            name = f"a2acc_{program.algorithm}_{program.nranks}r_{digest}"
+            name = default_name(program)
         one_server = program.machine is not None and len(set(program.machine.node)) == 1
         proto = opts.protocol
         if proto == "auto":
