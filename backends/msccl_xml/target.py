@@ -217,7 +217,11 @@ class MscclXmlTarget:
             f"{algo.ngpus} GPUs, C={algo.nchunksperloop}, proto {algo.proto}, {algo.nchannels} channels, "
             f"max {tbs} tbs/GPU, max {steps} steps/tb, minBytes={algo.min_bytes} maxBytes={algo.max_bytes}"
         )
-        usage = "MSCCL_ALGO_DIR={output} (set before the first communicator is created)"
+        usage = (
+            "MSCCL_ALGO_DIR={output} NCCL_MSCCL_ENABLE=1 (msccl-executor-nccl), or RCCL_MSCCL_ENABLE=1 "
+            "RCCL_MSCCL_FORCE_ENABLE=1 (RCCL), set before the first communicator is created; with the JIT also "
+            "A2ACC_EXECUTOR=msccl"
+        )
         return Lowered(self.name, {xml_name: text}, man, summary, algo, opts, usage)
 
     def check(self, lowered: Lowered) -> CheckReport:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from a2acc.backends import TARGETS
 from a2acc.cli.common import (
@@ -100,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         f"padding {100 * pad:.2f}% of payload ({res.unit_label})"
     )
     if res.lowered.usage:
-        print("use: " + res.lowered.usage.format(output=args.output))
+        print("use: " + res.lowered.usage.format(output=os.path.abspath(args.output)))
     if args.timings:
         print("\n".join(res.timing_lines()))
     return 0
