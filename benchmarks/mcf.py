@@ -6,8 +6,7 @@ Each case runs in its own process (so peak memory, ru_maxrss, is the case's own)
 :func:`a2acc.pipeline.compile` (plan + verify), Zipf(0.8) traffic, 64 MiB per GPU unless noted:
 
 - ``torus``: 4x4x4 torus (64 nodes, 50 GB/s links), monolithic link LP;
-- ``hypercube``: hypercube 2^8 (256 nodes), decomposed (the monolithic LP has 524k variables: it fits
-  ``max_vars`` only just, so the decomposition is forced with ``groups=8`` to measure it);
+- ``hypercube``: hypercube 2^8 (256 nodes, 2,048 links), the monolithic link LP (524k variables);
 - ``gk64``: GenKautz n=64, d=4, monolithic, and decomposed into 4 groups (gap to the monolithic optimum);
 - ``h100``: dgx-h100 4x8 (GPUs, NVSwitches, NICs, rails as flow nodes);
 - ``gk1024``: GenKautz n=1024, d=8 (8,192 links), decomposed into 32 groups with path-based children: the LP
@@ -51,7 +50,7 @@ def _case(name: str, workers: str) -> dict[str, object]:
         return {"case": name, "lp_s": wall, "lp_time_us": dc.time_s * 1e6, "bound_us": dc.bound_s * 1e6}
     topos = {
         "torus": (direct({"kind": "torus", "dims": [4, 4, 4]}), {}),
-        "hypercube": (direct({"kind": "hypercube", "dimension": 8}), {"groups": "8", "workers": workers}),
+        "hypercube": (direct({"kind": "hypercube", "dimension": 8}), {}),
         "gk64": (direct({"kind": "genkautz", "n": 64, "degree": 4}), {}),
         "gk64-dec": (direct({"kind": "genkautz", "n": 64, "degree": 4}), {"groups": "4", "workers": workers}),
         "h100": (load_topology("dgx-h100", 4), {}),
