@@ -42,6 +42,7 @@ from a2acc.backends.msccl_xml.model import (
     MAX_CHANNELS_NCCL,
     MAX_COUNT,
     MAX_DEP_TB,
+    MAX_NODES,
     MAX_OFFSET,
     MAX_STEPS,
     MAX_TBS_PER_CHANNEL,
@@ -163,7 +164,21 @@ def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
     low.number_tbs()
     low.resolve_dependencies()
     low.check_limits()
-    return low.build_algo()
+    algo = low.build_algo()
+    _check_nodes(algo)
+    return algo
+
+
+def _check_nodes(algo: Algo) -> None:
+    """The executors' parser holds a fixed pool of XML nodes per rank: ``<algo>``, every ``<gpu>``, and the
+    rank's own ``<tb>`` and ``<step>`` nodes (msccl-executor-nccl's ``src/misc/msccl/msccl_parser.cc``)."""
+    for g in algo.gpus:
+        nodes = 1 + len(algo.gpus) + len(g.tbs) + sum(len(t.steps) for t in g.tbs)
+        if nodes > MAX_NODES:
+            raise LoweringError(
+                f"rank {g.id} needs {nodes} XML nodes (thread blocks and steps); the executor's parser holds at "
+                f"most {MAX_NODES} (limit): a coarser layout (a larger --max-padding) would fit"
+            )
 
 
 def _check_offsets(prog: Program) -> None:
@@ -394,7 +409,7 @@ class _Lowering:
         """Raise :class:`LoweringError` at the first executor limit the placement exceeds, checked in this
         order: tbs per GPU on RCCL, steps per tb (nops included), dependency-target tb ids (``dependentBid`` is
         int8), tbs with a send (recv) peer per channel (limits from msccl-executor-nccl's and RCCL's
-        ``src/include/msccl/msccl_struct.h``)."""
+        ``src/include/msccl/msccl_struct.h``); the parser's node pool is checked on the built model."""
         if self.opts.dialect == "rccl":
             for r, keys in self.per_rank.items():
                 if len(keys) > MAX_TBS_RCCL:
