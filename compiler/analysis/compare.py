@@ -1,49 +1,77 @@
 """Side-by-side comparison of planners on one topology over message sizes (``a2acc compare``).
 
-For each size and algorithm: plan through :func:`a2acc.pipeline.compile` (timed: the planner phase; the pipeline
-verifies every plan and raises on a wrong one, so the ``#wrong`` column is 0 in every table it prints), simulate, and set against the lower bound. Sizes are the mean bytes
-per rank (nccl-tests' ``size`` for all-to-all is the per-rank send buffer); a matrix file is rescaled to each size.
+For each algorithm and size: plan through :func:`a2acc.pipeline.compile` (the pipeline verifies every plan and
+raises on a wrong one, so the ``#wrong`` column is 0 in every table it prints), simulate with the fast engine
+(:mod:`a2acc.analysis.fastsim`) under the topology's model (:mod:`a2acc.analysis.model`) or ``--model``, and set
+against the lower bound. Rows are produced one at a time (:func:`compare_rows` is a generator) so the CLI
+prints each as soon as it is computed, like nccl-tests.
+
+Sizes are the mean bytes per rank (nccl-tests' ``size`` for all-to-all is the per-rank send buffer); a matrix
+file is rescaled to each size, or used as it is when no size is asked for. Bandwidths, both in GB/s (1e9):
+
+- ``algbw`` (FAST's definition, default): total bytes / N / time - the mean rank's bytes over time;
+- ``algbw`` with ``--bw alltoallv`` (nccl-tests ``alltoallv_perf``): the busiest rank's bytes (sent or
+  received) over time - what a benchmark reports when it times the slowest rank's buffer;
+- ``busbw = algbw * (N-1)/N``, nccl-tests' all-to-all factor (``src/alltoall.cc``: ``AlltoAllGetBw``).
+
+For balanced traffic the two algbw definitions agree; under skew the alltoallv one is larger.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Sequence
+import csv
+import io
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from a2acc.analysis.bounds import lower_bounds
+from a2acc.analysis.fastsim import simulate_fast
 from a2acc.analysis.incast import IncastModel
-from a2acc.analysis.simulate import simulate
+from a2acc.analysis.model import SimModel
+from a2acc.analysis.simulate import resolve_model
+from a2acc.errors import InputError
+from a2acc.fileio import atomic_write_bytes, atomic_write_text
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import generate
 from a2acc.pipeline import Request, compile
 
+BW_DEFINITIONS = ("fast", "alltoallv")
+PLOT_METRICS = ("busbw", "algbw", "time")
+
 
 @dataclass(frozen=True)
 class Row:
+    """One (algorithm, size) result. ``algbw_GBps``/``busbw_GBps`` follow the chosen ``bw`` definition."""
+
     algorithm: str
     size: int
     count: int
     time_s: float
     algbw_GBps: float
     busbw_GBps: float
+    algbw_fast_GBps: float
+    algbw_alltoallv_GBps: float
     bound_s: float
     bound_term: str
     schedule_s: float
     stages: int
     ops: int
+    chunks: int
     nwrong: int
     padding_bytes: int
+    timeout_probability: float
+    bw: str = "fast"
 
     @property
     def pct_of_bound(self) -> float:
         return 100.0 * self.bound_s / self.time_s if self.time_s > 0 else 0.0
 
     def to_json(self) -> dict[str, object]:
-        d = asdict(self)
+        d: dict[str, object] = asdict(self)
         d["pct_of_bound"] = self.pct_of_bound
         # nccl-tests -J keys, for scripts that already parse those
         d["type"] = "float"
@@ -58,6 +86,51 @@ class Row:
         return d
 
 
+CSV_FIELDS = (
+    "algorithm",
+    "size",
+    "count",
+    "time_us",
+    "algbw_GBps",
+    "busbw_GBps",
+    "algbw_fast_GBps",
+    "algbw_alltoallv_GBps",
+    "nwrong",
+    "sched_us",
+    "bound_us",
+    "pct_of_bound",
+    "bound_term",
+    "stages",
+    "ops",
+    "chunks",
+    "padding_bytes",
+    "timeout_probability",
+)
+
+
+def _csv_row(r: Row) -> list[object]:
+    return [
+        r.algorithm,
+        r.size,
+        r.count,
+        r.time_s * 1e6,
+        r.algbw_GBps,
+        r.busbw_GBps,
+        r.algbw_fast_GBps,
+        r.algbw_alltoallv_GBps,
+        r.nwrong,
+        r.schedule_s * 1e6,
+        r.bound_s * 1e6,
+        r.pct_of_bound,
+        r.bound_term,
+        r.stages,
+        r.ops,
+        r.chunks,
+        r.padding_bytes,
+        r.timeout_probability,
+    ]
+
+
 def scale_matrix(m: npt.NDArray[np.int64], size: int, align: int = 16) -> npt.NDArray[np.int64]:
     """Rescale so the mean row sum is ``size`` bytes (entries rounded to ``align``)."""
     mean = float(m.sum(axis=1).mean())
@@ -66,12 +139,76 @@ def scale_matrix(m: npt.NDArray[np.int64], size: int, align: int = 16) -> npt.ND
     return (np.rint(m * (size / mean) / align) * align).astype(np.int64)
 
 
+def own_size(m: npt.NDArray[np.int64]) -> int:
+    """A matrix's own size in compare's terms: its mean bytes per rank."""
+    return round(float(m.sum(axis=1).mean()))
+
+
 def matrix_for(
     traffic: str | npt.NDArray[np.int64], topo: Topology, size: int, seed: int, skew: float
 ) -> npt.NDArray[np.int64]:
     if isinstance(traffic, str):
         return generate(traffic, topo.nranks, size, seed, skew=skew)
+    if size == own_size(traffic):
+        return traffic
     return scale_matrix(traffic, size)
+
+
+def compare_rows(
+    topo: Topology,
+    traffic: str | npt.NDArray[np.int64],
+    sizes: Sequence[int],
+    algorithms: Sequence[str],
+    *,
+    model: SimModel | None = None,
+    seed: int = 0,
+    skew: float = 0.8,
+    mcf: bool = False,
+    bw: str = "fast",
+) -> Iterator[Row]:
+    """Rows in table order (algorithm blocks, sizes ascending), each yielded as soon as it is computed."""
+    if bw not in BW_DEFINITIONS:
+        raise InputError("", "--bw", bw, f"one of {', '.join(BW_DEFINITIONS)}")
+    matrices: dict[int, npt.NDArray[np.int64]] = {}
+    bounds: dict[int, tuple[float, str]] = {}
+    n = topo.nranks
+    for alg in algorithms:
+        for size in sizes:
+            if size not in matrices:
+                matrices[size] = matrix_for(traffic, topo, size, seed, skew)
+                rep = lower_bounds(matrices[size], topo, mcf=mcf)
+                bounds[size] = (rep.seconds, rep.best.name)
+            m = matrices[size]
+            res = compile(Request(topo, m, alg))  # verified, or it raises: a wrong plan is a bug
+            prog = res.program
+            rep_v = res.verify
+            payload = int(m.sum())
+            sim = simulate_fast(prog, topo, model=model, payload_bytes=payload)
+            t = sim.time_s
+            algbw_fast = payload / n / t / 1e9 if t > 0 else float("inf")
+            busiest = float(max(m.sum(axis=1).max(), m.sum(axis=0).max()))
+            algbw_v = busiest / t / 1e9 if t > 0 else float("inf")
+            algbw = algbw_fast if bw == "fast" else algbw_v
+            yield Row(
+                algorithm=alg,
+                size=size,
+                count=size // 4 // n,
+                time_s=t,
+                algbw_GBps=algbw,
+                busbw_GBps=algbw * (n - 1) / n,
+                algbw_fast_GBps=algbw_fast,
+                algbw_alltoallv_GBps=algbw_v,
+                bound_s=bounds[size][0],
+                bound_term=bounds[size][1],
+                schedule_s=res.timings.get("plan", 0.0),
+                stages=_int_meta(prog.meta.get("stages")),
+                ops=len(prog.ops),
+                chunks=int(prog.counts.sum()),
+                nwrong=len(rep_v.errors) if rep_v is not None else 0,
+                padding_bytes=prog.padding_bytes,
+                timeout_probability=sim.timeout_probability,
+                bw=bw,
+            )
 
 
 def run_compare(
@@ -82,43 +219,16 @@ def run_compare(
     *,
     seed: int = 0,
     skew: float = 0.8,
+    model: SimModel | None = None,
     incast: IncastModel | None = None,
     mcf: bool = False,
-    progress: Callable[[str], None] | None = None,
+    bw: str = "fast",
 ) -> list[Row]:
-    rows: list[Row] = []
-    total = len(sizes) * len(algorithms)
-    k = 0
-    for size in sizes:
-        m = matrix_for(traffic, topo, size, seed, skew)
-        bound = lower_bounds(m, topo, mcf=mcf)
-        for alg in algorithms:
-            k += 1
-            if progress:
-                progress(f"[{k}/{total}] {alg} @ {size} B")
-            res = compile(Request(topo, m, alg))  # verified, or it raises: a wrong plan is a bug
-            prog = res.program
-            sched = res.timings["plan"]
-            rep = res.verify
-            sim = simulate(prog, topo, incast=incast, record_timeline=False, payload_bytes=int(m.sum()))
-            rows.append(
-                Row(
-                    algorithm=alg,
-                    size=size,
-                    count=size // 4 // topo.nranks,
-                    time_s=sim.time_s,
-                    algbw_GBps=sim.algbw_GBps,
-                    busbw_GBps=sim.busbw_GBps,
-                    bound_s=bound.seconds,
-                    bound_term=bound.best.name,
-                    schedule_s=sched,
-                    stages=_int_meta(prog.meta.get("stages")),
-                    ops=len(prog.ops),
-                    nwrong=len(rep.errors) if rep is not None else 0,
-                    padding_bytes=prog.padding_bytes,
-                )
-            )
-    return rows
+    """All rows at once (library use: examples, benchmarks); ``incast`` replaces the model's incast part."""
+    mdl = resolve_model(topo, model, incast)
+    return list(
+        compare_rows(topo, traffic, sizes, algorithms, model=mdl, seed=seed, skew=skew, mcf=mcf, bw=bw)
+    )
 
 
 def _int_meta(v: object) -> int:
@@ -134,65 +244,128 @@ def _num(x: float, width: int) -> str:
     return f"{x:.0e}".rjust(width)
 
 
-def format_table(rows: Sequence[Row], header: str) -> str:
-    """nccl-tests-style table (same column widths), one block per algorithm, a2acc columns appended."""
-    out = [header]
-    for alg in dict.fromkeys(r.algorithm for r in rows):
-        out.append(f"# a2acc algorithm: {alg}")
-        out.append("#" + " " * 65 + "out-of-place")
-        out.append(
+def block_header(alg: str) -> str:
+    """The nccl-tests column header for one algorithm's block (same widths), a2acc columns appended."""
+    return "\n".join(
+        [
+            f"# a2acc algorithm: {alg}",
+            "#" + " " * 65 + "out-of-place",
             f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'redop':>6s}  {'root':>6s}  "
             f"{'time':>7s}  {'algbw':>6s}  {'busbw':>6s}  {'#wrong':>6s}  "
-            f"{'sched':>9s}  {'bound':>9s}  {'%bound':>6s}  {'stages':>6s}"
-        )
-        out.append(
+            f"{'sched':>9s}  {'bound':>9s}  {'%bound':>6s}  {'stages':>6s}",
             f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>8s}  {'':>6s}  {'':>6s}  "
-            f"{'(us)':>7s}  {'(GB/s)':>6s}  {'(GB/s)':>6s}  {'':>6s}  {'(us)':>9s}  {'(us)':>9s}  {'':>6s}  {'':>6s}"
-        )
-        for r in (r for r in rows if r.algorithm == alg):
-            out.append(
-                f"{r.size:>12d}  {r.count:>12d}  {'float':>8s}  {'none':>6s}  {-1:>6d}  "
-                f"{_num(r.time_s * 1e6, 7)}  {_num(r.algbw_GBps, 6)}  {_num(r.busbw_GBps, 6)}  {r.nwrong:>6d}  "
-                f"{_num(r.schedule_s * 1e6, 9)}  {_num(r.bound_s * 1e6, 9)}  {_num(r.pct_of_bound, 6)}  {r.stages:>6d}"
-            )
-        avg = sum(r.busbw_GBps for r in rows if r.algorithm == alg) / max(
-            1, sum(1 for r in rows if r.algorithm == alg)
-        )
-        out.append(f"# Avg bus bandwidth    : {avg:g}")
-        out.append("#")
+            f"{'(us)':>7s}  {'(GB/s)':>6s}  {'(GB/s)':>6s}  {'':>6s}  {'(us)':>9s}  {'(us)':>9s}  {'':>6s}  {'':>6s}",
+        ]
+    )
+
+
+def format_row(r: Row) -> str:
+    return (
+        f"{r.size:>12d}  {r.count:>12d}  {'float':>8s}  {'none':>6s}  {-1:>6d}  "
+        f"{_num(r.time_s * 1e6, 7)}  {_num(r.algbw_GBps, 6)}  {_num(r.busbw_GBps, 6)}  {r.nwrong:>6d}  "
+        f"{_num(r.schedule_s * 1e6, 9)}  {_num(r.bound_s * 1e6, 9)}  {_num(r.pct_of_bound, 6)}  {r.stages:>6d}"
+    )
+
+
+def block_footer(rows: Sequence[Row]) -> str:
+    avg = sum(r.busbw_GBps for r in rows) / max(1, len(rows))
+    return f"# Avg bus bandwidth    : {avg:g}\n#"
+
+
+def format_table(rows: Sequence[Row], header: str) -> str:
+    """The whole table at once (what the CLI streams row by row)."""
+    out = [header]
+    for alg in dict.fromkeys(r.algorithm for r in rows):
+        block = [r for r in rows if r.algorithm == alg]
+        out.append(block_header(alg))
+        out.extend(format_row(r) for r in block)
+        out.append(block_footer(block))
     return "\n".join(out)
 
 
-def plot(rows: Sequence[Row], path: str, title: str) -> None:
-    """algbw vs size, one line per algorithm plus the bound (needs the ``plot`` extra: matplotlib)."""
+def document(rows: Sequence[Row], meta: dict[str, object]) -> dict[str, object]:
+    """The JSON document ``-J`` writes: run metadata, then the rows the table shows."""
+    return {**meta, "simulated": True, "rows": [r.to_json() for r in rows]}
+
+
+def write_json(path: str, rows: Sequence[Row], meta: dict[str, object]) -> None:
+    atomic_write_text(path, json.dumps(document(rows, meta), indent=1) + "\n")
+
+
+def write_csv(path: str, rows: Sequence[Row], meta: dict[str, object]) -> None:
+    """CSV with a commented metadata preamble (``# key: value``), then a header row and the table's rows."""
+    buf = io.StringIO()
+    for k, v in meta.items():
+        buf.write(f"# {k}: {json.dumps(v) if not isinstance(v, str) else v}\n")
+    buf.write("# simulated: true\n")
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_FIELDS)
+    for r in rows:
+        w.writerow(_csv_row(r))
+    atomic_write_text(path, buf.getvalue())
+
+
+def check_plot_backend() -> None:
+    """Fail before any work when ``--plot`` cannot be honoured (matplotlib missing: the ``plot`` extra)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise InputError(
+            "", "--plot", "matplotlib", "matplotlib is not installed: pip install 'a2acc[plot]'"
+        ) from exc
+
+
+def size_label(b: float) -> str:
+    """1024-based size label for plot axes: 512 KiB, 64 MiB, 1 GiB."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= div:
+            v = b / div
+            return f"{v:.0f} {unit}" if abs(v - round(v)) < 1e-9 else f"{v:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+def plot(rows: Sequence[Row], path: str, title: str, metric: str = "busbw") -> None:
+    """``metric`` (busbw by default) vs size, one line per algorithm plus the bound; y axis from zero."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from a2acc.fileio import atomic_write_bytes
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if metric not in PLOT_METRICS:
+        raise InputError("", "--plot-metric", metric, f"one of {', '.join(PLOT_METRICS)}")
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
     sizes = sorted({r.size for r in rows})
-    for alg in dict.fromkeys(r.algorithm for r in rows):
-        pts = sorted((r.size, r.algbw_GBps) for r in rows if r.algorithm == alg)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=alg)
-    bound = {r.size: r.size / r.bound_s / 1e9 if r.bound_s > 0 else 0.0 for r in rows}
-    ax.plot(sizes, [bound[s] for s in sizes], "k--", label="bound (best possible algbw)")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("bytes per rank")
-    ax.set_ylabel("algbw (GB/s, FAST definition)")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    import io
 
+    def value(r: Row) -> float:
+        return {"busbw": r.busbw_GBps, "algbw": r.algbw_GBps, "time": r.time_s * 1e3}[metric]
+
+    for alg in dict.fromkeys(r.algorithm for r in rows):
+        pts = sorted((r.size, value(r)) for r in rows if r.algorithm == alg)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=alg)
+    bound = {r.size: r for r in rows}
+    if metric == "time":
+        ax.plot(sizes, [bound[s].bound_s * 1e3 for s in sizes], "k--", label="lower bound")
+    else:
+        # the bound's bandwidth in the same definition as the rows: scale by time / bound time
+        best = [
+            value(bound[s]) * bound[s].time_s / bound[s].bound_s if bound[s].bound_s > 0 else 0.0
+            for s in sizes
+        ]
+        ax.plot(sizes, best, "k--", label="bound (best possible)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([size_label(s) for s in sizes], rotation=30, ha="right")
+    ax.minorticks_off()
+    ax.set_xlabel("size per rank")
+    bw_def = rows[0].bw if rows else "fast"
+    ax.set_ylabel(
+        {"busbw": "busbw (GB/s)", "algbw": f"algbw (GB/s, {bw_def} definition)", "time": "time (ms)"}[metric]
+    )
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
-
-
-def stderr_progress(msg: str) -> None:
-    if sys.stderr.isatty():
-        print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)

@@ -1,82 +1,137 @@
-"""Incast model: goodput loss on a scale-out receive link shared by many concurrent senders.
+"""Incast model: what a scale-out receive port loses when several senders burst into it at once.
 
-An ideal max-min fair-share model says N flows into one 12.5 GB/s NIC still deliver 12.5 GB/s. Real RoCE
-fabrics do not: when many senders burst into one receiver, switch buffers overflow, PFC/DCQCN throttle and
-packets are retransmitted (FLASH §2.1, Figure 3a). We model this as an efficiency factor on the receive link's
-capacity, a function of how many distinct remote senders are active on it (k) and how large their transfers
-are (b = bytes per sender):
+An ideal max-min fair-share model says 16 flows into one 12.5 GB/s NIC still deliver 12.5 GB/s. Real fabrics
+do not always: when many senders burst into one receiver the switch queue of that port fills (FLASH §2.1,
+Figure 3a). What happens next depends on the transport, which the topology file names (``inter.transport``):
 
-    eta(k, b) = 1 - (1 - eta_ref(b)) * min(1, (k - 1) / (k_ref - 1))
+- **RoCE** (lossy or PFC-paused Ethernet, go-back-N retransmission): packets beyond the buffer are dropped and
+  the whole window behind them is sent again, and a drop of the last packets of a message is only noticed after
+  the transport's retransmission timeout. FAST's published 4-server logs (FAST repository,
+  ``amd-result/4n_nack_*.txt``) show the RCCL fan-out collapse coinciding with NIC sequence-error (NAK) counters,
+  and fan-out's time saturating at ~2.15 s = 4.096 us x 2^19, the RoCE local ACK timeout.
+- **InfiniBand, NVLink, Slingshot** (credit-based, lossless link-level flow control): nothing is dropped; a
+  congested port stays busy at its line rate, so no goodput loss is modelled at the receiver.
 
-``eta_ref(b)`` is a measured curve, interpolated log-linearly in b and clamped at the ends. The default curve,
-``mi300x-rocev2``, comes from FAST's published 3-server logs (FAST repository, ``amd-result/3n_fixed_sz_*.txt``)
-(3 servers x 8 MI300X, one 100 Gb/s RoCEv2 NIC per GPU, so every NIC receives from k_ref = 16 remote GPUs in
-fan-out): for each size, the median of RCCL fan-out algbw divided by the median of FLASH algbw at the same size
-(FLASH is incast-free, so the ratio isolates incast loss from protocol overheads; capped at 1). Per-sender bytes
-b = bytes per GPU / 24. It reproduces the measured collapse of fan-out above ~250 MB per GPU (eta 0.07-0.19
-from 32 MB per pair). The non-monotone middle of the curve is measured, not fitted. It was calibrated on one
-RoCE testbed; on InfiniBand fabrics incast is milder (FAST reports NCCL near NIC rate on balanced H200 runs),
-so ``IncastModel.off()`` is the honest choice there if you know your fabric absorbs it.
+The model, per scale-out receive port, re-evaluated whenever the set of active transfers changes:
+
+``k``
+    distinct remote senders currently transmitting into the port (fan-in degree);
+``F``
+    bytes they can have in flight: per sender ``min(bytes it still sends here, window_bytes)``, where
+    ``window_bytes`` is what one connection may have outstanding (the collective library's per-peer FIFO,
+    NCCL/RCCL ``NCCL_BUFFSIZE``, 4 MiB by default);
+``Q``
+    the port's share of the switch's shared packet buffer under the dynamic-threshold policy (Choudhury and
+    Hahne, "Dynamic queue length thresholds for shared-memory packet switches", IEEE/ACM ToN 1998): with
+    ``n`` congested ports and threshold factor ``alpha`` each gets ``buffer * alpha / (1 + alpha * n)``.
+
+With ``k >= 2`` and ``F > Q`` the port is *overloaded*: a share ``1 - Q/F`` of what is in flight overflows and
+is retransmitted ``retransmit`` times on average (go-back-N resends the window behind a drop), so the port's
+goodput is ``eta = 1 / (1 + retransmit * (1 - Q/F))``. An overload episode can end in a retransmission timeout
+(a tail drop that no later packet reveals). Its exposure grows while it lasts, faster the more senders burst
+together: ``E = integral of (k - 1)^fanin_power dt``; the probability that some episode ends in a timeout is
+``1 - exp(-sum (E/storm_s)^shape)``, and the simulator adds the expected delay (:func:`timeout_penalty`).
+Synchronised senders (equal messages, all active to the end) accrue exposure at the full fan-in for the whole
+transfer; staggered ones (random sizes) see ``k`` fall as they finish - which is why FAST's fixed-size fan-out
+collapses at a smaller size than its random-size fan-out. The parameters of the RoCE default are fitted
+by :mod:`a2acc.analysis.calibrate` (docs/simulator.md says on which logs); the others are defaults.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 
-#: (bytes per sender, eta at k_ref senders) from the MI300X logs (see module docstring)
-MI300X_ROCE_POINTS: tuple[tuple[float, float], ...] = (
-    (251_221, 1.0),
-    (502_442, 1.0),
-    (1_004_883, 0.696),
-    (2_009_771, 0.410),
-    (4_019_542, 0.455),
-    (8_039_083, 0.529),
-    (16_078_167, 0.553),
-    (32_156_333, 0.106),
-    (64_312_500, 0.070),
-    (128_625_417, 0.091),
-    (257_250_417, 0.185),
-)
+MiB = 1 << 20
+
+#: NCCL/RCCL's default per-connection buffer (``NCCL_BUFFSIZE``, src/include/comm.h DEFAULT_BUFFSIZE: 4 MiB)
+DEFAULT_WINDOW_BYTES = 4 * MiB
+#: dynamic-threshold factor of shared-buffer switches (Choudhury and Hahne 1998; alpha = 1 is the common default)
+DEFAULT_DT_ALPHA = 1.0
+#: the RoCE local ACK timeout seen in FAST's fan-out logs: 4.096 us x 2^19 (IB spec "Local ACK Timeout")
+ROCE_RTO_S = 4.096e-6 * 2**19
 
 
 @dataclass(frozen=True)
 class IncastModel:
-    """Receive-link efficiency under incast; ``points`` empty means no loss."""
+    """Receive-port goodput under incast (module docstring). ``buffer_bytes == 0`` or ``retransmit == 0``
+    and ``rto_s == 0`` mean no loss (a lossless fabric, or the model switched off)."""
 
-    name: str
-    points: tuple[tuple[float, float], ...]
-    k_ref: int = 16
+    name: str = "off"
+    buffer_bytes: float = 0.0
+    window_bytes: float = float(DEFAULT_WINDOW_BYTES)
+    dt_alpha: float = DEFAULT_DT_ALPHA
+    retransmit: float = 0.0
+    rto_s: float = 0.0
+    storm_s: float = math.inf
+    shape: float = 2.0
+    fanin_power: float = 1.0
 
     @staticmethod
     def off() -> IncastModel:
-        return IncastModel("off", ())
+        """No incast loss at all (``--incast off``)."""
+        return IncastModel("off")
 
     @staticmethod
-    def mi300x_rocev2() -> IncastModel:
-        return IncastModel("mi300x-rocev2", MI300X_ROCE_POINTS, 16)
+    def lossless(name: str) -> IncastModel:
+        """A credit-based lossless fabric (InfiniBand, NVLink, Slingshot): a congested port stays busy."""
+        return IncastModel(name)
 
-    def eta_ref(self, b: float) -> float:
-        pts = self.points
-        if not pts:
+    @property
+    def enabled(self) -> bool:
+        return self.buffer_bytes > 0 and (
+            self.retransmit > 0 or (self.rto_s > 0 and math.isfinite(self.storm_s))
+        )
+
+    def port_share(self, congested_ports: int) -> float:
+        """Buffer bytes one congested port may hold when ``congested_ports`` ports of its switch are congested."""
+        return self.buffer_bytes * self.dt_alpha / (1.0 + self.dt_alpha * max(congested_ports, 1))
+
+    def efficiency(self, senders: int, inflight: float, congested_ports: int = 1) -> float:
+        """Goodput fraction of a port with ``senders`` concurrent remote senders and ``inflight`` bytes."""
+        if not self.enabled or senders < 2:
             return 1.0
-        if b <= pts[0][0]:
-            return pts[0][1]
-        if b >= pts[-1][0]:
-            return pts[-1][1]
-        lb = math.log(b)
-        for (x0, y0), (x1, y1) in pairwise(pts):
-            if b <= x1:
-                f = (lb - math.log(x0)) / (math.log(x1) - math.log(x0))
-                return y0 + f * (y1 - y0)
-        return pts[-1][1]  # pragma: no cover
-
-    def efficiency(self, k: int, b: float) -> float:
-        if k <= 1 or not self.points:
+        q = self.port_share(congested_ports)
+        if inflight <= q:
             return 1.0
-        frac = min(1.0, (k - 1) / max(self.k_ref - 1, 1))
-        return 1.0 - (1.0 - self.eta_ref(b)) * frac
+        return 1.0 / (1.0 + self.retransmit * (1.0 - q / inflight))
+
+    def exposure_rate(self, senders: int) -> float:
+        """How fast an overloaded port with ``senders`` concurrent senders accrues timeout exposure (per s)."""
+        return float(max(senders - 1, 0)) ** self.fanin_power
+
+    def timeout_probability(self, exposures: Sequence[float]) -> float:
+        """Probability that at least one overload episode ends in a timeout, from the episodes' exposures."""
+        if not self.enabled or self.rto_s <= 0 or not math.isfinite(self.storm_s) or not exposures:
+            return 0.0
+        hazard = sum((e / self.storm_s) ** self.shape for e in exposures if e > 0)
+        return 1.0 - math.exp(-hazard)
+
+    def params(self) -> dict[str, float | str]:
+        return {
+            "name": self.name,
+            "buffer_bytes": self.buffer_bytes,
+            "window_bytes": self.window_bytes,
+            "dt_alpha": self.dt_alpha,
+            "retransmit": self.retransmit,
+            "rto_s": self.rto_s,
+            "storm_s": self.storm_s,
+            "shape": self.shape,
+            "fanin_power": self.fanin_power,
+        }
 
 
-INCAST_MODELS = {"mi300x-rocev2": IncastModel.mi300x_rocev2, "off": IncastModel.off}
+def timeout_penalty(
+    model: IncastModel, makespan: float, episodes: Sequence[tuple[float, float]]
+) -> tuple[float, float]:
+    """(expected completion time, timeout probability) given the overload ``episodes`` (start, exposure).
+
+    A timeout stalls its connection for ``rto_s`` from the drop, taken at the start of the most exposed
+    episode; the iteration then ends at ``max(makespan, start + rto_s)``. The expectation over iterations is
+    reported, as a benchmark that averages many iterations measures it."""
+    p = model.timeout_probability([e for _s, e in episodes])
+    if p <= 0.0:
+        return makespan, 0.0
+    start = max(episodes, key=lambda e: e[1])[0]
+    return (1.0 - p) * makespan + p * max(makespan, start + model.rto_s), p

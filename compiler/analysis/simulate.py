@@ -1,18 +1,23 @@
-"""Flow-level simulator: run a Program's DAG on a topology.
+"""Flow-level simulator of a Program on a topology: the event-driven reference.
 
-Model (alpha-beta with fair sharing, as FLASH §6.3 and TACCL/TE-CCL use):
+The model (the same in :mod:`a2acc.analysis.fastsim`, which is what ``a2acc simulate`` and ``compare`` run;
+docs/simulator.md; parameters in :mod:`a2acc.analysis.model`):
 
-- An op becomes ready when all its dependencies have finished. After the alpha of its route (sum of link
-  latencies; 0 for local copies) it becomes an active flow of ``cnt * unit_bytes`` bytes.
+- An op is *ready* when every op it depends on has finished. After its latency - the link latencies of its
+  route, plus ``alpha_s`` per message, plus ``stage_s`` when it starts a later stage than every op it waits
+  for - it becomes an active flow of ``cnt * unit_bytes`` bytes (a zero-byte op finishes right then).
 - Active flows share link capacities **max-min fairly** (progressive filling, recomputed whenever a flow
   starts or ends). A GPU-to-GPU flow occupies every link of its route (GPU -> NVSwitch -> GPU, mesh/ring hops,
-  GPU -> NIC -> network -> NIC -> GPU). A local copy occupies its GPU's memory link (``memory_bandwidth``).
-- Scale-out receive links lose goodput under incast (:mod:`a2acc.analysis.incast`): capacity is multiplied by
-  eta(k, b) for k concurrently active remote senders of b bytes each.
+  GPU -> NIC -> network -> NIC -> GPU); a local copy occupies its GPU's memory link (``memory_bandwidth``).
+  Capacities are the topology's times the model's goodput fraction (scale-out links: ``inter_efficiency``,
+  scale-up links: ``intra_efficiency``).
+- Scale-out receive links lose goodput under incast (:mod:`a2acc.analysis.incast`), evaluated on the active
+  set; overload episodes add the expected retransmission-timeout delay to the completion time.
 
-Reported: completion time; ``algbw`` in FAST's definition (total bytes / N / time, GB/s with 1e9);
-``busbw = algbw * (N-1)/N`` (nccl-tests' all-to-all factor); per-link busy bytes and a utilisation timeline.
-Bytes are the padded bytes the Program moves (chunks x unit) unless ``payload_bytes`` is given.
+Reported: completion time (expected, timeouts included) and the fluid makespan; ``algbw`` in FAST's definition
+(total bytes / N / time, GB/s with 1e9); ``busbw = algbw * (N-1)/N`` (nccl-tests' all-to-all factor);
+per-link busy bytes and a utilisation timeline. Bytes are the padded bytes the Program moves (chunks x unit)
+unless ``payload_bytes`` is given.
 """
 
 from __future__ import annotations
@@ -23,15 +28,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.analysis.incast import IncastModel
+from a2acc.analysis.incast import IncastModel, timeout_penalty
+from a2acc.analysis.model import SimModel, default_model
 from a2acc.errors import InputError, InternalError
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
 
+#: links at least this fast never bind (the topology's PCIe/C2C attachment and non-blocking core: 1e15 B/s)
+UNBOUNDED = 1e14
+Timeline = tuple[tuple[float, float, npt.NDArray[np.int64], npt.NDArray[np.float64]], ...]
+
 
 @dataclass(frozen=True)
 class SimResult:
-    """Outcome of :func:`simulate`."""
+    """Outcome of a simulation. ``time_s`` is the expected completion time (timeouts included)."""
 
     time_s: float
     nranks: int
@@ -41,9 +51,11 @@ class SimResult:
     link_names: tuple[str, ...]
     link_busy_bytes: npt.NDArray[np.float64]
     link_capacity: npt.NDArray[np.float64]
-    timeline: tuple[tuple[float, float, npt.NDArray[np.int64], npt.NDArray[np.float64]], ...] = field(
-        repr=False
-    )
+    timeline: Timeline = field(default=(), repr=False)
+    makespan_s: float = 0.0
+    timeout_probability: float = 0.0
+    model: SimModel = field(default_factory=SimModel)
+    engine: str = "reference"
 
     @property
     def algbw_GBps(self) -> float:
@@ -60,7 +72,7 @@ class SimResult:
         return self.link_busy_bytes / (self.link_capacity * self.time_s)
 
     def utilisation_timeline(self, bins: int = 50) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """(bin edges, array [bins, links]) of average utilisation per time bin."""
+        """(bin edges, array [bins, links]) of average utilisation per time bin (reference engine only)."""
         edges = np.linspace(0.0, self.time_s, bins + 1)
         out = np.zeros((bins, len(self.link_names)))
         width = self.time_s / bins if bins else 0.0
@@ -76,47 +88,41 @@ class SimResult:
         return edges, out
 
 
-def _max_min_rates(
-    flow_ids: npt.NDArray[np.int64],
-    entry_flow: npt.NDArray[np.int64],
-    entry_link: npt.NDArray[np.int64],
-    cap: npt.NDArray[np.float64],
-) -> npt.NDArray[np.float64]:
-    """Progressive filling over the (flow, link) incidence; returns one rate per active flow (bytes/s)."""
-    nf = len(flow_ids)
-    rates = np.zeros(nf)
-    rem = cap.copy()
-    nl = len(cap)
-    live = np.ones(len(entry_flow), dtype=bool)
-    while True:
-        if not live.any():
-            break
-        cnt = np.bincount(entry_link[live], minlength=nl)
-        used = cnt > 0
-        share = np.full(nl, np.inf)
-        share[used] = rem[used] / cnt[used]
-        s = float(share.min())
-        tight = share <= s * (1 + 1e-12) + 1e-30
-        hit = live & tight[entry_link]
-        newly_mask = np.zeros(nf, dtype=bool)
-        newly_mask[entry_flow[hit]] = True
-        rates[newly_mask] = s
-        consumed = live & newly_mask[entry_flow]
-        rem -= np.bincount(entry_link[consumed], minlength=nl) * s
-        np.maximum(rem, 0.0, out=rem)
-        live &= ~consumed
-    return rates
+# ---------------------------------------------------------------------------------------------- preparation
+@dataclass(frozen=True)
+class Setup:
+    """Everything both engines need, computed once: capacities, routes, latencies, the DAG."""
+
+    nranks: int
+    cap: npt.NDArray[np.float64]  # per link (topology links, then one memory link per rank), bytes/s
+    names: tuple[str, ...]
+    size: npt.NDArray[np.float64]  # per op, bytes
+    lat: npt.NDArray[np.float64]  # per op, seconds from ready to active
+    path_ptr: npt.NDArray[np.int64]  # CSR of every link of each op's route
+    path_links: npt.NDArray[np.int64]
+    bind: npt.NDArray[
+        np.int64
+    ]  # [n_ops, K] binding links per op, padded with len(cap) (a dummy, never binds)
+    rx: npt.NDArray[np.int64]  # the scale-out receive link of each op's route, or -1
+    src: npt.NDArray[np.int64]  # sending rank per op
+    rx_switch: npt.NDArray[np.int64]  # per link: the switch a receive link hangs off (-1 for other links)
+    dep_ptr: npt.NDArray[np.int64]
+    dep_ids: npt.NDArray[np.int64]
+    succ_ptr: npt.NDArray[np.int64]
+    succ_ids: npt.NDArray[np.int64]
+    model: SimModel
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.size)
+
+    def busy_bytes(self) -> npt.NDArray[np.float64]:
+        """Bytes each link carries over the whole run (every op's bytes cross every link of its route)."""
+        per_entry = np.repeat(self.size, np.diff(self.path_ptr))
+        return np.bincount(self.path_links, weights=per_entry, minlength=len(self.cap)).astype(np.float64)
 
 
-def simulate(
-    prog: Program,
-    topo: Topology,
-    *,
-    incast: IncastModel | None = None,
-    record_timeline: bool = True,
-    payload_bytes: int | None = None,
-) -> SimResult:
-    """Simulate ``prog`` on ``topo`` (see module docstring). A plan built for another topology is refused."""
+def _check(prog: Program, topo: Topology) -> None:
     if prog.topology and prog.topology != topo.fingerprint:
         raise InputError(
             "",
@@ -128,73 +134,438 @@ def simulate(
         raise InputError(
             "", "--topology", topo.name, f"the plan has {prog.nranks} ranks, the topology {topo.nranks}"
         )
-    incast = incast if incast is not None else IncastModel.mi300x_rocev2()
+
+
+def resolve_model(topo: Topology, model: SimModel | None, incast: IncastModel | None) -> SimModel:
+    """The model to simulate with: ``model`` or the topology's default; ``incast`` replaces its incast part."""
+    m = model if model is not None else default_model(topo)
+    return m.with_incast(incast) if incast is not None else m
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The model-independent part of :class:`Setup` (routes, DAG), built once per Program and topology:
+    calibration re-derives a Setup for every candidate parameter set from it."""
+
+    prog: Program
+    nranks: int
+    raw_cap: npt.NDArray[np.float64]
+    eff_class: npt.NDArray[
+        np.int8
+    ]  # per link: 0 unaffected, 1 scale-out (inter_efficiency), 2 scale-up (intra)
+    names: tuple[str, ...]
+    size: npt.NDArray[np.float64]
+    src: npt.NDArray[np.int64]
+    route_alpha: npt.NDArray[np.float64]
+    path_ptr: npt.NDArray[np.int64]
+    path_links: npt.NDArray[np.int64]
+    bind: npt.NDArray[np.int64]
+    rx: npt.NDArray[np.int64]
+    rx_switch: npt.NDArray[np.int64]
+    dep_ptr: npt.NDArray[np.int64]
+    dep_ids: npt.NDArray[np.int64]
+    succ_ptr: npt.NDArray[np.int64]
+    succ_ids: npt.NDArray[np.int64]
+    _rendezvous: dict[float, npt.NDArray[np.bool_]] = field(default_factory=dict, compare=False, repr=False)
+
+    def rendezvous(self, eager_bytes: float) -> npt.NDArray[np.bool_]:
+        got = self._rendezvous.get(eager_bytes)
+        if got is None:
+            got = self._rendezvous[eager_bytes] = rendezvous(self.prog, eager_bytes)
+        return got
+
+    def setup(self, model: SimModel) -> Setup:
+        """Capacities and latencies under ``model``."""
+        factor = np.array([1.0, model.inter_efficiency, model.intra_efficiency])
+        cap = self.raw_cap * factor[self.eff_class]
+        lat = self.route_alpha + model.alpha_s
+        if model.stage_s > 0 and len(self.dep_ids):
+            lat = lat + model.stage_s * self.rendezvous(model.eager_bytes)
+        return Setup(
+            nranks=self.nranks,
+            cap=cap,
+            names=self.names,
+            size=self.size,
+            lat=np.asarray(lat, dtype=np.float64),
+            path_ptr=self.path_ptr,
+            path_links=self.path_links,
+            bind=self.bind,
+            rx=self.rx,
+            src=self.src,
+            rx_switch=self.rx_switch,
+            dep_ptr=self.dep_ptr,
+            dep_ids=self.dep_ids,
+            succ_ptr=self.succ_ptr,
+            succ_ids=self.succ_ids,
+            model=model,
+        )
+
+
+def prepare(prog: Program, topo: Topology, model: SimModel) -> Setup:
+    """Routes, capacities and latencies of every op of ``prog`` on ``topo`` under ``model``."""
+    return routes(prog, topo).setup(model)
+
+
+def routes(prog: Program, topo: Topology) -> Routes:
+    """The model-independent preparation of ``prog`` on ``topo`` (refuses a plan built for another topology)."""
+    _check(prog, topo)
+    n = prog.nranks
     n_ops = len(prog.ops)
-    n_links = len(topo.link_names)
-    mem_base = n_links
-    caps = np.array(
-        list(topo.link_bandwidths) + [topo.memory_bandwidth * 1e9] * prog.nranks, dtype=np.float64
+    kinds = topo.link_kinds
+    cls = {"nic_tx": 1, "nic_rx": 1, "direct": 1, "intra": 2}
+    raw_cap = np.array(list(topo.link_bandwidths) + [topo.memory_bandwidth * 1e9] * n, dtype=np.float64)
+    eff_class = np.array([cls.get(k, 0) for k in kinds] + [0] * n, dtype=np.int8)
+    cap = raw_cap
+    names = tuple(f"{u}->{v}" for u, v in topo.link_names) + tuple(f"mem{r}" for r in range(n))
+    ops = prog.ops
+    src = np.fromiter((op.src_rank for op in ops), dtype=np.int64, count=n_ops)
+    dst = np.fromiter((op.dst_rank for op in ops), dtype=np.int64, count=n_ops)
+    size = np.fromiter((op.cnt for op in ops), dtype=np.float64, count=n_ops) * float(prog.unit_bytes)
+    path_ptr, path_links, route_alpha = _routes(topo, src, dst)
+    binding = cap < UNBOUNDED
+    rx_kind = np.array([k == "nic_rx" for k in kinds] + [False] * n, dtype=bool)
+    # per op: binding links (padded) and the receive link
+    lens = np.diff(path_ptr)
+    entry_op = np.repeat(np.arange(n_ops, dtype=np.int64), lens)
+    keep = binding[path_links]
+    # an op whose route has no binding link (an unbounded memory link in a test topology) keeps its slowest link
+    unbound = np.flatnonzero(np.bincount(entry_op[keep], minlength=n_ops) == 0)
+    for i in unbound.tolist():
+        seg = path_links[path_ptr[i] : path_ptr[i + 1]]
+        keep[path_ptr[i] + int(np.argmin(cap[seg]))] = True
+    b_op, b_link = entry_op[keep], path_links[keep]
+    b_cnt = np.bincount(b_op, minlength=n_ops)
+    width = int(b_cnt.max()) if n_ops else 1
+    bind = np.full((n_ops, max(width, 1)), len(cap), dtype=np.int64)
+    if len(b_op):
+        first = np.concatenate([[0], np.cumsum(b_cnt)[:-1]])
+        col = np.arange(len(b_op)) - first[b_op]
+        bind[b_op, col] = b_link
+    rx = np.full(n_ops, -1, dtype=np.int64)
+    on_rx = rx_kind[path_links]
+    rx[entry_op[on_rx]] = path_links[on_rx]
+    # the switch each receive link hangs off: its source node
+    rx_switch = np.full(len(cap), -1, dtype=np.int64)
+    sw_ids: dict[str, int] = {}
+    for i, ((u, _v), k) in enumerate(zip(topo.link_names, kinds)):
+        if k == "nic_rx":
+            rx_switch[i] = sw_ids.setdefault(u, len(sw_ids))
+    # the DAG as CSR, both directions
+    dep_cnt = np.fromiter((len(op.deps) for op in ops), dtype=np.int64, count=n_ops)
+    dep_ptr = np.concatenate([[0], np.cumsum(dep_cnt)]).astype(np.int64)
+    dep_ids = np.fromiter((d for op in ops for d in op.deps), dtype=np.int64, count=int(dep_cnt.sum()))
+    order = np.argsort(dep_ids, kind="stable")
+    dep_op_all = np.repeat(np.arange(n_ops, dtype=np.int64), dep_cnt)
+    succ_ids = dep_op_all[order]
+    succ_cnt = np.bincount(dep_ids, minlength=n_ops)
+    succ_ptr = np.concatenate([[0], np.cumsum(succ_cnt)]).astype(np.int64)
+    return Routes(
+        prog=prog,
+        nranks=n,
+        raw_cap=raw_cap,
+        eff_class=eff_class,
+        names=names,
+        size=size,
+        src=src,
+        route_alpha=np.asarray(route_alpha, dtype=np.float64),
+        path_ptr=path_ptr,
+        path_links=path_links,
+        bind=bind,
+        rx=rx,
+        rx_switch=rx_switch,
+        dep_ptr=dep_ptr,
+        dep_ids=dep_ids,
+        succ_ptr=succ_ptr,
+        succ_ids=succ_ids,
     )
-    names = tuple(f"{u}->{v}" for u, v in topo.link_names) + tuple(f"mem{r}" for r in range(prog.nranks))
-    rx_links = np.array([i for i, k in enumerate(topo.link_kinds) if k == "nic_rx"], dtype=np.int64)
-    is_rx = np.zeros(len(caps), dtype=bool)
-    is_rx[rx_links] = True
-    m = topo.gpus_per_server
-    paths: list[npt.NDArray[np.int64]] = []
-    alphas = np.zeros(n_ops)
-    sizes = np.zeros(n_ops)
-    succ: list[list[int]] = [[] for _ in range(n_ops)]
-    missing = np.zeros(n_ops, dtype=np.int64)
-    for op in prog.ops:
-        if op.src_rank == op.dst_rank:
-            paths.append(np.array([mem_base + op.src_rank], dtype=np.int64))
+
+
+def rendezvous(prog: Program, eager_bytes: float) -> npt.NDArray[np.bool_]:
+    """Per op: does it pay the rendezvous (``stage_s``) before it streams?
+
+    A transfer that waits for an op not involving its sender (the receiver's previous stage, in SpreadOut and
+    FAST) must synchronise with its receiver. A message within the eager window (``eager_bytes``, the
+    collective library's per-connection FIFO) is pushed without waiting for the receiver's go-ahead; a larger
+    one pays a rendezvous round trip (the eager/rendezvous protocols of MPI and NCCL). Concurrent ops between
+    the same pair with the same dependencies are one message on one connection: their bytes add up."""
+    ops = prog.ops
+    out = np.zeros(len(ops), dtype=bool)
+    groups: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
+    for op in ops:
+        if not op.deps or op.src_rank == op.dst_rank:
+            continue
+        s = op.src_rank
+        if all(ops[d].src_rank == s or ops[d].dst_rank == s for d in op.deps):
+            continue
+        groups.setdefault((s, op.dst_rank, op.deps), []).append(op.id)
+    unit = prog.unit_bytes
+    for ids in groups.values():
+        if sum(ops[i].cnt for i in ids) * unit > eager_bytes:
+            out[ids] = True
+    return out
+
+
+def _routes(
+    topo: Topology, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """CSR of link indices of every (src, dst) route, and its latency (s): the same routes as
+    :meth:`Topology.route`, built per rank with arrays for the common cases (switch fabrics, scale-out)."""
+    n_links = len(topo.link_names)
+    n_ops = len(src)
+    index = {uv: i for i, uv in enumerate(topo.link_names)}
+    groups: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []
+    local = src == dst
+    if local.any():
+        ids = np.flatnonzero(local)
+        groups.append((ids, (n_links + src[ids])[:, None], np.zeros(len(ids))))
+    rest = np.flatnonzero(~local)
+    fast_kinds = topo.direct is None and topo.intra is not None
+    if fast_kinds and len(rest):
+        assert topo.intra is not None
+        m = topo.gpus_per_server
+        same = (src[rest] // m) == (dst[rest] // m)
+        if topo.intra.kind == "switch":
+            ids = rest[same]
+            if len(ids):
+                up = np.array([index[(f"g{r}", f"sw{r // m}")] for r in range(topo.nranks)], dtype=np.int64)
+                down = np.array([index[(f"sw{r // m}", f"g{r}")] for r in range(topo.nranks)], dtype=np.int64)
+                groups.append(
+                    (
+                        ids,
+                        np.stack([up[src[ids]], down[dst[ids]]], axis=1),
+                        np.full(len(ids), topo.intra.latency * 1e-6),
+                    )
+                )
+            rest = rest[~same]
+        if topo.inter is not None and len(rest):
+            cross = (src[rest] // m) != (dst[rest] // m)
+            ids = rest[cross]
+            if len(ids):
+                groups.extend(_inter_routes(topo, index, ids, src[ids], dst[ids]))
+                rest = rest[~cross]
+    # everything else (mesh/ring/cube-mesh hops, direct-connect graphs): the topology's router, per distinct pair
+    if len(rest):
+        pairs: dict[tuple[int, int], tuple[tuple[int, ...], float]] = {}
+        rows: list[tuple[int, ...]] = []
+        alphas = np.zeros(len(rest))
+        for j, (s, d) in enumerate(zip(src[rest].tolist(), dst[rest].tolist())):
+            got = pairs.get((s, d))
+            if got is None:
+                got = pairs[(s, d)] = topo.route(s, d)
+            rows.append(got[0])
+            alphas[j] = got[1]
+        groups.append((rest, rows, alphas))  # type: ignore[arg-type]
+    # assemble the CSR in op order
+    lens = np.zeros(n_ops, dtype=np.int64)
+    alpha = np.zeros(n_ops)
+    for ids, rows_or_arr, al in groups:
+        alpha[ids] = al
+        if isinstance(rows_or_arr, np.ndarray):
+            lens[ids] = rows_or_arr.shape[1]
         else:
-            links, alpha = topo.route(op.src_rank, op.dst_rank)
-            paths.append(np.array(links, dtype=np.int64))
-            alphas[op.id] = alpha
-        sizes[op.id] = op.cnt * prog.unit_bytes
-        missing[op.id] = len(op.deps)
-        for d in op.deps:
-            succ[d].append(op.id)
+            lens[ids] = [len(r) for r in rows_or_arr]
+    ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    links = np.zeros(int(ptr[-1]), dtype=np.int64)
+    for ids, rows_or_arr, _al in groups:
+        if isinstance(rows_or_arr, np.ndarray):
+            w = rows_or_arr.shape[1]
+            pos = ptr[ids][:, None] + np.arange(w)[None, :]
+            links[pos.ravel()] = rows_or_arr.ravel()
+        else:
+            for i, row in zip(ids.tolist(), rows_or_arr):
+                links[ptr[i] : ptr[i] + len(row)] = row
+    return ptr, links, alpha
+
+
+def _inter_routes(
+    topo: Topology,
+    index: dict[tuple[str, str], int],
+    ids: npt.NDArray[np.int64],
+    s: npt.NDArray[np.int64],
+    d: npt.NDArray[np.int64],
+) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]]:
+    """GPU -> NIC -> (ToR | rail [-> spine -> rail]) -> NIC -> GPU, as in :func:`a2acc.model.topology._route_nodes`."""
+    assert topo.inter is not None
+    m = topo.gpus_per_server
+    n = topo.nranks
+    nic = np.array([topo.nic_of(r) for r in range(n)], dtype=np.int64)
+    server = np.arange(n) // m
+    single = topo.inter.wiring == "single_switch"
+    sw_of = ["tor" if single else f"rail{nic[r]}" for r in range(n)]
+    nic_name = [f"nic{server[r]}.{nic[r]}" for r in range(n)]
+    g_nic = np.array([index[(f"g{r}", nic_name[r])] for r in range(n)], dtype=np.int64)
+    nic_g = np.array([index[(nic_name[r], f"g{r}")] for r in range(n)], dtype=np.int64)
+    tx = np.array([index[(nic_name[r], sw_of[r])] for r in range(n)], dtype=np.int64)
+    rxl = np.array([index[(sw_of[r], nic_name[r])] for r in range(n)], dtype=np.int64)
+    alpha = np.full(len(ids), topo.inter.latency * 1e-6)
+    if single:
+        return [(ids, np.stack([g_nic[s], tx[s], rxl[d], nic_g[d]], axis=1), alpha)]
+    same_rail = nic[s] == nic[d]
+    out = []
+    if same_rail.any():
+        a, b = s[same_rail], d[same_rail]
+        out.append((ids[same_rail], np.stack([g_nic[a], tx[a], rxl[b], nic_g[b]], axis=1), alpha[same_rail]))
+    if (~same_rail).any():
+        k = topo.inter.nics_per_server
+        to_spine = np.array([index[(f"rail{j}", "spine")] for j in range(k)], dtype=np.int64)
+        from_spine = np.array([index[("spine", f"rail{j}")] for j in range(k)], dtype=np.int64)
+        a, b = s[~same_rail], d[~same_rail]
+        rows = np.stack([g_nic[a], tx[a], to_spine[nic[a]], from_spine[nic[b]], rxl[b], nic_g[b]], axis=1)
+        out.append((ids[~same_rail], rows, alpha[~same_rail]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- shared physics
+def incast_capacity(
+    setup: Setup, active: npt.NDArray[np.int64], cap: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Capacities with the incast loss of the active set applied, the overloaded receive links and their
+    fan-in degrees.
+
+    Per receive link: ``k`` distinct senders, in-flight bytes ``sum over senders of min(bytes, window)``, the
+    number of congested (``k >= 2``) receive links on the same switch (:mod:`a2acc.analysis.incast`)."""
+    inc = setup.model.incast
+    none = np.zeros(0, dtype=np.int64)
+    if not inc.enabled or not len(active):
+        return cap, none, none
+    rx = setup.rx[active]
+    on = rx >= 0
+    if int(on.sum()) < 2:
+        return cap, none, none
+    links = rx[on]
+    senders = setup.src[active[on]]
+    key = links * setup.nranks + senders
+    ukey, inv = np.unique(key, return_inverse=True)
+    pair_bytes = np.bincount(inv, weights=setup.size[active[on]])
+    pair_link = ukey // setup.nranks
+    ulinks, pos, k = np.unique(pair_link, return_inverse=True, return_counts=True)
+    inflight = np.bincount(pos, weights=np.minimum(pair_bytes, inc.window_bytes))
+    congested = k >= 2
+    if not congested.any():
+        return cap, none, none
+    sw = setup.rx_switch[ulinks]
+    n_cong = np.bincount(sw[congested], minlength=int(sw.max()) + 1)
+    q = inc.buffer_bytes * inc.dt_alpha / (1.0 + inc.dt_alpha * np.maximum(n_cong[sw], 1))
+    over = congested & (inflight > q)
+    if not over.any():
+        return cap, none, none
+    out = cap.copy()
+    eta = 1.0 / (1.0 + inc.retransmit * (1.0 - q[over] / inflight[over]))
+    out[ulinks[over]] *= eta
+    return out, ulinks[over].astype(np.int64), k[over].astype(np.int64)
+
+
+class Episodes:
+    """Overload episodes per receive link: (start, exposure) of every maximal overloaded interval, the
+    exposure accruing at ``incast.exposure_rate(k)`` per second while the link has ``k`` senders."""
+
+    def __init__(self, model: IncastModel) -> None:
+        self.model = model
+        self.open: dict[int, list[float]] = {}  # link -> [start, exposure, rate, since]
+        self.closed: list[tuple[float, float]] = []
+
+    def update(self, now: float, links: npt.NDArray[np.int64], k: npt.NDArray[np.int64]) -> None:
+        for ep in self.open.values():
+            ep[1] += ep[2] * (now - ep[3])
+            ep[3] = now
+        cur = dict(zip(links.tolist(), k.tolist()))
+        for link in [lk for lk in self.open if lk not in cur]:
+            start, exposure, _r, _t = self.open.pop(link)
+            self.closed.append((start, exposure))
+        for link, kk in cur.items():
+            ep = self.open.setdefault(link, [now, 0.0, 0.0, now])
+            ep[2] = self.model.exposure_rate(kk)
+
+    def finish(self, now: float) -> list[tuple[float, float]]:
+        none = np.zeros(0, dtype=np.int64)
+        self.update(now, none, none)
+        return self.closed
+
+
+# ---------------------------------------------------------------------------------------------- reference engine
+def _max_min_rates(
+    n_flows: int,
+    entry_flow: npt.NDArray[np.int64],
+    entry_link: npt.NDArray[np.int64],
+    cap: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]:
+    """Progressive filling over the (flow, link) incidence; returns one rate per active flow (bytes/s)."""
+    rates = np.zeros(n_flows)
+    rem = cap.copy()
+    nl = len(cap)
+    live = np.ones(len(entry_flow), dtype=bool)
+    while live.any():
+        cnt = np.bincount(entry_link[live], minlength=nl)
+        used = cnt > 0
+        share = np.full(nl, np.inf)
+        share[used] = rem[used] / cnt[used]
+        s = float(share.min())
+        if not np.isfinite(s):
+            break
+        tight = share <= s * (1 + 1e-12) + 1e-30
+        hit = live & tight[entry_link]
+        newly = np.zeros(n_flows, dtype=bool)
+        newly[entry_flow[hit]] = True
+        rates[newly] = s
+        consumed = live & newly[entry_flow]
+        rem -= np.bincount(entry_link[consumed], minlength=nl) * s
+        np.maximum(rem, 0.0, out=rem)
+        live &= ~consumed
+    return rates
+
+
+def simulate(
+    prog: Program,
+    topo: Topology,
+    *,
+    model: SimModel | None = None,
+    incast: IncastModel | None = None,
+    record_timeline: bool = True,
+    payload_bytes: int | None = None,
+) -> SimResult:
+    """Simulate ``prog`` on ``topo`` event by event (the reference; module docstring).
+
+    ``model`` defaults to the topology's (:func:`a2acc.analysis.model.default_model`); ``incast`` replaces the
+    model's incast part (``IncastModel.off()`` switches it off). A plan built for another topology is refused."""
+    mdl = resolve_model(topo, model, incast)
+    st = prepare(prog, topo, mdl)
+    n_ops = st.n_ops
+    cap0 = st.cap
+    dummy = len(cap0)
+    bind = st.bind
+    missing = np.diff(st.dep_ptr).copy()
     start = np.full(n_ops, np.nan)
     end = np.full(n_ops, np.nan)
-    remaining = sizes.copy()
-    pending: list[tuple[float, int]] = []  # (activation time, op)
-    for i in range(n_ops):
-        if missing[i] == 0:
-            start[i] = 0.0
-            heapq.heappush(pending, (alphas[i], i))
+    remaining = st.size.copy()
+    pending: list[tuple[float, int]] = []
+    for i in np.flatnonzero(missing == 0).tolist():
+        start[i] = 0.0
+        heapq.heappush(pending, (float(st.lat[i]), i))
     active: list[int] = []
-    busy = np.zeros(len(caps))
     timeline: list[tuple[float, float, npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []
+    episodes = Episodes(mdl.incast)
     now = 0.0
     rates = np.zeros(0)
-    entry_flow = np.zeros(0, dtype=np.int64)
-    entry_link = np.zeros(0, dtype=np.int64)
     dirty = True
     done = 0
-    src_server = np.array([op.src_rank // m for op in prog.ops], dtype=np.int64)
-    src_rank = np.array([op.src_rank for op in prog.ops], dtype=np.int64)
+    ttf = np.zeros(0)
     while done < n_ops:
+        act_arr = np.array(active, dtype=np.int64)
         if dirty:
-            act = np.array(active, dtype=np.int64)
-            if len(act):
-                lens = np.array([len(paths[f]) for f in act])
-                entry_flow = np.repeat(np.arange(len(act)), lens)
-                entry_link = np.concatenate([paths[f] for f in act])
-                cap = caps.copy()
-                if incast.points:
-                    _apply_incast(
-                        cap, act, entry_flow, entry_link, is_rx, src_rank, src_server, sizes, incast
-                    )
-                rates = _max_min_rates(act, entry_flow, entry_link, cap)
+            if len(act_arr):
+                cap, over, over_k = incast_capacity(st, act_arr, cap0)
+                episodes.update(now, over, over_k)
+                rows = bind[act_arr]
+                real = rows != dummy
+                entry_flow = np.repeat(np.arange(len(act_arr)), real.sum(axis=1))
+                entry_link = rows[real]
+                rates = _max_min_rates(len(act_arr), entry_flow, entry_link, cap)
             else:
                 rates = np.zeros(0)
+                episodes.update(now, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
             dirty = False
         t_next_act = pending[0][0] if pending else np.inf
-        ttf = np.zeros(0)
-        if active:
-            act_arr = np.array(active, dtype=np.int64)
+        if len(act_arr):
             with np.errstate(divide="ignore"):
                 ttf = np.where(rates > 0, remaining[act_arr] / rates, np.inf)
             t_fin = now + float(ttf.min())
@@ -204,22 +575,24 @@ def simulate(
         if not np.isfinite(t):  # pragma: no cover - a verified DAG always makes progress
             raise InternalError("simulation stalled (zero-capacity link?)")
         dt = t - now
-        if active and dt > 0:
-            act_arr = np.array(active, dtype=np.int64)
+        if len(act_arr) and dt > 0:
             moved = rates * dt
             remaining[act_arr] -= moved
-            per_link = np.bincount(entry_link, weights=moved[entry_flow], minlength=len(caps))
-            busy += per_link
             if record_timeline:
+                rows = bind[act_arr]
+                real = rows != dummy
+                per_link = np.bincount(
+                    rows[real], weights=np.repeat(moved, real.sum(axis=1)), minlength=dummy
+                )
                 used = np.flatnonzero(per_link)
-                timeline.append((now, t, used, per_link[used] / (caps[used] * dt)))
+                timeline.append((now, t, used, per_link[used] / (cap0[used] * dt)))
         now = t
-        # flows finishing within 1e-6 (relative) of this instant complete together: fewer rate recomputations
-        finished = []
-        if active and t_fin <= t_next_act:
-            limit = (t_fin - (now - dt)) * (1 + 1e-6) + 1e-15
+        finished: list[int] = []
+        if len(act_arr) and t_fin <= t_next_act:
+            limit = (t_fin - (now - dt)) * (1 + 1e-9) + 1e-15
             finished = [f for f, x in zip(active, ttf.tolist()) if x <= limit]
-        finished += [f for f in active if remaining[f] <= max(1e-9 * sizes[f], 1e-6) and f not in finished]
+        fin_set = set(finished)
+        finished += [f for f in active if remaining[f] <= max(1e-9 * st.size[f], 1e-6) and f not in fin_set]
         if finished:
             fin_set = set(finished)
             active = [f for f in active if f not in fin_set]
@@ -227,58 +600,40 @@ def simulate(
                 end[f] = now
                 remaining[f] = 0.0
                 done += 1
-                for s in succ[f]:
+                for s in st.succ_ids[st.succ_ptr[f] : st.succ_ptr[f + 1]].tolist():
                     missing[s] -= 1
                     if missing[s] == 0:
                         start[s] = now
-                        heapq.heappush(pending, (now + alphas[s], s))
+                        heapq.heappush(pending, (now + float(st.lat[s]), s))
             dirty = True
-        while pending and pending[0][0] <= now + 1e-15:
+        while pending and pending[0][0] <= now * (1 + 1e-15) + 1e-18:
             _, f = heapq.heappop(pending)
-            if sizes[f] <= 0:
+            if st.size[f] <= 0:
                 end[f] = now
                 done += 1
+                for s in st.succ_ids[st.succ_ptr[f] : st.succ_ptr[f + 1]].tolist():
+                    missing[s] -= 1
+                    if missing[s] == 0:
+                        start[s] = now
+                        heapq.heappush(pending, (now + float(st.lat[s]), s))
                 continue
             active.append(f)
             dirty = True
+    makespan = float(np.nanmax(end)) if n_ops else 0.0
+    expected, p_to = timeout_penalty(mdl.incast, makespan, episodes.finish(makespan))
     total = payload_bytes if payload_bytes is not None else int(prog.counts.sum()) * prog.unit_bytes
     return SimResult(
-        time_s=float(np.nanmax(end)) if n_ops else 0.0,
+        time_s=expected,
         nranks=prog.nranks,
         total_bytes=int(total),
         op_start=start,
         op_end=end,
-        link_names=names,
-        link_busy_bytes=busy,
-        link_capacity=caps,
+        link_names=st.names,
+        link_busy_bytes=st.busy_bytes(),
+        link_capacity=cap0,
         timeline=tuple(timeline),
+        makespan_s=makespan,
+        timeout_probability=p_to,
+        model=mdl,
+        engine="reference",
     )
-
-
-def _apply_incast(
-    cap: npt.NDArray[np.float64],
-    act: npt.NDArray[np.int64],
-    entry_flow: npt.NDArray[np.int64],
-    entry_link: npt.NDArray[np.int64],
-    is_rx: npt.NDArray[np.bool_],
-    src_rank: npt.NDArray[np.int64],
-    src_server: npt.NDArray[np.int64],
-    sizes: npt.NDArray[np.float64],
-    model: IncastModel,
-) -> None:
-    on_rx = is_rx[entry_link]
-    if not on_rx.any():
-        return
-    links = entry_link[on_rx]
-    flows = act[entry_flow[on_rx]]
-    senders = src_rank[flows]
-    # unique (link, sender) pairs: k = distinct senders per link, bytes per sender
-    key = links * (int(src_rank.max()) + 1) + senders
-    ukey, inv = np.unique(key, return_inverse=True)
-    pair_bytes = np.bincount(inv, weights=sizes[flows])
-    pair_link = ukey // (int(src_rank.max()) + 1)
-    ulinks, pos, k = np.unique(pair_link, return_inverse=True, return_counts=True)
-    mean_bytes = np.bincount(pos, weights=pair_bytes) / k
-    for link, kk, b in zip(ulinks.tolist(), k.tolist(), mean_bytes.tolist()):
-        if kk > 1:
-            cap[link] *= model.efficiency(kk, b)

@@ -50,7 +50,7 @@ def _register_optional(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     """Subcommands added by later layers (bounds, simulate, compare, compile, bucket, cache)."""
     import importlib
 
-    for name in ("bounds", "simulate", "compare", "compile", "bucket", "cache"):
+    for name in ("bounds", "simulate", "compare", "compile", "bucket", "cache", "calibrate"):
         try:
             mod = importlib.import_module(f"a2acc.cli.{name}")
         except ModuleNotFoundError as exc:

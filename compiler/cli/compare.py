@@ -1,115 +1,292 @@
-"""``a2acc compare``: algorithms side by side over sizes, nccl-tests-style table, JSON and plot."""
+"""``a2acc compare``: planners side by side over sizes, simulated; nccl-tests-style table, JSON, CSV and plot."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, TextIO
 
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.analysis.compare import format_table, plot, run_compare, stderr_progress
-from a2acc.analysis.incast import INCAST_MODELS
+from a2acc import __version__
+from a2acc.analysis.compare import (
+    BW_DEFINITIONS,
+    PLOT_METRICS,
+    Row,
+    block_footer,
+    block_header,
+    check_plot_backend,
+    compare_rows,
+    format_row,
+    own_size,
+    plot,
+    size_label,
+    write_csv,
+    write_json,
+)
 from a2acc.cli.common import add_topology_args, topology_from_args
+from a2acc.cli.simulate import add_model_args, model_from_args
 from a2acc.errors import InputError
+from a2acc.model.topology import Topology
 from a2acc.model.traffic import GENERATORS, load_matrix
-from a2acc.model.units import parse_size_range
+from a2acc.model.units import parse_size, parse_size_range
 from a2acc.planners import available
 
 DEFAULT_ALGOS = "fast,spreadout,direct,hierarchical"
+#: ``syccl`` joins the defaults on server topologies whose symmetry it verifies, up to this many GPUs (its
+#: synthesis takes ~13 s at 64 GPUs on a 2-core machine; larger ones ask for it with ``-a``)
+SYCCL_DEFAULT_MAX_GPUS = 64
+
+
+def default_algorithms(topo: Topology) -> list[str]:
+    """compare's planners when ``-a`` is not given: fast, spreadout, direct, hierarchical, and syccl where the
+    topology's symmetry is verified (:class:`a2acc.planners.syccl.symmetry.Symmetry`)."""
+    algos = DEFAULT_ALGOS.split(",")
+    if topo.direct is None and 1 < topo.nranks <= SYCCL_DEFAULT_MAX_GPUS:
+        from a2acc.planners.syccl.symmetry import Symmetry
+
+        if Symmetry(topo).server_symmetric:
+            algos.append("syccl")
+    return algos
+DEFAULT_SIZES = "1M:1G:x4"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "compare",
         help="compare planners over message sizes (simulated), with bounds",
-        description="For each size and algorithm: plan (timed), verify, simulate, and compare with the lower "
-        "bound. Output follows nccl-tests' alltoall_perf table (size = bytes per rank, count = per-peer "
-        "float elements, time in us, algbw/busbw in GB/s with 1e9) with a2acc columns appended: schedule "
-        "time, bound, %% of bound, stages. algbw uses FAST's definition (total bytes / N / time).",
-        epilog="example: a2acc compare -t dgx-h200-fast --traffic zipf --sizes 64M:1G:x4 --plot cmp.png",
+        description="For each algorithm and size: plan (timed), verify, simulate, and compare with the lower "
+        "bound. Rows stream as they are computed, in nccl-tests' alltoall_perf layout (size = bytes per rank, "
+        "count = per-peer float elements, time in us, algbw/busbw in GB/s with 1e9) with a2acc columns "
+        "appended: sched (the planner's time, us), bound (us), %% of bound, stages (the planner's "
+        "communication stages). Every figure is simulated, not measured on GPUs.",
+        epilog="examples:\n"
+        "  a2acc compare -t dgx-h200-fast --traffic zipf -b 64M -e 1G -f 4 --plot cmp.png -J cmp.json\n"
+        "  a2acc compare -t mi300x-100g -n 3 --traffic m.npy            (the matrix at its own size)\n"
+        "  a2acc compare -t mi300x-100g --traffic uniform --model params.yaml --csv out.csv",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_topology_args(p)
     p.add_argument(
         "--traffic",
         "-m",
         required=True,
-        help=f"matrix file (rescaled per size) or generator ({', '.join(GENERATORS)})",
+        help=f"matrix file (at its own size, or rescaled to --sizes) or a generator ({', '.join(GENERATORS)})",
     )
     p.add_argument(
-        "--sizes", default="1M:1G:x4", help="MIN:MAX:xFACTOR, MIN:MAX:+STEP or a list (default 1M:1G:x4)"
+        "--sizes",
+        default=None,
+        help=f"MIN:MAX:xFACTOR, MIN:MAX:+STEP or a list (default {DEFAULT_SIZES}; a matrix file: its own size)",
     )
-    p.add_argument("--algorithms", "-a", default=DEFAULT_ALGOS, help=f"comma list (default {DEFAULT_ALGOS})")
+    p.add_argument("-b", "--minbytes", default=None, metavar="SIZE", help="nccl-tests: smallest size")
+    p.add_argument("-e", "--maxbytes", default=None, metavar="SIZE", help="nccl-tests: largest size")
+    p.add_argument(
+        "-f", "--stepfactor", type=float, default=None, metavar="F", help="nccl-tests: size factor"
+    )
+    p.add_argument("-i", "--stepbytes", default=None, metavar="SIZE", help="nccl-tests: size increment")
+    p.add_argument(
+        "--algorithms",
+        "-a",
+        default=None,
+        help=f"comma list (default {DEFAULT_ALGOS}, plus syccl on symmetric server topologies of up to "
+        f"{SYCCL_DEFAULT_MAX_GPUS} GPUs)",
+    )
     p.add_argument("--seed", type=int, default=0, help="generator seed")
     p.add_argument("--skew", type=float, default=0.8, help="generator skew (zipf, moe)")
-    p.add_argument("--incast", default="mi300x-rocev2", choices=sorted(INCAST_MODELS), help="incast model")
+    add_model_args(p)
     p.add_argument(
         "--mcf", action="store_true", help="also solve the max-concurrent-flow LP bound (small topologies)"
     )
-    p.add_argument("--plot", default=None, metavar="PNG", help="write algbw vs size (needs matplotlib)")
-    p.add_argument("--json", action="store_true", help="print machine-readable rows instead of the table")
+    p.add_argument(
+        "--bw",
+        default="fast",
+        choices=BW_DEFINITIONS,
+        help="algbw definition: fast = total bytes / N / time (FAST, default); alltoallv = the busiest "
+        "rank's bytes / time (nccl-tests alltoallv_perf)",
+    )
+    p.add_argument("--plot", default=None, metavar="PNG", help="write a plot (needs matplotlib)")
+    p.add_argument("--plot-metric", default="busbw", choices=PLOT_METRICS, help="what --plot shows")
+    p.add_argument("-J", "--json", default=None, metavar="FILE", help="also write the rows as JSON")
+    p.add_argument("--csv", default=None, metavar="FILE", help="also write the rows as CSV")
     p.set_defaults(func=_run)
+
+
+def _sizes(args: argparse.Namespace, matrix: npt.NDArray[np.int64] | None) -> tuple[list[int], bool]:
+    """The sizes to run, and whether a matrix file is used at its own size."""
+    nccl = any(v is not None for v in (args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes))
+    if nccl and args.sizes is not None:
+        raise InputError("", "--sizes", args.sizes, "give --sizes or nccl-tests' -b/-e/-f/-i, not both")
+    if nccl:
+        lo_t = args.minbytes if args.minbytes is not None else args.maxbytes
+        hi_t = args.maxbytes if args.maxbytes is not None else args.minbytes
+        if lo_t is None:
+            raise InputError("", "-b/--minbytes", None, "give the smallest (-b) or largest (-e) size")
+        lo = parse_size(lo_t, field="-b/--minbytes")
+        hi = parse_size(hi_t, field="-e/--maxbytes")
+        if args.stepfactor is not None and args.stepbytes is not None:
+            raise InputError("", "-f/-i", args.stepbytes, "give a step factor (-f) or a step in bytes (-i)")
+        if args.stepbytes is not None:
+            spec = f"{lo}:{hi}:+{parse_size(args.stepbytes, field='-i/--stepbytes')}"
+        else:
+            f = args.stepfactor if args.stepfactor is not None else 2.0
+            if not f > 1:
+                raise InputError("", "-f/--stepfactor", f, "a factor > 1")
+            spec = f"{lo}:{hi}:x{f:g}"
+        return parse_size_range(spec, field="-b/-e/-f"), False
+    if args.sizes is None and matrix is not None:
+        return [own_size(matrix)], True
+    return parse_size_range(args.sizes or DEFAULT_SIZES), False
+
+
+def _progress(total: int) -> tuple[Any, TextIO | None]:
+    """A tqdm bar on a terminal; otherwise None (a line per planner x size goes to stderr instead)."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="plan", file=sys.stderr, leave=False, dynamic_ncols=True), None
+    return None, sys.stderr
 
 
 def _run(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
+    if args.plot:
+        check_plot_backend()  # before any work: a missing matplotlib must not cost a whole run
+    for out in (args.json, args.csv, args.plot):
+        if out is not None and Path(out).is_dir():
+            raise InputError("", "output", out, "a file path, not a directory")
+    matrix: npt.NDArray[np.int64] | None = None
     if args.traffic in GENERATORS:
         traffic: str | npt.NDArray[np.int64] = args.traffic
         tdesc = f"{args.traffic} (seed {args.seed}, skew {args.skew})"
     elif Path(args.traffic).exists():
-        traffic = load_matrix(args.traffic, expect_ranks=topo.nranks)
-        tdesc = f"{args.traffic} (rescaled to each size)"
+        matrix = load_matrix(args.traffic, expect_ranks=topo.nranks)
+        traffic = matrix
+        tdesc = args.traffic
     else:
         raise InputError(
             "", "--traffic", args.traffic, f"not a file and not a generator ({', '.join(GENERATORS)})"
         )
-    sizes = parse_size_range(args.sizes)
-    algos = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    sizes, at_own = _sizes(args, matrix)
+    if matrix is not None:
+        tdesc += " (at its own size)" if at_own else " (rescaled to each size)"
+    algos = (
+        [a.strip() for a in args.algorithms.split(",") if a.strip()]
+        if args.algorithms is not None
+        else default_algorithms(topo)
+    )
     known = {i.name for i in available()}
     for a in algos:
         if a not in known:
             raise InputError("", "--algorithms", a, f"known planners: {', '.join(sorted(known))}")
-    incast = INCAST_MODELS[args.incast]()
-    rows = run_compare(
-        topo,
-        traffic,
-        sizes,
-        algos,
-        seed=args.seed,
-        skew=args.skew,
-        incast=incast,
-        mcf=args.mcf,
-        progress=stderr_progress,
-    )
-    if sys.stderr.isatty():
-        print("\r\033[K", end="", file=sys.stderr)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "topology": topo.name,
-                    "nranks": topo.nranks,
-                    "traffic": tdesc,
-                    "rows": [r.to_json() for r in rows],
-                },
-                indent=1,
+    model = model_from_args(args, topo)
+    print(_header(topo, tdesc, model.describe(), model.source, args.bw), flush=True)
+    total = len(sizes) * len(algos)
+    bar, log = _progress(total)
+    rows: list[Row] = []
+    try:
+        for k, row in enumerate(
+            _stream(
+                compare_rows(
+                    topo,
+                    traffic,
+                    sizes,
+                    algos,
+                    model=model,
+                    seed=args.seed,
+                    skew=args.skew,
+                    mcf=args.mcf,
+                    bw=args.bw,
+                ),
+                rows,
+                bar,
             )
-        )
-    else:
-        s = topo.summary()
-        header = (
-            f"# a2acc compare: {topo.name} ({topo.servers} x {topo.gpus_per_server} = {topo.nranks} GPUs; "
-            f"{s.describe()})\n# traffic: {tdesc}; incast model: {incast.name}; "
-            f"simulated (flow-level, max-min fair share), not measured on GPUs\n"
-            f"# algbw = total bytes / N / time (FAST); busbw = algbw * (N-1)/N; bound term per size: "
-            + ", ".join(sorted({r.bound_term for r in rows}))
-            + "\n#"
-        )
-        print(format_table(rows, header))
+        ):
+            if log is not None:
+                print(
+                    f"a2acc compare: [{k + 1}/{total}] {row.algorithm} @ {size_label(row.size)}: "
+                    f"{row.time_s * 1e6:.1f} us simulated, planned in {row.schedule_s * 1e3:.1f} ms",
+                    file=log,
+                    flush=True,
+                )
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"# bound terms: {', '.join(sorted({r.bound_term for r in rows}))}")
+    meta: dict[str, object] = {
+        "a2acc_version": __version__,
+        "tool": "a2acc compare",
+        "topology": topo.name,
+        "topology_fingerprint": topo.fingerprint,
+        "nranks": topo.nranks,
+        "servers": topo.servers,
+        "gpus_per_server": topo.gpus_per_server,
+        "traffic": tdesc,
+        "algorithms": algos,
+        "sizes": sizes,
+        "bw_definition": args.bw,
+        "model": model.params(),
+        "engine": "fast (a2acc.analysis.fastsim)",
+    }
+    if args.json:
+        write_json(args.json, rows, meta)
+        print(f"# rows written to {args.json} (JSON)")
+    if args.csv:
+        write_csv(args.csv, rows, meta)
+        print(f"# rows written to {args.csv} (CSV)")
     if args.plot:
-        plot(rows, args.plot, f"{topo.name}: {tdesc}")
-        if not args.json:
-            print(f"# plot written to {args.plot}")
+        title = (
+            f"simulated: {topo.name}, {topo.nranks} GPUs ({topo.servers} x {topo.gpus_per_server}), {tdesc}\n"
+            f"{model.describe()}"
+        )
+        plot(rows, args.plot, title, args.plot_metric)
+        print(f"# plot written to {args.plot} ({args.plot_metric})")
     return 0
+
+
+def _stream(rows_in: Iterator[Row], sink: list[Row], bar: Any) -> Iterator[Row]:
+    """Print each row as it arrives (block headers and footers around each algorithm), collect it, yield it."""
+    current: list[Row] = []
+
+    def emit(text: str) -> None:
+        if bar is not None:
+            bar.write(text, file=sys.stdout)
+        else:
+            print(text, flush=True)
+
+    for row in rows_in:
+        if current and current[-1].algorithm != row.algorithm:
+            emit(block_footer(current))
+            current = []
+        if not current:
+            emit(block_header(row.algorithm))
+        emit(format_row(row))
+        current.append(row)
+        sink.append(row)
+        if bar is not None:
+            bar.set_description(f"{row.algorithm} @ {size_label(row.size)}")
+            bar.update(1)
+        yield row
+    if current:
+        emit(block_footer(current))
+
+
+def _header(topo: Topology, tdesc: str, model: str, source: str, bw: str) -> str:
+    s = topo.summary()
+    algbw = (
+        "total bytes / N / time (FAST)"
+        if bw == "fast"
+        else "busiest rank's bytes / time (nccl-tests alltoallv_perf)"
+    )
+    return (
+        f"# a2acc compare: {topo.name} ({topo.servers} x {topo.gpus_per_server} = {topo.nranks} GPUs; "
+        f"{s.describe()})\n"
+        f"# traffic: {tdesc}\n"
+        f"# simulated, not measured on GPUs: {model}\n"
+        f"#   parameters: {source}\n"
+        f"# algbw = {algbw}; busbw = algbw * (N-1)/N (GB/s = 1e9 B/s); size and count as nccl-tests\n"
+        f"# sched = the planner's time for one plan (us, wall clock of the plan phase on this CPU); "
+        f"bound = lower bound on the time (us); stages = the planner's communication stages\n#"
+    )

@@ -81,8 +81,19 @@ def _run(args: argparse.Namespace) -> int:
     prog.save(args.output)
     pad = prog.padding_bytes / max(int(m.sum()), 1)
     print(
-        f"wrote {args.output}: {args.algorithm}, {len(prog.ops)} ops, unit {format_bytes(prog.unit_bytes)}, "
-        f"padding {100 * pad:.2f}%, planned+verified in {res.total_s * 1e3:.1f} ms"
+        f"wrote {args.output}: {args.algorithm}, {len(prog.ops)} ops"
+        + (
+            f" in {prog.meta['stages']} communication stages"
+            if isinstance(prog.meta.get("stages"), int)
+            else ""
+        )
+        + f", {int(prog.counts.sum())} chunks of {format_bytes(prog.unit_bytes)} (the layout unit; "
+        f"{format_bytes(prog.padded_bytes)} with padding {format_bytes(max(prog.padding_bytes, 0))} = "
+        f"{100 * pad:.2f}%)"
+    )
+    print(
+        f"time       : planner {res.timings.get('plan', 0.0) * 1e3:.1f} ms, quantize+plan+verify "
+        f"{res.total_s * 1e3:.1f} ms (wall clock on this CPU)"
     )
     scalars = {
         k: v

@@ -31,10 +31,29 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(
         f"ops        : {len(prog.ops)} ({', '.join(f'{k}={v}' for k, v in sorted(links.items()))}), "
-        f"{len(stages)} stages, DAG depth {rep.depth}"
+        f"DAG depth {rep.depth}"
+    )
+    planned = prog.meta.get("stages")
+    labels = sorted(stages)
+    label_txt = f"op stage labels {labels[0]}..{labels[-1]}" if labels else "no ops"
+    if isinstance(planned, int):
+        print(
+            f"stages     : {planned} communication stages (the planner's rounds of synchronised transfers); "
+            f"{label_txt}, label 0 = work outside the staged exchange (self copies, intra-server part, "
+            "balancing)"
+        )
+    else:
+        print(f"stages     : {label_txt}")
+    print(
+        f"chunks     : {int(prog.counts.sum())} chunks of {format_bytes(prog.unit_bytes)} (the layout unit every op "
+        "moves a whole number of)"
     )
     print("bytes      : " + ", ".join(f"{k} {format_bytes(v)}" for k, v in sorted(by_link.items())))
-    print(f"scratch    : max {max(prog.scratch, default=0)} chunks per rank")
+    peak = max(prog.scratch, default=0)
+    print(
+        f"scratch    : up to {format_bytes(peak * prog.unit_bytes)} per rank ({peak} chunks), "
+        f"{format_bytes(sum(prog.scratch) * prog.unit_bytes)} in all"
+    )
     print(f"verified   : {'OK' if rep.ok else 'FAILED'}" + ("" if rep.ok else f" ({len(rep.errors)} errors)"))
     for e in rep.errors[:10]:
         print(f"  - {e}")

@@ -55,7 +55,9 @@ def _run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(
                 f"{args.file}: OK  ({prog.algorithm}, {rep.ops} ops, {prog.nranks} ranks, "
-                f"{rep.chunks_moved} chunks moved, DAG depth {rep.depth})"
+                f"{rep.chunks_moved} chunk moves of {prog.unit_bytes} B = "
+                f"{rep.chunks_moved * prog.unit_bytes / 2**20:.1f} MiB for {int(prog.counts.sum())} chunks in the "
+                f"layout (a relayed chunk moves once per hop), DAG depth {rep.depth})"
             )
         return 0
     target = detect(head)

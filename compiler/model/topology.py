@@ -17,6 +17,8 @@ A topology file is YAML (JSON accepted with the same keys), ``version: 1``::
       bandwidth: 50               # GB/s per NIC per direction ("400Gbps" also accepted)
       latency: 3.0                # us
       wiring: rail_optimized      # rail_optimized | single_switch
+      transport: ib               # roce | ib | nvlink | slingshot (optional: the simulator's physical model)
+      switch_buffer: 64MiB        # optional: packet buffer of one network switch (incast model)
 
 or, for direct-connect fabrics (no servers tier; every node is one GPU)::
 
@@ -46,7 +48,7 @@ import networkx as nx
 import yaml
 
 from a2acc.errors import TopologyError
-from a2acc.model.units import parse_bandwidth, parse_latency
+from a2acc.model.units import parse_bandwidth, parse_latency, parse_size
 
 
 def _bw(value: object, *, source: str, field: str) -> float:
@@ -67,7 +69,9 @@ WIRINGS = ("rail_optimized", "single_switch")
 DIRECT_KINDS = ("torus", "hypercube", "genkautz", "edges")
 _TOP_KEYS = ("version", "name", "servers", "gpus_per_server", "memory_bandwidth", "intra", "inter", "direct")
 _INTRA_KEYS = ("fabric", "bandwidth", "latency", "links")
-_INTER_KEYS = ("nics_per_server", "bandwidth", "latency", "wiring")
+_INTER_KEYS = ("nics_per_server", "bandwidth", "latency", "wiring", "transport", "switch_buffer")
+#: scale-out transports the simulator models (``a2acc.analysis.model``); a file without one is simulated ideally
+TRANSPORTS = ("roce", "ib", "nvlink", "slingshot")
 _DIRECT_KEYS = (
     "kind",
     "dims",
@@ -125,6 +129,8 @@ class ScaleOut:
     bandwidth: float
     latency: float
     wiring: str = "rail_optimized"
+    transport: str = ""  # "" = not given (the simulator then models an ideal fabric)
+    switch_buffer: float = 0.0  # bytes of packet buffer per network switch; 0 = not given
 
 
 @dataclass(frozen=True)
@@ -646,8 +652,24 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
         wiring = inter_raw.get("wiring", "rail_optimized")
         if wiring not in WIRINGS:
             raise TopologyError(src, "inter.wiring", wiring, f"allowed: {', '.join(WIRINGS)}")
+        transport = inter_raw.get("transport", "")
+        if transport != "" and transport not in TRANSPORTS:
+            raise TopologyError(src, "inter.transport", transport, f"allowed: {', '.join(TRANSPORTS)}")
+        buffer = 0.0
+        if inter_raw.get("switch_buffer") is not None:
+            raw_buf = inter_raw["switch_buffer"]
+            if isinstance(raw_buf, bool) or not isinstance(raw_buf, (int, str)):
+                raise TopologyError(src, "inter.switch_buffer", raw_buf, "bytes, e.g. 64MiB or 67108864")
+            buffer = float(parse_size(raw_buf, source=src, field="inter.switch_buffer"))
+            if not 0 < buffer <= 2**40:
+                raise TopologyError(src, "inter.switch_buffer", inter_raw["switch_buffer"], "bytes in 1..1T")
         inter = ScaleOut(
-            min(nics, m) if nics > m else nics, nbw * (nics // m if nics > m else 1), nlat, wiring
+            min(nics, m) if nics > m else nics,
+            nbw * (nics // m if nics > m else 1),
+            nlat,
+            wiring,
+            transport,
+            buffer,
         )
     elif servers > 1:
         raise TopologyError(src, "inter", None, "required when servers > 1 (scale-out NICs)")

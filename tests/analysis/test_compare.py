@@ -1,40 +1,147 @@
 from __future__ import annotations
 
+import builtins
+import csv
 import json
 
+import numpy as np
+import pytest
+
+from a2acc.analysis.compare import size_label
 from a2acc.cli import main
 
 KEYS = {"time_s", "algbw_GBps", "busbw_GBps", "bound_s", "schedule_s", "stages", "algorithm", "size"}
+ARGS = [
+    "compare",
+    "-t",
+    "dgx-h100",
+    "-n",
+    "2",
+    "--traffic",
+    "zipf",
+    "--sizes",
+    "1M:4M:x4",
+    "-a",
+    "fast,spreadout",
+]
 
 
-def test_compare_json_and_table_and_plot(tmp_path, capsys):
-    args = [
-        "compare",
-        "-t",
-        "dgx-h100",
-        "-n",
-        "2",
-        "--traffic",
-        "zipf",
-        "--sizes",
-        "1M:4M:x4",
-        "-a",
-        "fast,spreadout",
-    ]
-    assert main([*args, "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+def _table_rows(out: str) -> list[list[str]]:
+    return [line.split() for line in out.splitlines() if line and not line.startswith("#")]
+
+
+def test_json_and_csv_hold_the_rows_the_table_shows(tmp_path, capsys):
+    js, cs = tmp_path / "out.json", tmp_path / "out.csv"
+    assert main([*ARGS, "-J", str(js), "--csv", str(cs)]) == 0
+    out = capsys.readouterr().out
+    table = _table_rows(out)
+    doc = json.loads(js.read_text())
     rows = doc["rows"]
-    assert len(rows) == 4
-    for r in rows:
+    assert len(rows) == len(table) == 4
+    for r, t in zip(rows, table):
         assert set(r) >= KEYS
         assert r["nwrong"] == 0 and r["time_s"] >= r["bound_s"] * (1 - 1e-9)
         assert r["out_of_place"]["alg_bw"] == r["algbw_GBps"]
-    png = tmp_path / "cmp.png"
-    assert main([*args, "--plot", str(png)]) == 0
+        # the table's size, time, algbw, busbw are the JSON row's, as printed
+        assert int(t[0]) == r["size"]
+        assert float(t[5]) == pytest.approx(r["time_s"] * 1e6, rel=5e-3, abs=0.01)
+        assert float(t[6]) == pytest.approx(r["algbw_GBps"], rel=5e-3, abs=0.01)
+        assert float(t[7]) == pytest.approx(r["busbw_GBps"], rel=5e-3, abs=0.01)
+    assert doc["simulated"] is True
+    assert doc["a2acc_version"] and doc["topology_fingerprint"] and doc["model"]["transport"] == "ib"
+    lines = cs.read_text().splitlines()
+    data = list(csv.reader([line for line in lines if not line.startswith("#")]))
+    assert data[0][:3] == ["algorithm", "size", "count"] and len(data) == 5
+    assert [d[0] for d in data[1:]] == [r["algorithm"] for r in rows]
+    assert "# simulated: true" in lines
+
+
+def test_table_streams_in_nccl_tests_layout_and_labels_sched(capsys):
+    assert main(ARGS) == 0
     out = capsys.readouterr().out
     assert "#       size         count      type   redop    root     time   algbw   busbw  #wrong" in out
     assert "# a2acc algorithm: fast" in out and "# Avg bus bandwidth" in out
+    assert "sched = the planner's time" in out and "simulated, not measured" in out
+    err = capsys.readouterr().err
+    del err
+
+
+def test_progress_lines_off_a_terminal(capsys):
+    assert main(ARGS) == 0
+    err = capsys.readouterr().err
+    assert "[1/4] fast @ 1 MiB" in err and "[4/4] spreadout @ 4 MiB" in err
+
+
+def test_nccl_tests_size_flags_and_alltoallv_bw(tmp_path, capsys):
+    js = tmp_path / "o.json"
+    base = ["compare", "-t", "dgx-h100", "-n", "2", "--traffic", "zipf", "-a", "direct"]
+    assert main([*base, "-b", "1M", "-e", "8M", "-f", "2", "-J", str(js), "--bw", "alltoallv"]) == 0
+    rows = json.loads(js.read_text())["rows"]
+    assert [r["size"] for r in rows] == [1 << 20, 2 << 20, 4 << 20, 8 << 20]
+    for r in rows:  # the busiest rank moves more than the mean rank under skew
+        assert r["algbw_GBps"] == r["algbw_alltoallv_GBps"] > r["algbw_fast_GBps"]
+    capsys.readouterr()
+    assert main([*base, "-b", "1M", "-e", "3M", "-i", "1M", "-J", str(js)]) == 0
+    assert [r["size"] for r in json.loads(js.read_text())["rows"]] == [1 << 20, 2 << 20, 3 << 20]
+    assert main([*base, "--sizes", "1M", "-b", "1M"]) == 2
+
+
+def test_a_matrix_at_its_own_size_needs_no_sizes(tmp_path, capsys):
+    m = tmp_path / "m.npy"
+    mat = np.random.default_rng(3).integers(0, 1 << 16, (16, 16)) * 16
+    np.save(m, mat)
+    js = tmp_path / "o.json"
+    assert (
+        main(["compare", "-t", "dgx-h100", "-n", "2", "--traffic", str(m), "-a", "fast", "-J", str(js)]) == 0
+    )
+    rows = json.loads(js.read_text())["rows"]
+    assert len(rows) == 1 and rows[0]["size"] == round(mat.sum(axis=1).mean())
+    assert "at its own size" in capsys.readouterr().out
+
+
+def test_plot_busbw_from_zero_with_size_labels(tmp_path, capsys):
+    png = tmp_path / "cmp.png"
+    assert main([*ARGS, "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "plot written" in capsys.readouterr().out
+    assert (
+        size_label(1 << 20) == "1 MiB"
+        and size_label(3 << 29) == "1.5 GiB"
+        and size_label(512 << 10) == "512 KiB"
+    )
+
+
+def test_plot_without_matplotlib_fails_before_work(tmp_path, monkeypatch, capsys):
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError("no matplotlib")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    png = tmp_path / "x.png"
+    assert main([*ARGS, "--plot", str(png)]) == 2
+    cap = capsys.readouterr()
+    assert "matplotlib" in cap.err and "pip install" in cap.err
+    assert "a2acc algorithm" not in cap.out and not png.exists()
+
+
+def test_model_file_and_incast_switch(tmp_path, capsys):
+    params = tmp_path / "p.yaml"
+    params.write_text(
+        "version: 1\nname: mine\ntransport: ib\ninter_efficiency: 0.5\nalpha_us: 0\nstage_us: 0\n",
+        encoding="utf-8",
+    )
+    js = tmp_path / "o.json"
+    assert main([*ARGS, "--model", str(params), "-J", str(js)]) == 0
+    doc = json.loads(js.read_text())
+    assert doc["model"]["name"] == "mine" and doc["model"]["inter_efficiency"] == 0.5
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\ntransport: ib\ninter_efficiency: 2\n", encoding="utf-8")
+    assert main([*ARGS, "--model", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "inter_efficiency" in err and "[0.001, 1]" in err
 
 
 def test_bounds_and_simulate_commands(tmp_path, capsys):
@@ -46,5 +153,23 @@ def test_bounds_and_simulate_commands(tmp_path, capsys):
     assert main(["plan", "-t", "mi300x", "-n", "2", "-m", str(m), "-a", "fast", "-o", str(plan)]) == 0
     assert main(["simulate", str(plan), "-t", "mi300x", "-n", "2"]) == 0
     out = capsys.readouterr().out
-    assert "algbw" in out and "% of bound" in out
+    assert "algbw" in out and "% of bound" in out and "simulated" in out
+    assert (
+        main(["simulate", str(plan), "-t", "mi300x", "-n", "2", "--engine", "reference", "--incast", "off"])
+        == 0
+    )
     assert main(["simulate", str(plan), "-t", "mi300x", "-n", "3"]) == 2
+
+
+def test_syccl_joins_the_defaults_on_symmetric_server_topologies():
+    from a2acc.cli.compare import default_algorithms
+    from a2acc.model.topology import load_topology
+
+    assert default_algorithms(load_topology("dgx-a100", 2)) == [
+        "fast",
+        "spreadout",
+        "direct",
+        "hierarchical",
+        "syccl",
+    ]
+    assert "syccl" not in default_algorithms(load_topology("dgx-h100", 9))  # 72 GPUs: ask with -a

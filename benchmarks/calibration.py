@@ -1,0 +1,106 @@
+"""Simulator accuracy on held-back measurements: FAST's published 3-server MI300X logs.
+
+Run: ``.venv/bin/python benchmarks/calibration.py [--fit] [--root DIR]``
+
+- default: predict the held-back runs (FAST repository, ``amd-result/3n_fixed_sz_*.txt``: balanced fixed-size
+  all-to-all, 5.75 MiB to 5.75 GiB per GPU) with the shipped RoCE parameters
+  (:data:`a2acc.analysis.model.CALIBRATED_ROCE`) and print the accuracy table of docs/simulator.md;
+- ``--fit``: first fit the parameters on the fit part (the random- and skewed-traffic runs:
+  ``3n_random_sz_*``, ``3n_random_cdf_*``, ``3n_skewed_sz__*``, ``3n_skewed_cdf_*``, ``3n_skewness_*``;
+  SpreadOut and fan-out rows) exactly as ``a2acc calibrate`` does, print them, then evaluate those.
+
+The held-back logs are never used to fit. Targets (fast = FLASH's column, spreadout; sizes from 8 MB per GPU):
+median |predicted/measured - 1| <= 10 %, worst <= 20 %; fan-out's collapse (its throughput below 25 % of
+FLASH's) predicted within a factor 2 of the size where it is measured. ``--root`` defaults to
+``../shared/reference/peers/FAST/amd-result`` beside the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from a2acc.analysis.calibrate import (
+    PARAMS,
+    Accuracy,
+    accuracy,
+    build_cases,
+    fast_log_split,
+    fit,
+    get_param,
+    read_logs,
+    start_model,
+)
+from a2acc.analysis.model import CALIBRATED_ROCE, SimModel
+from a2acc.model.topology import load_topology
+
+ROOT = Path(__file__).resolve().parents[2] / "shared" / "reference" / "peers" / "FAST" / "amd-result"
+
+
+def fit_model(root: Path) -> SimModel:
+    topo = load_topology("mi300x-100g", 3)
+    fit_logs, _test = fast_log_split(root)
+    meas = [m for m in read_logs(fit_logs, topo) if m.algorithm in ("spreadout", "direct")]
+    t0 = time.perf_counter()
+    res = fit(build_cases(meas, topo), start_model("roce"), tolerance=1e-2, progress=print)
+    print(
+        f"fitted on {len(meas)} configurations from {len(fit_logs)} logs in {time.perf_counter() - t0:.0f} s"
+    )
+    for p in PARAMS:
+        print(f"  {p:18s} {get_param(res.model, p):.6g}")
+    return replace(res.model, name="fitted")
+
+
+def held_back(root: Path, model: SimModel) -> Accuracy:
+    topo = load_topology("mi300x-100g", 3)
+    _fit, test_logs = fast_log_split(root)
+    return accuracy(build_cases(read_logs(test_logs, topo), topo), model)
+
+
+def table(acc: Accuracy) -> str:
+    by = {(p.case.meas.algorithm, p.case.meas.size): p for p in acc.rows}
+    sizes = sorted({p.case.meas.size for p in acc.rows})
+    out = [
+        "| size/GPU | fast measured | predicted | error | spreadout measured | predicted | error | fan-out measured "
+        "| predicted |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in sizes:
+        cells = [f"{s / 2**20:.2f} MiB"]
+        for alg in ("fast", "spreadout", "direct"):
+            p = by.get((alg, s))
+            if p is None:
+                cells += ["-", "-"] + (["-"] if alg != "direct" else [])
+                continue
+            cells += [f"{p.case.meas.time_s * 1e3:.3f} ms", f"{p.predicted_s * 1e3:.3f} ms"]
+            if alg != "direct":
+                cells.append(f"{100 * p.error:+.1f}%")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fit", action="store_true", help="fit on the fit logs first (minutes), then evaluate")
+    ap.add_argument("--root", default=str(ROOT), help="directory holding FAST's amd-result logs")
+    args = ap.parse_args()
+    root = Path(args.root)
+    model = fit_model(root) if args.fit else CALIBRATED_ROCE
+    acc = held_back(root, model)
+    print(table(acc))
+    for s in acc.summaries:
+        print(
+            f"{s.algorithm:9s} from 8 MB/GPU ({s.runs} sizes): median |pred/meas - 1| {100 * s.median_abs_error:.1f}%, "
+            f"worst {100 * s.worst_abs_error:.1f}%"
+        )
+    mib = lambda b: f"{b / 2**20:.0f} MiB/GPU" if b else "none"  # noqa: E731
+    print(
+        f"fan-out collapse (throughput < 25% of FLASH's): measured at {mib(acc.collapse_measured)}, "
+        f"predicted at {mib(acc.collapse_predicted)}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""The simulator's physical model: its few parameters, their defaults per transport, and the params file.
+
+Both simulators (:mod:`a2acc.analysis.simulate`, the event-driven reference, and :mod:`a2acc.analysis.fastsim`)
+run a Program's DAG as a fluid model on the topology graph with these costs (docs/simulator.md):
+
+``inter_efficiency``, ``intra_efficiency``
+    goodput fraction of a scale-out NIC link (``nic_tx``/``nic_rx``, and direct-connect links) and of a scale-up
+    link: protocol headers, RDMA/NCCL chunking and copy engines keep a collective below the line rate.
+``alpha_s``
+    per-message software cost, added to every op's start: posting a send/receive or a copy, the rendezvous of
+    the two sides (the alpha of the alpha-beta model, FLASH §6.3; the link latencies of the route come on top).
+``stage_s``
+    per-stage synchronisation and launch cost, added to an op that starts a later stage than every op it
+    waits for: a staged schedule pays a kernel launch or a host/stream synchronisation per stage (FAST's
+    implementation synchronises the host between steps, FAST repository ``amd/test_alltoall.cpp``; MPI-style
+    shifts pay a rendezvous per step).
+``incast``
+    the receive-port model of :mod:`a2acc.analysis.incast`.
+
+Where the defaults come from: a topology whose ``inter.transport`` is ``roce`` gets :data:`CALIBRATED_ROCE`,
+fitted by ``benchmarks/calibration.py`` on FAST's published MI300X logs (FAST repository, ``amd-result/``: the
+random- and skewed-size runs; the fixed-size runs are held back for testing). ``ib``, ``nvlink`` and
+``slingshot`` are lossless credit-based fabrics without measured data here: they take the calibrated software
+costs and goodput (properties of the collective library and the NIC, not of the switch) and no incast loss,
+and say so. A topology that names no transport (and every direct-connect graph) is simulated with the
+**ideal** model: line rate, no software costs, no incast. ``a2acc calibrate`` fits a model to your own logs;
+``--model params.yaml`` uses it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from a2acc.analysis.incast import DEFAULT_DT_ALPHA, DEFAULT_WINDOW_BYTES, ROCE_RTO_S, IncastModel
+from a2acc.errors import InputError
+from a2acc.model.topology import Topology
+
+MODEL_FILE_VERSION = 1
+MODEL_TRANSPORTS = ("ideal", "roce", "ib", "nvlink", "slingshot")
+
+
+class ModelFileError(InputError):
+    """A simulator model (params) file is missing, malformed or out of range."""
+
+
+@dataclass(frozen=True)
+class SimModel:
+    """The parameters of the simulator (module docstring). Times in seconds, sizes in bytes."""
+
+    name: str = "ideal"
+    transport: str = "ideal"
+    inter_efficiency: float = 1.0
+    intra_efficiency: float = 1.0
+    alpha_s: float = 0.0
+    stage_s: float = 0.0
+    eager_bytes: float = 4.0 * 2**20
+    incast: IncastModel = field(default_factory=IncastModel.off)
+    source: str = "ideal fabric: line rate, no software costs, no incast"
+
+    def with_incast(self, incast: IncastModel) -> SimModel:
+        return replace(self, incast=incast)
+
+    def describe(self) -> str:
+        """One line: what plots and table headers print."""
+        if self.transport == "ideal":
+            return "ideal model (line rate, no overheads, no incast)"
+        inc = self.incast
+        incast = (
+            f"incast: buffer {inc.buffer_bytes / 2**20:.3g} MiB, retransmit {inc.retransmit:.3g}"
+            if inc.enabled
+            else f"incast {'off' if inc.name == 'off' else 'none (lossless)'}"
+        )
+        return (
+            f"model {self.name} ({self.transport}): goodput {self.inter_efficiency:.3f} x NIC, "
+            f"alpha {self.alpha_s * 1e6:.3g} us/message, rendezvous {self.stage_s * 1e6:.3g} us per stage above "
+            f"{self.eager_bytes / 2**20:.3g} MiB, {incast}"
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The parameters as JSON-able values (compare's JSON records them)."""
+        return {
+            "name": self.name,
+            "transport": self.transport,
+            "inter_efficiency": self.inter_efficiency,
+            "intra_efficiency": self.intra_efficiency,
+            "alpha_us": self.alpha_s * 1e6,
+            "stage_us": self.stage_s * 1e6,
+            "eager_bytes": int(self.eager_bytes),
+            "incast": _incast_doc(self.incast),
+            "source": self.source,
+        }
+
+    def to_yaml(self, header: str = "") -> str:
+        doc = {"version": MODEL_FILE_VERSION, **self.params()}
+        lead = "".join(f"# {line}\n" for line in header.splitlines())
+        return lead + yaml.safe_dump(doc, sort_keys=False, width=110)
+
+
+def _incast_doc(inc: IncastModel) -> dict[str, Any]:
+    return {
+        "name": inc.name,
+        "buffer_bytes": int(inc.buffer_bytes),
+        "window_bytes": int(inc.window_bytes),
+        "dt_alpha": inc.dt_alpha,
+        "retransmit": inc.retransmit,
+        "rto_ms": inc.rto_s * 1e3,
+        "storm_ms": inc.storm_s * 1e3 if math.isfinite(inc.storm_s) else None,
+        "shape": inc.shape,
+        "fanin_power": inc.fanin_power,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- defaults
+#: Fitted by ``.venv/bin/python benchmarks/calibration.py --fit`` (the same fit as ``a2acc calibrate``) on the
+#: fit part of FAST's MI300X logs (FAST repository, ``amd-result/``: 3n_random_sz_*, 3n_random_cdf_*,
+#: 3n_skewed_sz_*, 3n_skewed_cdf_*, 3n_skewness_*; 64 configurations): goodput, alpha, rendezvous cost and eager
+#: window from the SpreadOut column, the incast parameters from the fan-out column; rounded to 4 digits. The
+#: fixed-size runs (3n_fixed_sz_*) were held back and test it (tests/analysis/test_accuracy.py).
+CALIBRATED_ROCE = SimModel(
+    name="mi300x-roce",
+    transport="roce",
+    inter_efficiency=0.9164,
+    intra_efficiency=1.0,
+    alpha_s=26.71e-6,
+    stage_s=56.63e-6,
+    eager_bytes=2.785e6,
+    incast=IncastModel(
+        name="roce",
+        buffer_bytes=99.55e6,
+        window_bytes=float(DEFAULT_WINDOW_BYTES),
+        dt_alpha=DEFAULT_DT_ALPHA,
+        retransmit=0.2787,
+        rto_s=ROCE_RTO_S,
+        storm_s=1610.0,
+        shape=2.0,
+        fanin_power=2.658,
+    ),
+    source="calibrated on FAST's published MI300X logs (FAST repository, amd-result/: random- and skewed-size "
+    "runs); the fixed-size runs are held back for testing",
+)
+
+
+def default_model(topo: Topology) -> SimModel:
+    """The model a topology gets without ``--model`` (module docstring)."""
+    transport = topo.inter.transport if topo.inter is not None else ""
+    if not transport:
+        return SimModel()
+    base = CALIBRATED_ROCE
+    if transport == "roce":
+        model = replace(base, name=f"{topo.name}-roce" if topo.name != "mi300x-100g" else base.name)
+        if topo.name != "mi300x-100g":
+            model = replace(
+                model,
+                source="RoCE defaults: " + base.source + "; this fabric was not measured",
+            )
+    else:
+        model = replace(
+            base,
+            name=f"{transport}-default",
+            transport=transport,
+            incast=IncastModel.lossless(transport),
+            source=f"defaults (no measured {transport} data): software costs and goodput from the RoCE "
+            f"calibration ({base.source.split(';')[0]}); lossless credit-based fabric, no incast loss",
+        )
+    assert topo.inter is not None
+    if topo.inter.switch_buffer > 0 and model.incast.enabled:
+        model = model.with_incast(replace(model.incast, buffer_bytes=topo.inter.switch_buffer))
+    return model
+
+
+# ---------------------------------------------------------------------------------------------- params file
+_TOP = (
+    "version",
+    "name",
+    "transport",
+    "inter_efficiency",
+    "intra_efficiency",
+    "alpha_us",
+    "stage_us",
+    "eager_bytes",
+    "incast",
+)
+_TOP_INFO = ("source", "fit")  # informational, kept as written
+_INCAST = (
+    "name",
+    "buffer_bytes",
+    "window_bytes",
+    "dt_alpha",
+    "retransmit",
+    "rto_ms",
+    "storm_ms",
+    "shape",
+    "fanin_power",
+)
+
+
+def _num(src: str, fld: str, v: object, lo: float, hi: float, *, allow_none: bool = False) -> float | None:
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+        raise ModelFileError(src, fld, v, f"a number in [{lo:g}, {hi:g}]")
+    x = float(v)
+    if not lo <= x <= hi:
+        raise ModelFileError(src, fld, v, f"a number in [{lo:g}, {hi:g}]")
+    return x
+
+
+def _req_num(src: str, fld: str, v: object, lo: float, hi: float) -> float:
+    x = _num(src, fld, v, lo, hi)
+    assert x is not None
+    return x
+
+
+def parse_model(data: Any, source: str) -> SimModel:
+    """Validate a params mapping (YAML already parsed) into a :class:`SimModel`."""
+    src = source
+    if not isinstance(data, dict):
+        raise ModelFileError(
+            src, "", type(data).__name__, "a model file is a YAML mapping (a2acc calibrate -o)"
+        )
+    for k in data:
+        if k not in _TOP and k not in _TOP_INFO:
+            raise ModelFileError(
+                src, str(k), data[k], f"unknown field; allowed: {', '.join(_TOP + _TOP_INFO)}"
+            )
+    if data.get("version") != MODEL_FILE_VERSION:
+        raise ModelFileError(
+            src, "version", data.get("version"), f"this a2acc reads version {MODEL_FILE_VERSION}"
+        )
+    transport = data.get("transport")
+    if transport not in MODEL_TRANSPORTS:
+        raise ModelFileError(src, "transport", transport, f"one of {', '.join(MODEL_TRANSPORTS)}")
+    name = data.get("name", Path(source).stem)
+    if not isinstance(name, str) or not name:
+        raise ModelFileError(src, "name", name, "a non-empty string")
+    inc_raw = data.get("incast") or {}
+    if not isinstance(inc_raw, dict):
+        raise ModelFileError(src, "incast", inc_raw, "a mapping with " + ", ".join(_INCAST))
+    for k in inc_raw:
+        if k not in _INCAST:
+            raise ModelFileError(
+                src, f"incast.{k}", inc_raw[k], f"unknown field; allowed: {', '.join(_INCAST)}"
+            )
+    storm = _num(src, "incast.storm_ms", inc_raw.get("storm_ms"), 1e-6, 1e9, allow_none=True)
+    incast = IncastModel(
+        name=str(inc_raw.get("name", transport)),
+        buffer_bytes=_req_num(src, "incast.buffer_bytes", inc_raw.get("buffer_bytes", 0), 0, 2**40),
+        window_bytes=_req_num(
+            src, "incast.window_bytes", inc_raw.get("window_bytes", DEFAULT_WINDOW_BYTES), 1, 2**40
+        ),
+        dt_alpha=_req_num(src, "incast.dt_alpha", inc_raw.get("dt_alpha", DEFAULT_DT_ALPHA), 1e-3, 1e3),
+        retransmit=_req_num(src, "incast.retransmit", inc_raw.get("retransmit", 0.0), 0, 1e3),
+        rto_s=_req_num(src, "incast.rto_ms", inc_raw.get("rto_ms", 0.0), 0, 1e7) * 1e-3,
+        storm_s=math.inf if storm is None else storm * 1e-3,
+        shape=_req_num(src, "incast.shape", inc_raw.get("shape", 2.0), 0.1, 100),
+        fanin_power=_req_num(src, "incast.fanin_power", inc_raw.get("fanin_power", 1.0), 0.0, 10.0),
+    )
+    source_txt = data.get("source", f"model file {source}")
+    return SimModel(
+        name=name,
+        transport=str(transport),
+        inter_efficiency=_req_num(src, "inter_efficiency", data.get("inter_efficiency", 1.0), 1e-3, 1.0),
+        intra_efficiency=_req_num(src, "intra_efficiency", data.get("intra_efficiency", 1.0), 1e-3, 1.0),
+        alpha_s=_req_num(src, "alpha_us", data.get("alpha_us", 0.0), 0, 1e7) * 1e-6,
+        stage_s=_req_num(src, "stage_us", data.get("stage_us", 0.0), 0, 1e7) * 1e-6,
+        eager_bytes=_req_num(src, "eager_bytes", data.get("eager_bytes", 4 * 2**20), 0, 2**40),
+        incast=incast,
+        source=str(source_txt),
+    )
+
+
+def load_model(path: str | Path) -> SimModel:
+    """Read a params file written by ``a2acc calibrate -o`` (or by hand)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelFileError(str(p), "", str(p), f"cannot read the file ({exc.__class__.__name__})") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ModelFileError(
+            str(p), "", p.name, f"not valid YAML: {' '.join(str(exc).split())[:200]}"
+        ) from exc
+    return parse_model(data, str(p))

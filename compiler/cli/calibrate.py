@@ -1,0 +1,175 @@
+"""``a2acc calibrate LOGS... -t TOPO -o params.yaml``: fit the simulator's parameters to your measurements."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from a2acc import __version__
+from a2acc.analysis.calibrate import (
+    PARAMS,
+    Prediction,
+    build_cases,
+    evaluate,
+    fit,
+    get_param,
+    read_logs,
+    start_model,
+    summarise,
+)
+from a2acc.analysis.model import SimModel
+from a2acc.cli.common import add_topology_args, topology_from_args
+from a2acc.errors import InputError
+from a2acc.fileio import atomic_write_text
+from a2acc.model.topology import Topology
+from a2acc.model.traffic import load_matrix
+
+DEFAULT_FIT_ON = "spreadout,direct"
+ACCURACY_FROM = 8_000_000  # bytes per GPU: the accuracy summary covers sizes from 8 MB up
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="fit the simulator's parameters to measured all-to-all logs (FAST logs, nccl-tests output)",
+        description="Fit the simulator's model (per-message cost, goodput, rendezvous cost of stages, eager "
+        "window, incast) to measured runs: FAST's benchmark logs (amd/test_alltoall.cpp) or nccl-tests "
+        "alltoall_perf / alltoallv_perf output. Prints predicted vs measured per size, and writes a parameter "
+        "file that 'a2acc simulate' and 'a2acc compare' accept with --model. Logs given with --test are "
+        "predicted with the fitted parameters but never used to fit them.",
+        epilog="example:\n  a2acc calibrate amd-result/3n_random_sz_*.txt amd-result/3n_skew*.txt -t mi300x-100g -n 3 "
+        "--test amd-result/3n_fixed_sz_*.txt -o params.yaml",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("logs", nargs="+", metavar="LOG", help="measurement logs to fit on")
+    add_topology_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="PARAMS.yaml", help="parameter file to write")
+    p.add_argument(
+        "--test", nargs="+", default=[], metavar="LOG", help="held-back logs: predicted, not fitted"
+    )
+    p.add_argument(
+        "--traffic",
+        default=None,
+        metavar="FILE",
+        help="the matrix an alltoallv_perf run used (rescaled per size)",
+    )
+    p.add_argument(
+        "--fit",
+        default=None,
+        metavar="P1,P2",
+        help=f"parameters to fit (default: what the logs identify); any of {', '.join(PARAMS)}",
+    )
+    p.add_argument(
+        "--fit-on",
+        default=DEFAULT_FIT_ON,
+        metavar="ALGS",
+        help=f"algorithms whose rows are fitted (default {DEFAULT_FIT_ON}: FAST's own FLASH implementation "
+        "balances in a separate phase, unlike a2acc's fast planner, so its rows are reported, not fitted)",
+    )
+    p.add_argument("--name", default=None, help="name of the fitted model (default: TOPOLOGY-calibrated)")
+    p.set_defaults(func=_run)
+
+
+def base_model(topo: Topology) -> SimModel:
+    """Where the fit starts: fixed neutral values for the topology's transport (``calibrate.start_model``); a
+    topology that names no transport fits a lossless model."""
+    transport = (topo.inter.transport if topo.inter is not None else "") or "ideal"
+    return start_model(transport)
+
+
+def _run(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    out = Path(args.output)
+    if out.is_dir():
+        raise InputError("", "--output", args.output, "a file path, not a directory")
+    traffic = load_matrix(args.traffic, expect_ranks=topo.nranks) if args.traffic else None
+    fit_on = [a.strip() for a in args.fit_on.split(",") if a.strip()]
+    for a in fit_on:
+        if a not in ("fast", "spreadout", "direct"):
+            raise InputError("", "--fit-on", a, "algorithms in the logs: fast, spreadout, direct")
+    params = [p.strip() for p in args.fit.split(",") if p.strip()] if args.fit else None
+    if params is not None:
+        bad = [p for p in params if p not in PARAMS]
+        if bad:
+            raise InputError("", "--fit", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
+    fit_meas = read_logs(args.logs, topo, traffic=traffic)
+    test_meas = read_logs(args.test, topo, traffic=traffic) if args.test else []
+    fitted = [m for m in fit_meas if m.algorithm in fit_on]
+    if not fitted:
+        raise InputError(
+            "",
+            "--fit-on",
+            args.fit_on,
+            f"no rows of these algorithms in the logs (they hold "
+            f"{', '.join(sorted({m.algorithm for m in fit_meas}))})",
+        )
+    print(
+        f"# a2acc calibrate {__version__}: {topo.name} ({topo.nranks} GPUs, transport "
+        f"{(topo.inter.transport if topo.inter is not None else '') or 'not given'})",
+        flush=True,
+    )
+    print(
+        f"# fit on   : {len(fitted)} configurations from {len(args.logs)} logs (algorithms {', '.join(fit_on)})"
+    )
+    print(
+        f"# held back: {len(test_meas)} configurations from {len(args.test)} logs (never fitted)", flush=True
+    )
+    fit_cases = build_cases(fit_meas, topo)
+    test_cases = build_cases(test_meas, topo, seed=10_000) if test_meas else []
+    base = base_model(topo)
+    res = fit(
+        [c for c in fit_cases if c.meas.algorithm in fit_on],
+        base,
+        params,
+        tolerance=1e-2,
+        progress=lambda s: print(f"# {s}", file=sys.stderr, flush=True),
+    )
+    name = args.name or f"{topo.name}-calibrated"
+    srcs = ", ".join(Path(p).name for p in args.logs)
+    model = replace(
+        res.model,
+        name=name,
+        source=f"calibrated by a2acc calibrate {__version__} on {topo.name} x{topo.servers} from {srcs} "
+        f"(fitted: {', '.join(res.params)}; rows of {', '.join(fit_on)})",
+    )
+    fit_preds = evaluate(fit_cases, model)
+    test_preds = evaluate(test_cases, model)
+    print(_table(fit_preds, "fit") + ("\n" + _table(test_preds, "test") if test_preds else ""))
+    for label, preds in (("fit", fit_preds), ("test", test_preds)):
+        for s in summarise(preds, ACCURACY_FROM):
+            print(
+                f"# {label:4s} {s.algorithm:9s}: {s.runs:3d} sizes >= 8 MB/GPU, median |pred/meas - 1| "
+                f"{100 * s.median_abs_error:5.1f}%, worst {100 * s.worst_abs_error:5.1f}%"
+            )
+    print("# parameters:")
+    for p in PARAMS:
+        print(f"#   {p:18s} {get_param(model, p):.6g}{'  (fitted)' if p in res.params else ''}")
+    header = (
+        f"a2acc simulator parameters (a2acc calibrate {__version__})\n"
+        f"topology: {topo.name} ({topo.nranks} GPUs), fingerprint {topo.fingerprint}\n"
+        f"fitted on: {srcs}\n"
+        + (f"held back: {', '.join(Path(p).name for p in args.test)}\n" if args.test else "")
+        + "use: a2acc simulate PLAN -t TOPO --model THIS_FILE; a2acc compare ... --model THIS_FILE"
+    )
+    atomic_write_text(out, model.to_yaml(header))
+    print(f"# wrote {out}")
+    return 0
+
+
+def _table(preds: list[Prediction], label: str) -> str:
+    lines = [
+        f"# {label}: {'algorithm':10s} {'traffic':10s} {'size/GPU':>10s} {'runs':>5s} {'measured':>11s} "
+        f"{'predicted':>11s} {'error':>7s}",
+        f"#       {'':10s} {'':10s} {'(MiB)':>10s} {'':>5s} {'(ms)':>11s} {'(ms)':>11s} {'':>7s}",
+    ]
+    for p in sorted(
+        preds, key=lambda q: (q.case.meas.algorithm, q.case.meas.traffic.label(), q.case.meas.size)
+    ):
+        m = p.case.meas
+        lines.append(
+            f"  {label:5s} {m.algorithm:10s} {m.traffic.label():10s} {m.size / 2**20:10.2f} {m.runs:5d} "
+            f"{m.time_s * 1e3:11.4f} {p.predicted_s * 1e3:11.4f} {100 * p.error:+6.1f}%"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,616 @@
+"""``syccl``: a SyCCL-style all-to-all synthesiser (Cao, Shi et al., "SyCCL: Exploiting Symmetry for Efficient
+Collective Communication Scheduling", SIGCOMM'25), for server topologies.
+
+The workflow of the SyCCL slides ("Overview: SyCCL workflow"), one module per step:
+
+1. **Symmetry** (:mod:`.symmetry`): dimensions (intra-server fabric, rails, cross-rail/scale-out), the
+   isomorphic groups inside each (Observation 1) and automorphisms verified edge by edge on ``topo.graph``.
+2. **Sketch search** (:mod:`.sketch`): scatter trees for one source GPU (all-to-all = N isomorphic one-to-all
+   demands, Observation 2), enumerated by stage over dimensions and groups, with the slides' three prunings.
+3. **Combination** (:mod:`.combine`): each sketch replicated over its symmetric images, then mixed with split
+   ratios so every dimension's load matches its bandwidth (an LP).
+4. **Synthesis** (:mod:`.synth`): every sub-demand (stage x dimension x group) is a small epoch-based
+   time-expanded LP solved with HiGHS; coarse epochs rank the candidates, the top K are solved again with fine
+   epochs; isomorphic sub-demands are solved once and mapped; independent LPs run through
+   :func:`a2acc.flows.parallel.run_all` (``workers``: 1, N processes or ``dask://HOST:PORT``).
+5. **Evaluation** (:mod:`.emit` + a2acc's simulator): the best candidates become Programs for the request's
+   actual chunk counts (with free ordering and with NIC transfers chained in rounds) and are timed by the
+   simulator; the fastest is returned.
+
+Skewed matrices: SyCCL assumes symmetric demand (its stated limitation). Steps 1-4 depend on the topology only
+(they are computed for one unit of data per pair and cached per topology); the matrix enters in step 5, where
+the symmetric sketches carry the actual per-pair sizes, are re-ranked and re-mixed under them (our extension),
+and the simulator picks among them.
+
+``time_limit`` bounds the whole synthesis (search, LPs, simulations): when it runs out the best plan found so
+far is returned and ``meta["note"]`` says it is not proven best. Direct-connect graphs are refused (no server
+dimensions). What came from the slides and what is our design: ``docs/syccl.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from a2acc.errors import InputError, PlannerError
+from a2acc.flows.parallel import parse_workers, run_all
+from a2acc.ir.builder import ProgramBuilder
+from a2acc.ir.program import Buf, MetaValue, Program
+from a2acc.model.topology import Topology
+from a2acc.planners import PlanRequest
+from a2acc.planners.syccl import combine as comb
+from a2acc.planners.syccl.emit import Route, SubRoutes, build, rounds
+from a2acc.planners.syccl.sketch import Pruning, SearchStats, Sketch, search
+from a2acc.planners.syccl.symmetry import Symmetry, invert
+from a2acc.planners.syccl.synth import GroupNet, SubSolution, direct_solution, group_net, hop_distance, solve
+
+__all__ = ["Options", "Pruning", "plan", "sketch_times"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """``--opt KEY=VALUE`` options of the planner (``--time-limit S`` sets ``time_limit``)."""
+
+    time_limit: float = field(
+        default=0.0,
+        metadata={
+            "help": "seconds for the whole synthesis (0: none); past it the best plan so far is returned"
+        },
+    )
+    workers: str = field(
+        default="1",
+        metadata={"help": "sub-demand LPs and simulations: 1, N local processes, or dask://HOST:PORT"},
+    )
+    candidates: int = field(
+        default=6, metadata={"help": "sketches (besides the LP mix) whose sub-demands get coarse-epoch LPs"}
+    )
+    evaluate: int = field(
+        default=3,
+        metadata={
+            "help": "top-K candidates solved with fine epochs, emitted and simulated (+ the direct tree)"
+        },
+    )
+    epoch_ratio: float = field(
+        default=0.2, metadata={"help": "fine epoch length / coarse epoch length (the slides' E)"}
+    )
+    max_epochs: int = field(default=8, metadata={"help": "at most this many fine epochs per sub-demand"})
+    pipeline: int = field(
+        default=1, metadata={"help": "cut each relayed route's chunks into up to this many pipeline pieces"}
+    )
+    max_depth: int = field(
+        default=0, metadata={"help": "relay depth limit (Pruning 3); 0: the number of dimensions"}
+    )
+    prune: bool = field(default=True, metadata={"help": "Prunings 1 and 2 (isomorphism, ratio consistency)"})
+    search_limit: int = field(default=20000, metadata={"help": "partial sketches the search may expand"})
+    image_cap: int = field(default=512, metadata={"help": "most symmetric images replicated per sketch"})
+    eval_ops: int = field(
+        default=24000,
+        metadata={"help": "simulate further candidates only while their ops total at most this"},
+    )
+
+    def check(self) -> None:
+        for name in (
+            "candidates",
+            "evaluate",
+            "max_epochs",
+            "pipeline",
+            "search_limit",
+            "image_cap",
+            "eval_ops",
+        ):
+            if getattr(self, name) < 1:
+                raise InputError("--opt", name, getattr(self, name), "must be an integer >= 1")
+        if self.max_depth < 0:
+            raise InputError("--opt", "max_depth", self.max_depth, "must be an integer >= 0")
+        if not 0 < self.epoch_ratio <= 1:
+            raise InputError("--opt", "epoch_ratio", self.epoch_ratio, "a number in (0, 1]")
+        if not self.time_limit >= 0:
+            raise InputError("--opt", "time_limit", self.time_limit, "seconds >= 0")
+        parse_workers(self.workers)
+
+
+# ---------------------------------------------------------------------- data of one synthesis
+@dataclass(frozen=True)
+class Column:
+    """One sketch replicated in one GPU orbit, with its loads for one byte per pair."""
+
+    orbit: int
+    sketch: int
+    replica: comb.Replica
+    load: comb.Load
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A sketch combination: (column, weight) parts, the weights summing to 1 per GPU orbit."""
+
+    name: str
+    parts: tuple[tuple[int, float], ...]
+    describe: str
+
+
+@dataclass(frozen=True)
+class Solved:
+    """A candidate with its sub-demand routes (rank space), stage offsets and estimate."""
+
+    cand: Candidate
+    subs: dict[tuple[int, int, int], SubRoutes]
+    level_offset: tuple[int, ...]
+    estimate: float  # seconds per byte-per-pair: stage times summed per dimension, the worst dimension
+    statuses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """What depends on the topology only (cached per topology and options): sketches, replicas, the ranking
+    for symmetric demand, and every sub-demand LP solved so far, keyed by canonical form (isomorphic
+    sub-demands are solved once, also across candidates and calls)."""
+
+    stats: SearchStats
+    sketches: tuple[Sketch, ...]
+    describe: tuple[str, ...]
+    columns: tuple[Column, ...]
+    resources: comb.Resources
+    ranked: tuple[Candidate, ...] = ()
+    lp: dict[tuple[object, ...], SubSolution] = field(default_factory=dict)
+    nets: dict[tuple[int, int], GroupNet] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)  # sub-demands / distinct LPs of the ranking
+    truncated: bool = False
+    depth_limit: int = 0  # Pruning 3 for the symmetric synthesis; deeper sketches serve skewed matrices only
+
+
+class _Clock:
+    def __init__(self, limit: float) -> None:
+        self.deadline = time.monotonic() + limit if limit > 0 else None
+        self.hit = False
+
+    def left(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(self.deadline - time.monotonic(), 1e-3)
+
+    def over(self) -> bool:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.hit = True
+        return self.hit
+
+
+_SYM: dict[str, Symmetry] = {}
+_SYN: dict[tuple[object, ...], Synthesis] = {}
+_CACHE_SIZE = 16
+
+
+def _symmetry(topo: Topology) -> Symmetry:
+    sym = _SYM.get(topo.fingerprint)
+    if sym is None:
+        sym = Symmetry(topo)
+        if len(_SYM) >= _CACHE_SIZE:
+            _SYM.pop(next(iter(_SYM)))
+        _SYM[topo.fingerprint] = sym
+    return sym
+
+
+# ---------------------------------------------------------------------- plan
+def plan(req: PlanRequest) -> Program:
+    opts: Options = req.options if isinstance(req.options, Options) else Options()
+    topo = req.topology
+    if topo.direct is not None:
+        raise PlannerError(
+            f"syccl: '{topo.name}' is a direct-connect graph ({topo.direct.kind}); SyCCL's symmetry is the "
+            "server/rail structure of scale-up + scale-out clusters: use -a mcf for direct-connect topologies"
+        )
+    clock = _Clock(opts.time_limit)
+    sym = _symmetry(topo)
+    if topo.nranks == 1:
+        return _trivial(req, sym)
+    key: tuple[object, ...] = (topo.fingerprint, opts.candidates, opts.evaluate, opts.epoch_ratio)
+    key += (opts.max_epochs, opts.max_depth, opts.prune, opts.search_limit, opts.image_cap)
+    syn = _SYN.get(key)
+    if syn is None:
+        syn = _synthesize(topo, sym, opts, clock)
+        if not syn.truncated:
+            if len(_SYN) >= _CACHE_SIZE:
+                _SYN.pop(next(iter(_SYN)))
+            _SYN[key] = syn
+    return _evaluate(req, sym, syn, opts, clock)
+
+
+def _trivial(req: PlanRequest, sym: Symmetry) -> Program:
+    b = ProgramBuilder("syccl-1x1", "syccl", req.counts, req.unit_bytes, req.traffic, topology=req.topology)
+    c = int(req.counts[0, 0])
+    if c:
+        b.add((0, Buf.INPUT, 0), (0, Buf.OUTPUT, 0), c)
+    b.meta.update({"stages": 1 if c else 0, "symmetry": sym.describe(), "sketch": "none (one GPU)"})
+    return b.build()
+
+
+# ---------------------------------------------------------------------- synthesis (topology only)
+def _explore(topo: Topology, sym: Symmetry, pruning: Pruning, opts: Options, clock: _Clock) -> Synthesis:
+    """Search the sketches from the first GPU orbit's representative and replicate each in every orbit."""
+    rep0 = sym.gpu_orbits[0][0]
+    res = search(
+        sym, rep0, pruning=pruning, limit=opts.search_limit, deadline=clock.deadline, image_cap=opts.image_cap
+    )
+    sketches = list(res.sketches)
+    if not any(sk.height == 1 for sk in sketches):  # the direct tree is always valid: keep it as a fallback
+        sketches.insert(0, _direct_tree(sym, rep0))
+    rsc = comb.resources(topo, sym)
+    unit = np.ones((sym.nranks, sym.nranks))
+    columns: list[Column] = []
+    for oi, orbit in enumerate(sym.gpu_orbits):
+        g = sym.coord_carry((), rep0, orbit[0])  # the same sketch, rooted at this orbit's representative
+        for k, sk in enumerate(sketches):
+            rep = comb.replicate(sym, sk.mapped(g), orbit, opts.image_cap)
+            columns.append(Column(oi, k, rep, comb.loads(sym, rsc, rep, unit)))
+    return Synthesis(
+        stats=res.stats,
+        sketches=tuple(sketches),
+        describe=tuple(sk.describe(sym) for sk in sketches),
+        columns=tuple(columns),
+        resources=rsc,
+        truncated=res.stats.truncated,
+    )
+
+
+def _synthesize(topo: Topology, sym: Symmetry, opts: Options, clock: _Clock) -> Synthesis:
+    """Search, replicate, combine, and rank the candidates for symmetric demand with coarse-epoch LPs.
+
+    Pruning 3 (relay depth <= number of dimensions) bounds the symmetric synthesis. With fewer than three
+    dimensions (single-switch scale-out, one server) the search also keeps the trees one relay deeper (the
+    gather / cross / scatter shape), which only the skewed-matrix extension of :func:`_evaluation_pool` may
+    use: measured, it is what balances NICs under skew there (docs/syccl.md)."""
+    limit = opts.max_depth or max(len(sym.dims), 1)
+    deeper = opts.max_depth == 0 and len(sym.dims) < 3
+    pruning = Pruning(isomorphism=opts.prune, consistency=opts.prune, max_depth=limit + (1 if deeper else 0))
+    syn = replace(_explore(topo, sym, pruning, opts, clock), depth_limit=limit)
+    res_stats = syn.stats
+    sketches = syn.sketches
+    columns = syn.columns
+    loads = [c.load for c in columns]
+    pure = [k for k in _ranked_sketches(syn, loads) if sketches[k].height <= limit]
+    chosen = pure[: opts.candidates]
+    direct = next(k for k, sk in enumerate(sketches) if sk.height == 1)
+    if direct not in chosen:
+        chosen.append(direct)
+    cands = [_pure(syn, k) for k in chosen]
+    mixed = None if clock.over() else _mix(syn, loads, "mix", clock, limit)
+    if mixed is not None and all(mixed.parts != c.parts for c in cands):
+        cands.append(mixed)
+    coarse = _solve(topo, sym, syn, cands, opts, clock, fine=False)
+    stats = [_cand_stats(syn, c, loads) for c in cands]
+    best = min((s.estimate for s in coarse), default=1.0) or 1.0
+    order = sorted(
+        range(len(cands)),
+        key=lambda i: (round(coarse[i].estimate / best, 3), stats[i][1], round(stats[i][2], 6), i),
+    )
+    ranked = tuple(cands[i] for i in order)
+    return replace(syn, ranked=ranked, truncated=res_stats.truncated or clock.hit)
+
+
+def _direct_tree(sym: Symmetry, root: int) -> Sketch:
+    n = sym.nranks
+    parent = tuple(-1 if r == root else root for r in range(n))
+    return Sketch(root, parent, tuple(0 if r == root else 1 for r in range(n)), (root,))
+
+
+def _cand_stats(syn: Synthesis, cand: Candidate, loads: list[comb.Load]) -> tuple[float, int, float]:
+    """(bound on the busiest port, NIC fan-in, bytes moved) of a candidate under ``loads``."""
+    vec = np.sum([w * loads[i].vector for i, w in cand.parts], axis=0)
+    fan = max(syn.columns[i].load.fan_in for i, _w in cand.parts)
+    return comb.bound(vec, syn.resources.cap), fan, float(sum(w * loads[i].volume for i, w in cand.parts))
+
+
+def _ranked_sketches(syn: Synthesis, loads: list[comb.Load]) -> list[int]:
+    """Sketches by the bound of their busiest port, then scale-out fan-in (incast, which LPs do not see), then
+    bytes moved (fewer relays), then index."""
+    info = [_cand_stats(syn, _pure(syn, k), loads) for k in range(len(syn.sketches))]
+    best = min(b for b, _f, _v in info) or 1.0
+    return sorted(
+        range(len(info)), key=lambda k: (round(info[k][0] / best, 3), info[k][1], round(info[k][2], 6), k)
+    )
+
+
+def _pure(syn: Synthesis, k: int) -> Candidate:
+    parts = tuple((i, 1.0) for i, c in enumerate(syn.columns) if c.sketch == k)
+    return Candidate(f"sketch {k}", parts, syn.describe[k])
+
+
+def _mix(
+    syn: Synthesis, loads: list[comb.Load], name: str, clock: _Clock, depth: int = 0
+) -> Candidate | None:
+    """The combination LP over every replicated sketch (weights per GPU orbit); ``depth`` > 0 leaves out the
+    sketches deeper than that."""
+    cols = syn.columns
+    allowed = np.array([depth == 0 or syn.sketches[c.sketch].height <= depth for c in cols], dtype=bool)
+    out = comb.combine(
+        [x.vector for x in loads],
+        [x.volume for x in loads],
+        [c.orbit for c in cols],
+        syn.resources.cap,
+        clock.left(),
+        allowed,
+    )
+    if out is None:
+        return None
+    w, _t = out
+    used = [i for i in range(len(cols)) if w[i] > 0]
+    desc = " + ".join(f"{w[i]:.3g} x [{syn.describe[cols[i].sketch]}]" for i in used if cols[i].orbit == 0)
+    return Candidate(name, tuple((i, float(w[i])) for i in used), desc)
+
+
+def _demands(
+    sym: Symmetry, syn: Synthesis, cand: Candidate
+) -> dict[tuple[int, int, int], dict[tuple[int, int], float]]:
+    """Sub-demands of a candidate for one unit per pair: (level, dim, group) -> (a, b) -> units."""
+    rows: list[npt.NDArray[np.float64]] = []
+    n = sym.nranks
+    for ci, w in cand.parts:
+        rep = syn.columns[ci].replica
+        a0, b0, v0 = comb.hop_arrays(rep.trees)
+        lv = np.array([lvl for t in rep.trees for lvl, _p, _c, _s in t.hops()], dtype=np.float64)
+        root = rep.trees[0].root
+        for s in rep.orbit:
+            g = np.array(sym.to_source(root, s), dtype=np.int64)
+            rows.append(np.stack([lv, g[a0].astype(np.float64), g[b0].astype(np.float64), v0 * w], axis=1))
+    allr = np.concatenate(rows)
+    key = (allr[:, 0].astype(np.int64) * n + allr[:, 1].astype(np.int64)) * n + allr[:, 2].astype(np.int64)
+    uk, inv = np.unique(key, return_inverse=True)
+    vol = np.bincount(inv, weights=allr[:, 3])
+    out: dict[tuple[int, int, int], dict[tuple[int, int], float]] = {}
+    for k, v in zip(uk.tolist(), vol.tolist()):
+        if v <= 1e-12:
+            continue
+        lvl, rest = divmod(k, n * n)
+        a, b = divmod(rest, n)
+        dim = sym.dim_of(a, b)
+        out.setdefault((lvl, dim, sym.group_of(dim, a)), {})[(a, b)] = v
+    return out
+
+
+def _canonical(sym: Symmetry, dim: int, gi: int) -> tuple[int, tuple[int, ...]]:
+    """(class group, rank at each position): the members of group ``gi`` in the order of the reference group
+    they map to under a verified automorphism; a group with no verified map to it is its own class."""
+    p = sym.group_perm(dim, gi)
+    if p is None:
+        return gi, sym.dims[dim].groups[gi]
+    pinv = invert(p)
+    return 0, tuple(pinv[x] for x in sym.dims[dim].groups[0])
+
+
+def _solve(
+    topo: Topology,
+    sym: Symmetry,
+    syn: Synthesis,
+    cands: list[Candidate],
+    opts: Options,
+    clock: _Clock,
+    *,
+    fine: bool,
+) -> list[Solved]:
+    """Sub-demand LPs of every candidate (isomorphic ones solved once, missing ones in parallel), mapped back
+    to ranks, with each candidate's estimate."""
+    todo: dict[tuple[object, ...], tuple[GroupNet, tuple[tuple[int, int, float], ...], int]] = {}
+    plan_of: list[list[tuple[tuple[int, int, int], tuple[int, ...], tuple[object, ...]]]] = []
+    for cand in cands:
+        rows: list[tuple[tuple[int, int, int], tuple[int, ...], tuple[object, ...]]] = []
+        for (lvl, dim, gi), dem in sorted(_demands(sym, syn, cand).items()):
+            cls, ranks = _canonical(sym, dim, gi)
+            pos = {r: i for i, r in enumerate(ranks)}
+            net = syn.nets.get((dim, cls))
+            if net is None:
+                net = syn.nets[(dim, cls)] = group_net(topo, sym, dim, cls)
+            k = max(1, hop_distance(net)) if net.relays else 1
+            if fine and net.relays and net.nnodes == net.ngpus:  # GPU-to-GPU links: relays can pay
+                k = min(opts.max_epochs, max(k + 1, math.ceil(k / opts.epoch_ratio)))
+            demand = tuple(sorted((pos[a], pos[b], round(u, 9)) for (a, b), u in dem.items()))
+            key: tuple[object, ...] = (dim, cls, k, demand)
+            if key not in syn.lp and key not in todo:
+                todo[key] = (net, demand, k)
+            rows.append(((lvl, dim, gi), ranks, key))
+        plan_of.append(rows)
+    keys: list[tuple[object, ...]] = list(todo)
+    fresh: dict[tuple[object, ...], SubSolution] = {}
+    if keys:
+        if clock.over():  # no time left for LPs: direct hops inside every group (always valid)
+            sols = [direct_solution(todo[key][1]) for key in keys]
+        else:
+            left = clock.left()
+            args = [(*todo[key], left) for key in keys]
+            desc = "syccl fine-epoch LPs" if fine else "syccl coarse-epoch LPs"
+            sols = run_all(solve, args, opts.workers, desc=desc)
+        fresh = dict(zip(keys, sols))
+        for key, sol in fresh.items():
+            if sol.status == "optimal":  # only proven solutions are reused by later calls
+                syn.lp[key] = sol
+    label = "fine" if fine else "coarse"
+    syn.counters[f"{label}_subdemands"] = sum(len(r) for r in plan_of)
+    syn.counters[f"{label}_lps"] = len({key for r in plan_of for _slot, _ranks, key in r})
+    out: list[Solved] = []
+    for cand, rows in zip(cands, plan_of):
+        subs: dict[tuple[int, int, int], SubRoutes] = {}
+        per_level: dict[int, dict[int, float]] = {}
+        epochs: dict[int, int] = {}
+        statuses: set[str] = set()
+        for (lvl, dim, gi), ranks, key in rows:
+            sol = syn.lp[key] if key in syn.lp else fresh[key]
+            statuses.add(sol.status)
+            subs[(lvl, dim, gi)] = {
+                (ranks[i], ranks[j]): tuple(
+                    (f, tuple((ranks[u], ranks[v], t) for u, v, t in hops)) for f, hops in paths
+                )
+                for i, j, paths in sol.routes
+            }
+            t = sol.time_s if math.isfinite(sol.time_s) else math.inf
+            per_level.setdefault(lvl, {})
+            per_level[lvl][dim] = max(per_level[lvl].get(dim, 0.0), t)
+            epochs[lvl] = max(epochs.get(lvl, 1), sol.epochs)
+        est = max(
+            (sum(per_level[lv].get(d, 0.0) for lv in per_level) for d in range(len(sym.dims))), default=0.0
+        )
+        offs = [0]
+        for lv in range(1, max(per_level, default=0) + 1):
+            offs.append(offs[-1] + epochs.get(lv, 1))
+        out.append(Solved(cand, subs, tuple(offs), est, tuple(sorted(statuses))))
+    return out
+
+
+# ---------------------------------------------------------------------- evaluation (the actual matrix)
+def _source_routes(sym: Symmetry, syn: Synthesis, cand: Candidate) -> list[list[tuple[float, list[Route]]]]:
+    """Per source: the combination's images carried to it, as (weight, route to every destination)."""
+    n = sym.nranks
+    out: list[list[tuple[float, list[Route]]]] = [[] for _ in range(n)]
+    for ci, w in cand.parts:
+        rep = syn.columns[ci].replica
+        root = rep.trees[0].root
+        paths = [[t.path(d) for d in range(n)] for t in rep.trees]
+        share = w / len(rep.trees)
+        for s in rep.orbit:
+            g = sym.to_source(root, s)
+            ginv = invert(g)
+            for tp in paths:
+                out[s].append((share, [tuple(g[x] for x in tp[ginv[d]]) for d in range(n)]))
+    return out
+
+
+def sketch_times(
+    topo: Topology, traffic: npt.NDArray[np.int64], pruning: Pruning, options: Options | None = None
+) -> list[tuple[str, float]]:
+    """Every sketch the search finds under ``pruning``, replicated over its symmetric images and used alone,
+    timed by the simulator on ``traffic``: (description, seconds). The ablation of the slides' prunings
+    (tests check that pruning never drops the best sketch where exhaustive search is feasible)."""
+    from a2acc.ir.quantize import choose_unit, quantize
+
+    opts = options if options is not None else Options()
+    sym = _symmetry(topo)
+    clock = _Clock(0.0)
+    syn = _explore(topo, sym, pruning, opts, clock)
+    unit = choose_unit(traffic)
+    req = PlanRequest(topo, traffic, quantize(traffic, unit), unit, opts)
+    cands = [_pure(syn, k) for k in range(len(syn.sketches))]
+    out: list[tuple[str, float]] = []
+    for sv in _solve(topo, sym, syn, cands, opts, clock, fine=True):
+        routes = _source_routes(sym, syn, sv.cand)
+        prog = build(req, sym, routes, sv.subs, sv.level_offset, opts.pipeline, {})
+        out.append((sv.cand.describe, _simulate(prog, topo)))
+    return out
+
+
+def _simulate(prog: Program, topo: Topology) -> float:
+    """Completion time under the topology's default simulator model (the fast engine when present: the same
+    model, organised for speed; else the event-driven reference)."""
+    try:
+        from a2acc.analysis.fastsim import simulate_fast
+    except ImportError:  # pragma: no cover - the reference engine is always there
+        from a2acc.analysis.simulate import simulate
+
+        return simulate(prog, topo, record_timeline=False).time_s
+    return simulate_fast(prog, topo).time_s
+
+
+def _evaluation_pool(
+    sym: Symmetry, syn: Synthesis, req: PlanRequest, opts: Options, clock: _Clock
+) -> tuple[list[Candidate], list[comb.Load]]:
+    """The synthesis' top K for symmetric demand and the direct tree, plus, for a skewed matrix, the sketches
+    re-ranked and re-mixed under the actual per-pair sizes, the one-relay-deeper ones included where the
+    synthesis kept them (SyCCL assumes symmetric demand: this is our extension); and every column's loads
+    under the actual matrix."""
+    pool = list(syn.ranked[: opts.evaluate])
+    direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
+    if direct not in pool:  # latency-bound sizes favour the fewest hops: always consider the direct tree
+        pool.append(direct)
+    demand = req.counts.astype(np.float64) * req.unit_bytes
+    np.fill_diagonal(demand, 0.0)
+    off = demand[~np.eye(sym.nranks, dtype=bool)]
+    if off.size == 0 or float(off.max()) == float(off.min()) or clock.over():
+        return pool, [c.load for c in syn.columns]
+    loads = [comb.loads(sym, syn.resources, c.replica, demand) for c in syn.columns]
+    extra = [_pure(syn, k) for k in _ranked_sketches(syn, loads)[: opts.evaluate]]
+    mixed = _mix(syn, loads, "mix for this matrix", clock)
+    if mixed is not None:
+        extra.insert(0, mixed)
+    for c in extra:
+        if all(c.parts != p.parts for p in pool):
+            pool.append(c)
+    return pool, loads
+
+
+def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, clock: _Clock) -> Program:
+    """Emit the pool's candidates for the request's chunk counts, time them with the simulator, keep the best.
+
+    Candidates are chosen in order of their busiest port under the actual matrix (5 % buckets; within a bucket
+    fewer ops first, then less scale-out fan-in): at most ``evaluate`` of them and, past the first, only while
+    their ops stay within ``eval_ops`` (a deterministic budget: the simulator's cost grows with the ops of
+    concurrent transfers). The direct tree is always timed (at latency-bound sizes the bandwidth ranking
+    misleads). Each chosen candidate is timed twice: with free ordering, and with its scale-out transfers
+    chained per NIC in rounds (:func:`a2acc.planners.syccl.emit.build`, ``order="rounds"``: no incast on
+    lossy fabrics, and cheap to simulate); ties go to the earlier one."""
+    topo = req.topology
+    pool, loads = _evaluation_pool(sym, syn, req, opts, clock)
+    solved = _solve(topo, sym, syn, pool, opts, clock, fine=True)
+    off = req.traffic.astype(np.float64).copy()
+    np.fill_diagonal(off, 0.0)
+    pair_bytes = float(off.sum()) / max(int((off > 0).sum()), 1)
+    base: dict[str, MetaValue] = {
+        "symmetry": sym.describe(),
+        "sketches": len(syn.sketches),
+        "search_explored": syn.stats.explored,
+        "pruned_isomorphic": syn.stats.pruned_isomorphic,
+        "pruned_ratio": syn.stats.pruned_ratio,
+        "pruned_depth": syn.stats.pruned_depth,
+    }
+    direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
+    stats = [_cand_stats(syn, sv.cand, loads) for sv in solved]
+    best_bound = min((st[0] for st in stats), default=1.0) or 1.0
+    built: list[tuple[tuple[float, int, int, int], int, Program]] = []
+    for i, sv in enumerate(solved):
+        if i > 0 and clock.over():
+            break
+        meta = dict(base)
+        meta["sketch"] = f"{sv.cand.name}: {sv.cand.describe}"
+        meta["estimate_us"] = sv.estimate * pair_bytes * 1e6
+        meta["lp_status"] = ",".join(sv.statuses)
+        routes = _source_routes(sym, syn, sv.cand)
+        prog = build(req, sym, routes, sv.subs, sv.level_offset, opts.pipeline, meta)
+        bucket = math.floor(math.log(max(stats[i][0] / best_bound, 1.0)) / math.log(1.05) + 1e-9)
+        built.append(((float(bucket), len(prog.ops), stats[i][1], i), i, prog))
+    built.sort(key=lambda kv: kv[0])
+    chosen: list[tuple[int, Program]] = []
+    total = 0
+    for _key, i, prog in built:
+        if len(chosen) >= opts.evaluate or (chosen and total + len(prog.ops) > opts.eval_ops):
+            continue
+        chosen.append((i, prog))
+        total += len(prog.ops)
+    for _key, i, prog in built:
+        if solved[i].cand == direct and all(j != i for j, _p in chosen):
+            chosen.append((i, prog))
+    progs: list[Program] = []
+    for _i, prog in chosen:
+        progs.append(prog)
+        if topo.servers > 1 and not clock.over():
+            progs.append(rounds(prog, topo))
+    times: list[float] = []
+    if len(progs) > 1 and not clock.over():
+        times = run_all(_simulate, [(p, topo) for p in progs], opts.workers, desc="syccl simulate")
+    best = int(np.argmin(times)) if times else 0
+    prog = progs[best]
+    meta2 = dict(prog.meta)
+    meta2["evaluated"] = len(times)
+    meta2["subdemands"] = syn.counters.get("coarse_subdemands", 0) + syn.counters.get("fine_subdemands", 0)
+    meta2["subdemand_lps"] = syn.counters.get("coarse_lps", 0) + syn.counters.get("fine_lps", 0)
+    if times:
+        meta2["sim_us"] = times[best] * 1e6
+    notes = []
+    if syn.truncated or clock.hit:
+        notes.append("time/search limit hit: best plan found so far, not proven best")
+    if not sym.transitive:
+        notes.append(
+            f"topology only partly symmetric ({len(sym.gpu_orbits)} GPU orbits): one search per orbit"
+        )
+    if notes:
+        meta2["note"] = "; ".join(notes)
+    return replace(prog, meta=meta2)

@@ -1,0 +1,279 @@
+"""From a synthesised sketch combination to a Program: per-pair routes, relays through scratch, dependencies.
+
+SyCCL (SIGCOMM'25) slides, "Design 3: Schedule Evaluation": the sub-schedules are merged into one schedule;
+adding stage times is inaccurate because stages pipeline, so candidates are timed by a simulator (SyCCL's is
+built on ASTRA-sim; we use a2acc's flow-level simulator, which also models incast). This module builds the
+Program the simulator times and the pipeline verifies.
+
+Our design where the slides stop:
+
+- **Split ratios**: a source's images of the combination (trees carried to it, weight = combination weight
+  x 1/number of images) share its data by weight. The split is made per *block* - the source's chunks for one
+  destination server, contiguous in its input buffer - cut into one contiguous range per image by the
+  largest-remainder rule; a range follows its image's path to every destination it covers. The ratios are
+  exact per block (what balances the NICs and relays) and a pair is cut at most where a range boundary falls,
+  so the plan has about one transfer per image and block instead of one per image and pair. Routes of two
+  hops or more can be cut further into ``pipeline`` pieces so a relay forwards the first while the next
+  arrives.
+- **Hops**: every tree edge of a route is a hop of a sub-demand (level, dimension, group); the sub-demand's LP
+  solution shares the piece over its GPU paths inside the group (one path on switches; relays on meshes and
+  rings) and gives each GPU-to-GPU transfer its epoch.
+- **Bundles** (aggregation at relays): what a relay b receives at one level and forwards to the same next GPU
+  c (same pipeline piece) lands in one contiguous scratch region, ordered by the rest of its route and its
+  place in the final output; a transfer then moves every run of pieces that is contiguous at both ends in one
+  op (depending on every op that delivered a piece of it). A relay's forward is one op per bundle and next
+  bundle instead of one per pair: fewer, larger transfers, as a real executor wants (each message costs a
+  software alpha), and fewer events to simulate. Only routes of two hops or more are cut into pipeline pieces.
+- **Ops**: every op reads where the previous transfer of its pieces wrote (input buffer at the source, a
+  bundle at every relay, fresh scratch inside a group's relay path, the output buffer at the destination) and
+  depends on those transfers; nothing else orders ops, so the simulator's fair sharing decides the overlap.
+  ``stage`` = the level's first epoch + the hop's epoch. Ops are emitted level by level, so every dependency
+  has a smaller id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from a2acc.errors import InternalError
+from a2acc.flows.paths import chunk_split
+from a2acc.ir.builder import ProgramBuilder
+from a2acc.ir.program import Buf, MetaValue, Program, replace_ops
+from a2acc.model.topology import Topology
+from a2acc.planners import PlanRequest
+from a2acc.planners.syccl.symmetry import Symmetry
+
+Route = tuple[int, ...]  # ranks from source to destination
+SubRoutes = Mapping[tuple[int, int], Sequence[tuple[float, tuple[tuple[int, int, int], ...]]]]
+"""Per hop (a, b) of one sub-demand: (fraction, GPU transfers (u, v, epoch)) in rank space."""
+
+
+def build(
+    req: PlanRequest,
+    sym: Symmetry,
+    routes: Sequence[Sequence[tuple[float, Sequence[Route]]]],
+    subs: Mapping[tuple[int, int, int], SubRoutes],
+    level_offset: Sequence[int],
+    pipeline: int,
+    meta: Mapping[str, MetaValue],
+    order: str = "free",
+) -> Program:
+    """The Program for ``routes[s]`` = the images of the combination as seen from source s (weight, route to
+    every destination) and the sub-demand routes ``subs`` keyed (level, dim, group)."""
+    counts = req.counts
+    n = req.nranks
+    topo = req.topology
+    b = ProgramBuilder(
+        f"syccl-{topo.servers}x{topo.gpus_per_server}",
+        "syccl",
+        counts,
+        req.unit_bytes,
+        req.traffic,
+        topology=topo,
+    )
+    for r in range(n):
+        c = int(counts[r, r])
+        if c:
+            b.add((r, Buf.INPUT, int(b.in_off[r, r])), (r, Buf.OUTPUT, int(b.out_off[r, r])), c)
+    segs: list[_Seg] = []
+    moved = np.zeros_like(counts)
+    m = topo.gpus_per_server
+    for s in range(n):
+        images = routes[s]
+        weights = [w for w, _r in images]
+        for srv in range(topo.servers):
+            dests = [d for d in range(srv * m, (srv + 1) * m) if d != s and counts[s, d] > 0]
+            if not dests:
+                continue
+            # the block of s's chunks for this server, cut by the image weights (contiguous ranges)
+            split = chunk_split(int(sum(int(counts[s, d]) for d in dests)), weights)
+            di, used = 0, 0
+            for (_w, rts), k in zip(images, split):
+                while k > 0:
+                    d = dests[di]
+                    take = min(int(counts[s, d]) - used, k)
+                    route = rts[d]
+                    pieces = min(pipeline, take) if len(route) > 2 else 1
+                    at = used
+                    for i in range(pieces):
+                        size = take // pieces + (1 if i < take % pieces else 0)
+                        loc = (s, int(Buf.INPUT), int(b.in_off[s, d]) + at)
+                        segs.append(_Seg(route, 0, i, size, loc, (), int(b.out_off[d, s]) + at))
+                        at += size
+                    used += take
+                    k -= take
+                    moved[s, d] += take
+                    if used == int(counts[s, d]):
+                        di, used = di + 1, 0
+    max_stage = 0
+    while segs:
+        segs, top = _level(b, sym, segs, subs, level_offset)
+        max_stage = max(max_stage, top)
+    b.meta.update(meta)
+    b.meta["stages"] = max_stage + 1 if len(b.ops) else 0
+    b.meta["order"] = "free"
+    prog = b.build()
+    return rounds(prog, topo) if order == "rounds" else prog
+
+
+def rounds(prog: Program, topo: Topology) -> Program:
+    """Chain the scale-out transfers of every NIC, send and receive side, in rounds: round r pairs server s
+    with server s + r (mod n), and within a round NIC i first serves NIC i + t (mod NICs) at step t, so a
+    receiving NIC hears one sender at a time (no incast) and a sending NIC feeds one transfer at a time. The
+    chain order is (dependency depth, round, step, sender, receiver), which every original dependency already
+    respects, so the result is acyclic; ops are then renumbered in topological order (Kahn, smallest id
+    first: deterministic)."""
+    from a2acc.ir.dag import levels
+    from a2acc.ir.passes import toposort
+
+    m, n = topo.gpus_per_server, topo.servers
+    depth = levels(prog.ops)
+    inter = [op for op in prog.ops if op.src_rank // m != op.dst_rank // m]
+    nics = max(topo.inter.nics_per_server if topo.inter is not None else 1, 1)
+    inter.sort(
+        key=lambda op: (
+            depth[op.id],
+            (op.dst_rank // m - op.src_rank // m) % n,
+            (topo.nic_of(op.dst_rank) - topo.nic_of(op.src_rank)) % nics,
+            op.src_rank,
+            op.dst_rank,
+            op.id,
+        )
+    )
+    last_tx: dict[tuple[int, int], int] = {}
+    last_rx: dict[tuple[int, int], int] = {}
+    extra: dict[int, set[int]] = {}
+    for op in inter:
+        tx = (op.src_rank // m, topo.nic_of(op.src_rank))
+        rx = (op.dst_rank // m, topo.nic_of(op.dst_rank))
+        for port, last in ((tx, last_tx), (rx, last_rx)):
+            prev = last.get(port)
+            if prev is not None:
+                extra.setdefault(op.id, set()).add(prev)
+            last[port] = op.id
+    ops = [op._replace(deps=tuple(sorted(set(op.deps) | extra.get(op.id, set())))) for op in prog.ops]
+    out = toposort.run(replace_ops(prog, ops))
+    return replace(out, meta={**out.meta, "order": "rounds"})
+
+
+class _Seg:
+    """A run of chunks of one route at one level: where it is now and which ops delivered it."""
+
+    __slots__ = ("deps", "h", "loc", "out_at", "piece", "route", "size")
+
+    def __init__(
+        self,
+        route: Route,
+        h: int,
+        piece: int,
+        size: int,
+        loc: tuple[int, int, int],
+        deps: tuple[int, ...],
+        out_at: int,
+    ) -> None:
+        self.route = route
+        self.h = h
+        self.piece = piece
+        self.size = size
+        self.loc = loc
+        self.deps = deps
+        self.out_at = out_at
+
+    @property
+    def final(self) -> bool:
+        return self.h + 2 == len(self.route)
+
+
+def _level(
+    b: ProgramBuilder,
+    sym: Symmetry,
+    segs: list[_Seg],
+    subs: Mapping[tuple[int, int, int], SubRoutes],
+    level_offset: Sequence[int],
+) -> tuple[list[_Seg], int]:
+    """Emit one level's transfers; returns the segments of the next level and the highest stage used."""
+    # 1. where each segment lands: the output at its destination, or a slot of its bundle at the relay
+    bundles: dict[tuple[int, int, int, int], list[_Seg]] = {}
+    for sg in segs:
+        if not sg.final:
+            key = (sg.route[sg.h + 1], sg.route[sg.h + 2], sg.route[sg.h], sg.piece)
+            bundles.setdefault(key, []).append(sg)
+    land: dict[int, tuple[int, int, int]] = {}
+    for key in sorted(bundles):
+        rank = key[0]
+        members = sorted(bundles[key], key=lambda x: (x.route[x.h + 3 :], x.route[-1], x.out_at))
+        off = b.alloc_scratch(rank, sum(x.size for x in members))
+        for x in members:
+            land[id(x)] = (rank, int(Buf.SCRATCH), off)
+            off += x.size
+    for sg in segs:
+        if sg.final:
+            land[id(sg)] = (sg.route[-1], int(Buf.OUTPUT), sg.out_at)
+    # 2. transfers: single direct paths merge into runs; paths through relays inside a group go piece by piece
+    nxt: list[_Seg] = []
+    top = 0
+    simple: dict[tuple[int, int, int, int], list[tuple[_Seg, int]]] = {}
+    for sg in segs:
+        a, bb = sg.route[sg.h], sg.route[sg.h + 1]
+        dim = sym.dim_of(a, bb)
+        table = subs.get((sg.h + 1, dim, sym.group_of(dim, a)))
+        paths = table[(a, bb)] if table is not None and (a, bb) in table else ((1.0, ((a, bb, 0),)),)
+        if len(paths) == 1 and len(paths[0][1]) == 1:
+            stage = level_offset[sg.h] + paths[0][1][0][2]
+            simple.setdefault((a, bb, sg.loc[1], stage), []).append((sg, stage))
+            continue
+        split = chunk_split(sg.size, [f for f, _p in paths])
+        off = 0
+        for (_f, hops), k in zip(paths, split):
+            if k == 0:
+                continue
+            here = (sg.loc[0], sg.loc[1], sg.loc[2] + off)
+            dst_end = land[id(sg)]
+            deps = sg.deps
+            for i, (u, v, t) in enumerate(hops):
+                if u != here[0]:
+                    raise InternalError(f"syccl: sub-demand path of hop {a}->{bb} starts at {u}")
+                if i == len(hops) - 1:
+                    dst = (dst_end[0], dst_end[1], dst_end[2] + off)
+                else:
+                    dst = (v, int(Buf.SCRATCH), b.alloc_scratch(v, k))
+                stage = level_offset[sg.h] + t
+                top = max(top, stage)
+                deps = (b.add(here, dst, k, deps, stage=stage),)
+                here = dst
+            if not sg.final:
+                nxt.append(_Seg(sg.route, sg.h + 1, sg.piece, k, here, deps, sg.out_at + off))
+            off += k
+    for (_a, _bb, _buf, stage), items in sorted(simple.items()):
+        items.sort(key=lambda it: (land[id(it[0])], it[0].loc))
+        run: list[_Seg] = []
+        for sg, _st in items:
+            if run:
+                last = run[-1]
+                src_ok = sg.loc[:2] == last.loc[:2] and sg.loc[2] == last.loc[2] + last.size
+                dl, dn = land[id(last)], land[id(sg)]
+                dst_ok = dn[:2] == dl[:2] and dn[2] == dl[2] + last.size
+                if not (src_ok and dst_ok):
+                    nxt += _emit_run(b, run, land, stage)
+                    run = []
+            run.append(sg)
+        if run:
+            nxt += _emit_run(b, run, land, stage)
+        top = max(top, stage)
+    return nxt, top
+
+
+def _emit_run(
+    b: ProgramBuilder, run: list[_Seg], land: dict[int, tuple[int, int, int]], stage: int
+) -> list[_Seg]:
+    """One op for a run of segments contiguous at both ends; the segments that go on, now delivered by it."""
+    deps = sorted({d for sg in run for d in sg.deps})
+    op = b.add(run[0].loc, land[id(run[0])], sum(sg.size for sg in run), deps, stage=stage)
+    return [
+        _Seg(sg.route, sg.h + 1, sg.piece, sg.size, land[id(sg)], (op,), sg.out_at)
+        for sg in run
+        if not sg.final
+    ]

@@ -1,0 +1,57 @@
+"""The accuracy benchmark (benchmarks/calibration.py) on the held-back logs, asserted: fails if the model regresses.
+
+Held back = FAST's fixed-size 3-server MI300X runs (FAST repository, ``amd-result/3n_fixed_sz_*.txt``), never
+used to fit the shipped RoCE parameters (docs/simulator.md: they were fitted on the random- and skewed-size
+runs). Figures from 8 MB per GPU up.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from a2acc.analysis.calibrate import accuracy, build_cases, fast_log_split, read_logs
+from a2acc.analysis.model import CALIBRATED_ROCE
+from a2acc.model.topology import load_topology
+
+SHARED = Path(os.environ.get("A2ACC_SHARED", Path(__file__).resolve().parents[3] / "shared"))
+FAST_LOGS = SHARED / "reference" / "peers" / "FAST" / "amd-result"
+
+# docs/simulator.md reports, for the shipped parameters: fast median 4.0 %, worst 10.6 % (the target, 10 % / 20 %,
+# met); SpreadOut median 9.7 %, worst 39.0 % (the worst misses the target; the docs say why). Asserted with about
+# one point of margin, so a regression of the model fails here.
+FAST_MEDIAN, FAST_WORST = 0.05, 0.12
+SPREADOUT_MEDIAN, SPREADOUT_WORST = 0.105, 0.40
+
+
+@pytest.fixture(scope="module")
+def held_back():
+    if not FAST_LOGS.is_dir():
+        pytest.fail(f"FAST's logs not found under {FAST_LOGS} (CI must have ../shared beside the clone)")
+    topo = load_topology("mi300x-100g", 3)
+    fit_logs, test_logs = fast_log_split(FAST_LOGS)
+    assert len(test_logs) == 4 and not set(fit_logs) & set(test_logs)
+    return accuracy(build_cases(read_logs(test_logs, topo), topo), CALIBRATED_ROCE)
+
+
+@pytest.mark.slow
+def test_fast_meets_the_accuracy_target_on_held_back_logs(held_back):
+    s = held_back.summary("fast")
+    assert s.runs == 10
+    assert s.median_abs_error <= FAST_MEDIAN and s.worst_abs_error <= FAST_WORST
+
+
+@pytest.mark.slow
+def test_spreadout_accuracy_does_not_regress(held_back):
+    s = held_back.summary("spreadout")
+    assert s.runs == 10
+    assert s.median_abs_error <= SPREADOUT_MEDIAN and s.worst_abs_error <= SPREADOUT_WORST
+
+
+@pytest.mark.slow
+def test_fan_out_collapse_predicted_within_a_factor_two(held_back):
+    measured, predicted = held_back.collapse_measured, held_back.collapse_predicted
+    assert measured is not None and predicted is not None
+    assert measured / 2 <= predicted <= measured * 2

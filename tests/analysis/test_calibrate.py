@@ -1,0 +1,204 @@
+"""``a2acc calibrate``: log readers, clear errors, and recovery of known parameters from synthetic logs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from a2acc.analysis.calibrate import (
+    LogFormatError,
+    Measurement,
+    Traffic,
+    build_cases,
+    get_param,
+    matrix_for,
+    read_logs,
+    start_model,
+)
+from a2acc.analysis.model import load_model
+from a2acc.cli import main
+from a2acc.model.topology import load_topology
+
+SHARED = Path(os.environ.get("A2ACC_SHARED", Path(__file__).resolve().parents[3] / "shared"))
+FAST_LOGS = SHARED / "reference" / "peers" / "FAST" / "amd-result"
+MiB = 1 << 20
+
+TOPO_YAML = """\
+version: 1
+name: syn
+servers: 2
+gpus_per_server: 4
+memory_bandwidth: 2000
+intra: {fabric: full_mesh, bandwidth: 64, latency: 0.7}
+inter: {nics_per_server: 4, bandwidth: 12.5, latency: 1.0, wiring: single_switch, transport: roce}
+"""
+
+
+def _fast_line(total: float, skew: float, flash_ms: float, fan_ms: float, spread_ms: float, n: int) -> str:
+    algbw = [total / n / (t * 1e-3) / 1e9 for t in (flash_ms, fan_ms, flash_ms, spread_ms)]
+    vals = [
+        total,
+        skew,
+        *algbw,
+        flash_ms,
+        0.0,
+        flash_ms,
+        0.0,
+        fan_ms,
+        flash_ms,
+        0.0,
+        flash_ms,
+        0.0,
+        spread_ms,
+    ]
+    return " ".join(f"{v:.9g}" for v in vals)
+
+
+def test_reads_fasts_published_logs():
+    if not FAST_LOGS.is_dir():
+        pytest.fail(f"FAST's logs not found under {FAST_LOGS} (CI must have ../shared beside the clone)")
+    topo = load_topology("mi300x-100g", 3)
+    meas = read_logs([str(FAST_LOGS / "3n_fixed_sz_1736528199.txt")], topo)
+    assert {m.algorithm for m in meas} == {"fast", "direct", "spreadout"}
+    assert len(meas) == 33 and all(m.runs == 2 and m.traffic.kind == "fixed" for m in meas)
+    smallest = min(m.size for m in meas)
+    assert smallest == 144703488 // 24  # total bytes / 24 GPUs: 23 x 256 KiB
+    with pytest.raises(LogFormatError, match="3 servers .* topology has 4"):
+        read_logs([str(FAST_LOGS / "3n_fixed_sz_1736528199.txt")], load_topology("mi300x-100g", 4))
+
+
+def test_fast_traffic_like_the_runs_and_nccl_tests_balanced():
+    m = matrix_for(Traffic("fixed"), 4, 3 * 1024)
+    assert m[0, 0] == 0 and m[0, 1] == 1024  # FAST: diagonal 0, entries aligned to 512 B
+    u = matrix_for(Traffic("zipf", 0.8), 24, 64 * MiB, seed=3)
+    assert abs(u.sum(axis=1).mean() / (64 * MiB) - 1) < 0.01 and (u.diagonal() == 0).all()
+    b = matrix_for(Traffic("balanced"), 8, 8 * MiB)
+    assert (b == MiB).all()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "match"),
+    [
+        ("3n_fixed_sz_x.txt", "1 2 3\n", r"line 1: .* 16 numbers per line"),
+        ("3n_fixed_sz_x.txt", " ".join(["1"] * 15 + ["x"]) + "\n", "every column must be a number"),
+        ("3n_fixed_sz_x.txt", " ".join(["-5"] + ["1"] * 15) + "\n", "total bytes > 0"),
+        ("3n_fixed_sz_x.txt", " ".join(["100", "0"] + ["1"] * 13 + ["0"]) + "\n", "times are ms > 0"),
+        ("3n_mystery.txt", " ".join(["100", "0"] + ["1"] * 14) + "\n", "cannot tell the traffic"),
+        ("3n_fixed_sz_x.txt", "", "no measurements"),
+    ],
+)
+def test_malformed_fast_logs_name_file_field_and_value(tmp_path, name, text, match):
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    with pytest.raises(LogFormatError, match=match) as exc:
+        read_logs([str(p)], load_topology("mi300x-100g", 3))
+    assert str(p) in str(exc.value)
+
+
+def _nccl_tests_log(ranks: int, rows: list[tuple[int, float]]) -> str:
+    head = [
+        "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20",
+        "#",
+    ]
+    head += ["# Using devices"] + [
+        f"#  Rank {r:2d} Group  0 Pid  {1000 + r} on host0 device  {r % 8} [0x00] NVIDIA H100"
+        for r in range(ranks)
+    ]
+    head += [
+        "#",
+        "#                                                              out-of-place                       in-place",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+    ]
+    body = [
+        f"{s:>12d} {s // 4 // ranks:>13d}     float    none      -1  {t:7.2f}  1.00  0.90      0  {t:7.2f}  1.00  0.90      0"
+        for s, t in rows
+    ]
+    return "\n".join([*head, *body, "# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.9", ""])
+
+
+def test_reads_nccl_tests_alltoall_and_checks_the_rank_count(tmp_path):
+    log = tmp_path / "alltoall_perf.txt"
+    log.write_text(_nccl_tests_log(16, [(1 << 20, 50.0), (4 << 20, 120.0)]), encoding="utf-8")
+    topo = load_topology("dgx-h100", 2)
+    meas = read_logs([str(log)], topo)
+    assert [(m.algorithm, m.traffic.kind, m.size, m.time_s) for m in meas] == [
+        ("direct", "balanced", 1 << 20, pytest.approx(50e-6)),
+        ("direct", "balanced", 4 << 20, pytest.approx(120e-6)),
+    ]
+    with pytest.raises(LogFormatError, match="16 ranks, the topology has 32"):
+        read_logs([str(log)], load_topology("dgx-h100", 4))
+    v = tmp_path / "alltoallv_perf.txt"
+    v.write_text(_nccl_tests_log(16, [(1 << 20, 50.0)]), encoding="utf-8")
+    with pytest.raises(LogFormatError, match="--traffic"):
+        read_logs([str(v)], topo)
+
+
+def test_calibrate_cli_errors_leave_nothing_written(tmp_path, capsys):
+    bad = tmp_path / "3n_fixed_sz_bad.txt"
+    bad.write_text("1 2 3\n", encoding="utf-8")
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", str(bad), "-t", "mi300x-100g", "-n", "3", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "line 1" in err and not out.exists()
+    assert (
+        main(["calibrate", str(bad), "-t", "mi300x-100g", "-n", "3", "-o", str(out), "--fit", "speed"]) == 2
+    )
+    assert "--fit" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.slow
+def test_calibration_recovers_known_parameters_from_synthetic_logs(tmp_path, capsys):
+    """Logs generated by the model itself (FAST's format, fixed-size traffic on 2 x 4 GPUs): the fit returns the
+    parameters that generated them."""
+    topo_file = tmp_path / "syn.yaml"
+    topo_file.write_text(TOPO_YAML, encoding="utf-8")
+    topo = load_topology(str(topo_file))
+    true = replace(
+        start_model("roce"),
+        inter_efficiency=0.85,
+        alpha_s=15e-6,
+        stage_s=120e-6,
+        eager_bytes=1.5 * MiB,
+    )
+    true = true.with_incast(replace(true.incast, buffer_bytes=24.0 * MiB, retransmit=1.5, storm_s=0.4))
+    n = topo.nranks
+    pairs = [
+        128 << 10,
+        256 << 10,
+        512 << 10,
+        1 * MiB,
+        2 * MiB,
+        4 * MiB,
+        8 * MiB,
+        16 * MiB,
+        64 * MiB,
+        256 * MiB,
+        1024 * MiB,
+    ]
+    lines = []
+    for pair in pairs:
+        total = pair * n * (n - 1)
+        times = {}
+        for alg in ("fast", "direct", "spreadout"):
+            case = build_cases([Measurement("syn", alg, Traffic("fixed"), total // n, 1.0, 1)], topo)[0]
+            times[alg] = case.predict(true) * 1e3
+        lines.append(_fast_line(total, 0.0, times["fast"], times["direct"], times["spreadout"], n))
+    log = tmp_path / "2n_fixed_sz_synthetic.txt"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "params.yaml"
+    fitted = "inter_efficiency,alpha_us,stage_us,eager_bytes,buffer_bytes,retransmit,storm_ms"
+    assert main(["calibrate", str(log), "-t", str(topo_file), "-o", str(out), "--fit", fitted]) == 0
+    got = load_model(out)
+    assert get_param(got, "inter_efficiency") == pytest.approx(0.85, rel=0.02)
+    assert get_param(got, "alpha_us") == pytest.approx(15, rel=0.25)
+    assert get_param(got, "stage_us") == pytest.approx(120, rel=0.15)
+    # a threshold: known up to the message sizes the logs hold (1 and 2 MiB, plus the layout's padding)
+    assert 1 * MiB <= get_param(got, "eager_bytes") < 2.2 * MiB
+    assert get_param(got, "buffer_bytes") == pytest.approx(24 * MiB, rel=0.3)
+    assert get_param(got, "retransmit") == pytest.approx(1.5, rel=0.3)
+    assert get_param(got, "storm_ms") == pytest.approx(400, rel=0.3)
+    assert "median |pred/meas - 1|" in capsys.readouterr().out

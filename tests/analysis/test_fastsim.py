@@ -1,0 +1,147 @@
+"""The fast simulator agrees with the event-driven reference (same model) within 1 % on random Programs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from a2acc import plan
+from a2acc.analysis.fastsim import exclusive_links, max_min, simulate_fast
+from a2acc.analysis.incast import ROCE_RTO_S, IncastModel
+from a2acc.analysis.model import CALIBRATED_ROCE, SimModel
+from a2acc.analysis.simulate import _max_min_rates, prepare, simulate
+from a2acc.ir import Op, Program
+from a2acc.model.topology import parse_topology
+from a2acc.model.traffic import generate
+
+MiB = 1 << 20
+
+
+def _topo(servers: int, gpus: int, fabric: str, wiring: str, transport: str, nics: int):
+    data = {
+        "version": 1,
+        "name": "rand",
+        "servers": servers,
+        "gpus_per_server": gpus,
+        "memory_bandwidth": 2000,
+        "intra": {"fabric": fabric if gpus > 1 else "switch", "bandwidth": 100, "latency": 0.7},
+    }
+    if servers > 1:
+        data["inter"] = {
+            "nics_per_server": nics,
+            "bandwidth": 12.5,
+            "latency": 2.0,
+            "wiring": wiring,
+            "transport": transport,
+        }
+    return parse_topology(data, "rand")
+
+
+def _model(alpha: float, stage: float, eager: int, eff: float, incast: bool, buffer: int) -> SimModel:
+    inc = (
+        IncastModel("roce", float(buffer), 4.0 * MiB, 1.0, 1.0, ROCE_RTO_S, 0.05, 4.0)
+        if incast
+        else IncastModel.off()
+    )
+    return SimModel("t", "roce", eff, 1.0, alpha * 1e-6, stage * 1e-6, float(eager), inc, "test")
+
+
+def _agree(prog: Program, topo, model: SimModel) -> None:
+    ref = simulate(prog, topo, model=model, record_timeline=False)
+    fast = simulate_fast(prog, topo, model=model)
+    assert fast.makespan_s == pytest.approx(ref.makespan_s, rel=0.01)
+    assert fast.time_s == pytest.approx(ref.time_s, rel=0.01)
+    assert fast.timeout_probability == pytest.approx(ref.timeout_probability, abs=0.02)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    servers=st.integers(1, 3),
+    gpus=st.sampled_from([1, 2, 4]),
+    fabric=st.sampled_from(["switch", "full_mesh", "ring"]),
+    wiring=st.sampled_from(["rail_optimized", "single_switch"]),
+    algorithm=st.sampled_from(["fast", "spreadout", "direct", "hierarchical"]),
+    kind=st.sampled_from(["uniform", "zipf", "balanced"]),
+    size=st.sampled_from([256 << 10, 4 * MiB, 64 * MiB]),
+    seed=st.integers(0, 50),
+    alpha=st.sampled_from([0.0, 5.0, 40.0]),
+    stage=st.sampled_from([0.0, 150.0]),
+    eager=st.sampled_from([64 << 10, 2 * MiB]),
+    eff=st.sampled_from([1.0, 0.9]),
+    incast=st.booleans(),
+    buffer=st.sampled_from([1 * MiB, 16 * MiB]),
+)
+def test_fast_engine_agrees_with_reference_on_planned_programs(
+    servers, gpus, fabric, wiring, algorithm, kind, size, seed, alpha, stage, eager, eff, incast, buffer
+):
+    if servers * gpus < 2:
+        servers = 2
+    topo = _topo(servers, gpus, fabric, wiring, "roce", gpus)
+    m = generate(kind, topo.nranks, size, seed)
+    prog = plan(topo, m, algorithm)
+    _agree(prog, topo, _model(alpha, stage, eager, eff, incast, buffer))
+
+
+@st.composite
+def random_programs(draw):
+    """Arbitrary DAGs of transfers and copies (not all-to-alls: the simulator needs no valid layout)."""
+    n = draw(st.integers(2, 6))
+    n_ops = draw(st.integers(1, 40))
+    ops = []
+    for i in range(n_ops):
+        s = draw(st.integers(0, n - 1))
+        d = draw(st.integers(0, n - 1))
+        cnt = draw(st.integers(0, 64))
+        deps = tuple(sorted(set(draw(st.lists(st.integers(0, i - 1), max_size=3)) if i else [])))
+        stage = max([ops[x].stage for x in deps], default=0) + draw(st.integers(0, 1))
+        ops.append(Op(i, s, 0, 0, d, 1, 0, cnt, deps, stage))
+    counts = np.ones((n, n), dtype=np.int64)
+    return Program("random", "random", n, 256 << 10, counts, (0,) * n, tuple(ops))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prog=random_programs(),
+    alpha=st.sampled_from([0.0, 10.0]),
+    stage=st.sampled_from([0.0, 100.0]),
+    incast=st.booleans(),
+)
+def test_fast_engine_agrees_with_reference_on_random_dags(prog, alpha, stage, incast):
+    gpus = 2 if prog.nranks % 2 == 0 else 1
+    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    _agree(prog, topo, _model(alpha, stage, 1 * MiB, 0.95, incast, 1 * MiB))
+
+
+def test_local_bottleneck_max_min_equals_progressive_filling(rng):
+    for _ in range(20):
+        nl, nf = 12, 40
+        cap = rng.uniform(1, 10, nl)
+        rows = np.stack([rng.integers(0, nl, nf), rng.integers(0, nl + 1, nf)], axis=1)
+        rows[rows[:, 0] == rows[:, 1], 1] = nl  # a flow crosses a link once
+        ref_flow = np.repeat(np.arange(nf), (rows != nl).sum(axis=1))
+        ref = _max_min_rates(nf, ref_flow, rows[rows != nl], cap)
+        np.testing.assert_allclose(max_min(rows, cap), ref, rtol=1e-9)
+
+
+def test_staged_transfers_are_solo_and_fan_out_is_fluid():
+    """SpreadOut's shifts and FAST's stage transfers never share a NIC: they need no fair-share solve."""
+    topo = _topo(4, 2, "switch", "rail_optimized", "ib", 2)
+    m = generate("uniform", 8, 4 * MiB, 3)
+    for alg, solo_expected in (("spreadout", True), ("direct", False)):
+        st_ = prepare(plan(topo, m, alg), topo, SimModel())
+        excl = exclusive_links(st_)
+        nic = [i for i, n in enumerate(st_.names) if "nic" in n.split("->")[0] and "->g" not in n]
+        assert bool(excl[nic].all()) is solo_expected
+
+
+def test_incast_off_and_ideal_model_keep_exact_alpha_beta():
+    topo = _topo(2, 1, "switch", "single_switch", "roce", 1)
+    ops = (Op(0, 0, 0, 0, 1, 1, 0, 4, ()), Op(1, 1, 0, 0, 0, 1, 0, 4, (0,), 1))
+    prog = Program("p", "t", 2, 1 << 30, np.ones((2, 2), dtype=np.int64), (0, 0), ops)
+    model = replace(CALIBRATED_ROCE, inter_efficiency=1.0, alpha_s=0.0, stage_s=0.0)
+    for sim in (simulate(prog, topo, model=model), simulate_fast(prog, topo, model=model)):
+        assert sim.time_s == pytest.approx(2 * (4 * (1 << 30) / 12.5e9 + 2e-6), rel=1e-9)

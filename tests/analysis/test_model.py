@@ -1,0 +1,112 @@
+"""The simulator's model: defaults per transport, the params file, and the topology's transport fields."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from a2acc.analysis.incast import ROCE_RTO_S, IncastModel
+from a2acc.analysis.model import CALIBRATED_ROCE, ModelFileError, default_model, load_model, parse_model
+from a2acc.errors import TopologyError
+from a2acc.model.topology import PRESETS, load_topology, parse_topology
+
+
+def test_every_preset_names_its_transport_and_says_where_parameters_come_from():
+    for name in PRESETS:
+        topo = load_topology(name, 2 if name != "nvl72" else 1)
+        assert topo.inter is not None and topo.inter.transport in ("roce", "ib", "nvlink", "slingshot")
+        model = default_model(topo)
+        if topo.inter.transport == "roce":
+            assert model.incast.enabled and "calibrated" in model.source
+        else:  # lossless fabrics: no incast loss, and the file says the parameters are defaults
+            assert not model.incast.enabled and "defaults" in model.source
+            text = (
+                load_topology.__globals__["resources"].files("a2acc.topologies") / f"{name}.yaml"
+            ).read_text()
+            assert "defaults" in text
+
+
+def test_a_topology_without_transport_is_simulated_ideally():
+    data = {
+        "version": 1,
+        "servers": 2,
+        "gpus_per_server": 2,
+        "intra": {"fabric": "switch", "bandwidth": 100},
+        "inter": {"bandwidth": 10},
+    }
+    model = default_model(parse_topology(data, "t"))
+    assert model.transport == "ideal" and model.alpha_s == 0 and not model.incast.enabled
+
+
+def test_transport_and_switch_buffer_fields_are_checked():
+    base = {"version": 1, "servers": 2, "gpus_per_server": 2, "intra": {"fabric": "switch", "bandwidth": 100}}
+    with pytest.raises(TopologyError, match="inter.transport.*allowed: roce, ib, nvlink"):
+        parse_topology({**base, "inter": {"bandwidth": 10, "transport": "ethernet"}}, "f.yaml")
+    with pytest.raises(TopologyError, match="inter.switch_buffer"):
+        parse_topology({**base, "inter": {"bandwidth": 10, "switch_buffer": True}}, "f.yaml")
+    topo = parse_topology(
+        {**base, "inter": {"bandwidth": 10, "transport": "roce", "switch_buffer": "16MiB"}}, "f"
+    )
+    assert topo.inter is not None and topo.inter.switch_buffer == 16 * 2**20
+    assert default_model(topo).incast.buffer_bytes == 16 * 2**20  # the file's switch overrides the default
+    plain = parse_topology({**base, "inter": {"bandwidth": 10}}, "f")
+    assert plain.fingerprint == topo.fingerprint  # the transport does not change plans
+
+
+def test_params_file_round_trip(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(CALIBRATED_ROCE.to_yaml("a header\nline two"), encoding="utf-8")
+    back = load_model(path)
+    assert back.name == CALIBRATED_ROCE.name and back.transport == "roce"
+    for a, b in ((back.alpha_s, CALIBRATED_ROCE.alpha_s), (back.stage_s, CALIBRATED_ROCE.stage_s)):
+        assert a == pytest.approx(b)
+    assert back.incast.buffer_bytes == pytest.approx(CALIBRATED_ROCE.incast.buffer_bytes, rel=1e-9)
+    assert back.incast.rto_s == pytest.approx(ROCE_RTO_S)
+    assert path.read_text().startswith("# a header\n# line two\n")
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "allowed"),
+    [
+        ([1, 2], "", "mapping"),
+        ({"version": 2, "transport": "ib"}, "version", "version 1"),
+        ({"version": 1, "transport": "tcp"}, "transport", "one of ideal, roce"),
+        ({"version": 1, "transport": "ib", "alpha_us": -1}, "alpha_us", "a number in"),
+        ({"version": 1, "transport": "ib", "alpha_us": "fast"}, "alpha_us", "a number in"),
+        ({"version": 1, "transport": "ib", "speed": 3}, "speed", "unknown field"),
+        (
+            {"version": 1, "transport": "roce", "incast": {"buffer_bytes": -5}},
+            "incast.buffer_bytes",
+            "a number",
+        ),
+        ({"version": 1, "transport": "roce", "incast": {"bufer": 5}}, "incast.bufer", "unknown field"),
+    ],
+)
+def test_bad_params_files_name_file_field_value_and_what_is_allowed(doc, field, allowed):
+    with pytest.raises(ModelFileError) as exc:
+        parse_model(doc, "params.yaml")
+    msg = str(exc.value)
+    assert msg.startswith("params.yaml: ") and field in msg and allowed in msg
+
+
+def test_unreadable_and_invalid_yaml_params(tmp_path):
+    with pytest.raises(ModelFileError, match="cannot read"):
+        load_model(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: [1\n", encoding="utf-8")
+    with pytest.raises(ModelFileError, match="not valid YAML"):
+        load_model(bad)
+
+
+def test_incast_physics():
+    inc = IncastModel("roce", 25 * 2**20, 4 * 2**20, 1.0, 1.0, ROCE_RTO_S, 0.3, 4.0, 1.0)
+    assert inc.port_share(24) == pytest.approx(25 * 2**20 / 25)
+    assert inc.efficiency(1, 1e12, 24) == 1.0  # one sender: no incast
+    assert inc.efficiency(16, 0.5 * 2**20, 24) == 1.0  # in flight fits the buffer share
+    assert inc.efficiency(16, 64 * 2**20, 24) == pytest.approx(1 / (1 + (1 - 1 / 64)))
+    assert inc.exposure_rate(16) == 15.0 and inc.exposure_rate(1) == 0.0
+    assert inc.timeout_probability([]) == 0.0
+    p = inc.timeout_probability([0.3])
+    assert p == pytest.approx(1 - math.exp(-1.0))
+    assert not IncastModel.off().enabled and IncastModel.off().efficiency(16, 1e12) == 1.0
