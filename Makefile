@@ -42,7 +42,7 @@ run: install
 	$(BIN)/a2acc verify $(RUN_DIR)/algos/*.xml --manifest $(RUN_DIR)/algos.manifest.json --opt dialect=rccl
 	$(BIN)/a2acc bounds --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy
 	$(BIN)/a2acc compare --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --sizes 64M:256M:x4 \
-		--algorithms fast,spreadout,direct,hierarchical --plot $(RUN_DIR)/compare.png
+		--plot $(RUN_DIR)/compare.png -J $(RUN_DIR)/compare.json
 
 lint: install
 	@mkdir -p build

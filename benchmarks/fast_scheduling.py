@@ -6,7 +6,14 @@ Measures, for n servers x 8 GPUs, uniform and Zipf(0.8) matrices (256 MiB per ra
 - ``stage plan``: chunk matrix in -> balancing decisions, server matrix and Birkhoff stages out (quantisation
   included), with the compiled core and with the pure-Python reference;
 - ``program``: matrix in -> full IR Program (every balancing, transfer and redistribution op), unverified;
-- stage counts: ours (bottleneck matchings) vs FAST's Kuhn method vs the n^2 - 2n + 2 bound.
+- stage counts: ours (bottleneck matchings) vs FAST's Kuhn method vs the n^2 - 2n + 2 bound, each pair on the
+  same server matrix, at three granularities: ``@chunk``, a2acc's plan unit (the busiest rank moves ~4096
+  chunks, the default of ``a2acc plan``; coarse units make entries coincide, so both methods need fewer
+  stages); ``@FAST``, FAST's own granularity: its generators draw integer entries in 1..10000 per GPU pair
+  (MangoBoost/FAST ``simulation/test.h``, ``MAX_ELEMENT``) and decompose the server matrix of those integers
+  unscaled, so the unit is the largest entry / 10000; and ``@16B``, 16-byte units (no quantisation at all);
+- ``steps``: the network steps the fast plan runs at the chunk granularity (heaviest first, stages shorter
+  than two link latencies folded into other steps, the last step split; :func:`a2acc.planners.fast.order_steps`).
 Anchor (FAST paper, C++): 25 us @ 4x8, 221 us @ 8x8, 805 us @ 12x8, 77 ms @ 40x8.
 
 These are inner loops. What users run (``a2acc plan`` / ``a2acc compile`` / a JIT miss: quantize, plan, verify,
@@ -44,11 +51,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--servers", default="4,8,12,16,40,64")
     ap.add_argument("--program-max-servers", type=int, default=16)
+    ap.add_argument("--kuhn-max-servers", type=int, default=40, help="FAST's Kuhn method at 16 B is slow")
     args = ap.parse_args()
     print(f"native core: {'yes' if native_available() else 'NO (pure Python)'}; median of {args.runs} runs")
     print(
         f"{'servers':>7} {'matrix':>8} {'plan C (us)':>12} {'plan py (us)':>13} {'program (ms)':>13} "
-        f"{'FAST (us)':>10} {'stages':>7} {'kuhn':>6} {'bound':>7} {'ops':>8}"
+        f"{'FAST (us)':>10} {'stages@chunk':>12} {'kuhn@chunk':>10} {'stages@FAST':>11} {'kuhn@FAST':>9} "
+        f"{'stages@16B':>10} {'kuhn@16B':>8} "
+        f"{'steps':>5} {'bound':>7} {'ops':>8}"
     )
     for n in (int(x) for x in args.servers.split(",")):
         topo = load_topology("dgx-h200-fast", servers=n)
@@ -79,17 +89,28 @@ def main() -> None:
                 quantize(m, unit), 8, unit=unit, b_inter=s.b_inter, b_intra=s.b_intra_link, alpha=7e-7
             )
             kuhn = len(decompose(sp.server, "kuhn").stages) if n <= 40 else float("nan")
+            fine: dict[str, tuple[int, int | float]] = {}
+            for label, g in (("fast", max(1, int(m.max()) // 10000)), ("16B", 16)):
+                spg = stage_plan(
+                    quantize(m, g), 8, unit=g, b_inter=s.b_inter, b_intra=s.b_intra_link, alpha=7e-7
+                )
+                kg = len(decompose(spg.server, "kuhn").stages) if n <= args.kuhn_max_servers else float("nan")
+                fine[label] = (len(spg.decomposition.stages), kg)
             t_prog = float("nan")
             ops = 0
+            steps: int | float = float("nan")
             if n <= args.program_max_servers:
                 u = choose_unit(m)
                 req = PlanRequest(topo, m, quantize(m, u), u)
                 prog_runs = max(3, args.runs // 4)
                 t_prog = _median_us(lambda req=req: fast_plan(req), prog_runs) / 1e3
-                ops = len(fast_plan(req).ops)
+                prog = fast_plan(req)
+                ops = len(prog.ops)
+                steps = int(prog.meta["stages"])  # type: ignore[arg-type]
             print(
                 f"{n:>7} {kind:>8} {t_c:>12.1f} {t_py:>13.1f} {t_prog:>13.1f} {ANCHOR_US.get(n, float('nan')):>10} "
-                f"{len(sp.decomposition.stages):>7} {kuhn:>6} {stage_bound(n):>7} {ops:>8}"
+                f"{len(sp.decomposition.stages):>12} {kuhn:>10} {fine['fast'][0]:>11} {fine['fast'][1]:>9} "
+                f"{fine['16B'][0]:>10} {fine['16B'][1]:>8} {steps:>5} {stage_bound(n):>7} {ops:>8}"
             )
 
 

@@ -568,7 +568,9 @@ def _fit_phase(
         names_all = list(names)
 
         def objective(x: npt.NDArray[np.float64]) -> float:
-            return loss(data, set_params(m0, {k: _from_x(k, float(v)) for k, v in zip(names_all, x)}), tolerance)
+            return loss(
+                data, set_params(m0, {k: _from_x(k, float(v)) for k, v in zip(names_all, x)}), tolerance
+            )
 
         x = np.array([_to_x(k, get_param(m0, k)) for k in names_all])
         evals = 0

@@ -51,6 +51,8 @@ def default_algorithms(topo: Topology) -> list[str]:
         if Symmetry(topo).server_symmetric:
             algos.append("syccl")
     return algos
+
+
 DEFAULT_SIZES = "1M:1G:x4"
 
 

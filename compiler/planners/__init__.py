@@ -71,7 +71,9 @@ PLANNERS: dict[str, PlannerInfo] = {
             "hierarchical", "a2acc.planners.hierarchical", "MSCCL relay: gather at one GPU, cross, scatter"
         ),
         PlannerInfo("mcf", "a2acc.planners.mcf", "max-concurrent multi-commodity flow LP (HiGHS), relays"),
-        PlannerInfo("syccl", "a2acc.planners.syccl", "SyCCL: symmetric sketches, per-group LPs, simulated pick"),
+        PlannerInfo(
+            "syccl", "a2acc.planners.syccl", "SyCCL: symmetric sketches, per-group LPs, simulated pick"
+        ),
     )
 }
 

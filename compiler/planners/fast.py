@@ -9,20 +9,28 @@
 2. **Birkhoff stages** (§4.2). The server matrix S[A][B] = the largest per-GPU share of tile (A, B) is padded
    and decomposed into incast-free one-to-one stages (:mod:`a2acc.planners.birkhoff`); in each stage GPU i of a
    sender talks only to GPU i of its receiver.
-3. **Pipelined redistribution** (§4.3). Stages run in ascending weight order (Theorem 2's proof). Data that
-   arrives at the wrong GPU of B goes to scratch and is redistributed over the scale-up fabric as soon as it
-   lands, concurrently with the next stage's scale-out transfer; data already at its final GPU is written
-   straight into the output. Each GPU's bundle sends its own data first and data balanced in from peers last,
-   so balancing overlaps the first stages instead of delaying them, and the tail carries data that needs no
-   redistribution (beyond FAST, whose pipeline does not overlap balancing). The intra-server part of the matrix has no
-   dependencies, so it runs concurrently with balancing and the first stage.
+3. **Pipelined redistribution** (§4.3). Data that arrives at the wrong GPU of B goes to scratch and is
+   redistributed over the scale-up fabric as soon as it lands, concurrently with the next stage's scale-out
+   transfer; data already at its final GPU is written straight into the output. The stages become network
+   *steps* (:func:`order_steps`): heaviest first and lightest last, not FAST's ascending order (Theorem 2's
+   proof), because here only the last step's redistribution is exposed; stages shorter than two link latencies
+   are folded into other steps; the last step is split when its redistribution would still show. Each GPU's
+   bundle sends its own data first and data balanced in from peers last, so balancing overlaps the first steps
+   instead of delaying them, and the tail carries data that needs no redistribution (beyond FAST, whose
+   pipeline does not overlap balancing). The intra-server part of the matrix has no dependencies, so it runs
+   concurrently with balancing and the first step.
 
-Stage synchronisation is pairwise, not a global barrier: a stage-k transfer from GPU A_i to B_i waits for
-A_i's previous sends and B_i's previous receives, which is exactly what keeps every receiver incast-free.
+Step synchronisation is pairwise, not a global barrier: a step-k transfer from GPU A_i to B_i waits for
+A_i's previous sends and B_i's previous receives, which is exactly what keeps every receiver incast-free. GPUs
+that share a NIC (dgx2, ndv2) are synchronised as one: a transfer waits for all of their previous sends
+(receives), so no GPU runs ahead and starves its sibling of the NIC's fair share.
 
 Options (:class:`Options`, ``--opt KEY=VALUE``): ``birkhoff`` = ``bottleneck`` (default) | ``kuhn`` (FAST's
 method); ``balance`` = ``auto`` (default) | ``always`` | ``never``; ``compare_kuhn=true`` also records how many
-stages FAST's own Kuhn method would need (``meta["birkhoff_stages_kuhn"]``), next to ``meta["stage_bound"]``.
+stages FAST's own Kuhn method would need (``meta["birkhoff_stages_kuhn"]``), next to ``meta["stage_bound"]``;
+``order`` = ``tail`` (default, :func:`order_steps`; direct-connect graphs keep FAST's order) | ``ascending``
+(FAST's order, every stage its own step).
+``meta["stages"]`` counts the network steps run, ``meta["birkhoff_stages"]`` the decomposition's stages.
 
 Works for every intra fabric (the simulator routes scale-up ops over switch, mesh, ring or cube-mesh), any
 non-negative matrix, one server (no stages), zero rows and servers with no cross traffic. On a direct-connect
@@ -31,13 +39,18 @@ topology each node is a one-GPU "server": balancing vanishes and the stages are 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 from a2acc.errors import InternalError
 from a2acc.ir import Buf, Program, ProgramBuilder
+from a2acc.model.topology import Topology
 from a2acc.planners import PlanRequest
-from a2acc.planners.birkhoff import decompose, stage_bound
+from a2acc.planners.birkhoff import Stage, decompose, stage_bound
 from a2acc.planners.stageplan import stage_plan, tile_shares
 
 
@@ -73,6 +86,28 @@ class Options:
     compare_kuhn: bool = field(
         default=False, metadata={"help": "also count the stages FAST's Kuhn method needs (report only)"}
     )
+    order: Literal["tail", "ascending"] = field(
+        default="tail",
+        metadata={
+            "help": "network step order: tail (heavy first, tiny stages folded, last step split) "
+            "or ascending (FAST's)"
+        },
+    )
+
+
+class Step(NamedTuple):
+    """One network step: server ``a`` sends up to ``caps[a]`` chunks per GPU to server ``perm[a]``."""
+
+    perm: tuple[int, ...]
+    caps: tuple[int, ...]
+
+
+#: a stage is folded into another one carrying the same server pairs when its transfer takes at most this many
+#: link latencies (the per-step cost it saves); the last step is split while its redistribution after the last
+#: network byte would take more than this many link latencies (each split costs one)
+FOLD_LATENCIES = 2.0
+SPLIT_LATENCIES = 4.0
+MAX_TAIL_SPLITS = 3
 
 
 def plan(req: PlanRequest) -> Program:
@@ -136,15 +171,43 @@ def plan(req: PlanRequest) -> Program:
                 bundles[a][bb][i] = _order_bundle(rows[i], rank(bb, i))
             if int(server[a, bb]) != max(sum(p.cnt for p in r) for r in rows):  # pragma: no cover
                 raise InternalError("fast: stage plan and balancing disagree")
-    # ---- 2. Birkhoff stages of the server matrix, ascending weight
+    # ---- 2. Birkhoff stages of the server matrix -> network steps (order, folding, tail split)
     dec = sp.decomposition if n > 1 else None
-    stages = sorted(dec.stages, key=lambda st: st.weight) if dec is not None else []
+    stages = list(dec.stages) if dec is not None else []
+    alpha_inter, r_redist = _step_costs(topo)
+    t_chunk = req.unit_bytes / (summary.b_inter * 1e9) if summary.b_inter > 0 else 0.0
+    steps: list[Step] = []
+    # direct-connect graphs redistribute nothing and route steps over several hops: FAST's order stays
+    # (measured on a 4x4 torus: the tail order moved time / bound by -6 % to +5 %, noise around 7x)
+    if opts.order == "tail" and topo.direct is None:
+        # per (sender server, receiver server, GPU): chunks of the GPU's own input in its bundle (usable at
+        # once) and its whole bundle; the first step should not wait for data balanced in from peers
+        own = np.zeros((n, n, m), dtype=np.int64)
+        whole = np.zeros((n, n, m), dtype=np.int64)
+        for a in range(n):
+            for bb in range(n):
+                for i in range(m):
+                    for p in bundles[a][bb][i]:
+                        whole[a, bb, i] += p.cnt
+                        if p.dep < 0:
+                            own[a, bb, i] += p.cnt
+        steps = order_steps(stages, server, t_chunk, alpha_inter, r_redist, own, whole)
+    if opts.order == "ascending" or topo.direct is not None:  # FAST's order (Theorem 2)
+        steps = [Step(st.perm, (st.weight,) * n) for st in sorted(stages, key=lambda st: st.weight)]
     # ---- 3. stage transfers + pipelined redistribution
     last_send: list[list[int]] = [[] for _ in range(n_ranks)]
     last_recv: list[list[int]] = [[] for _ in range(n_ranks)]
+    # GPUs sharing a NIC step together: otherwise one with many small pieces takes the NIC's fair share from
+    # a sibling with one large piece, runs ahead into its next steps and keeps starving it
+    nic_group = [[r] for r in range(n_ranks)]
+    if topo.inter is not None and topo.inter.nics_per_server < m:
+        nic_group = [
+            [x for x in range(r - r % m, r - r % m + m) if topo.nic_of(x) == topo.nic_of(r)]
+            for r in range(n_ranks)
+        ]
     stage_no = 0
     real_stages = 0
-    for st in stages:
+    for st in steps:
         stage_no += 1
         sent: dict[int, list[int]] = {}
         recvd: dict[int, list[int]] = {}
@@ -154,8 +217,11 @@ def plan(req: PlanRequest) -> Program:
                 continue
             for i in range(m):
                 queue = bundles[a][bb][i]
-                cap = st.weight
+                cap = st.caps[a]
                 s_rank, d_rank = rank(a, i), rank(bb, i)
+                # what every transfer of this queue waits for (last_send/last_recv change only between steps)
+                wait = {x for r in nic_group[s_rank] for x in last_send[r]}
+                wait.update(x for r in nic_group[d_rank] for x in last_recv[r])
                 while cap > 0 and queue:
                     p = queue[0]
                     if p.cnt > cap:
@@ -163,9 +229,7 @@ def plan(req: PlanRequest) -> Program:
                     else:
                         queue.pop(0)
                     cap -= p.cnt
-                    deps = set(last_send[s_rank]) | set(last_recv[d_rank])
-                    if p.dep >= 0:
-                        deps.add(p.dep)
+                    deps = wait if p.dep < 0 else wait | {p.dep}
                     out_at = int(b.out_off[p.dst, p.src]) + p.off
                     # data for the aligned GPU lands in its output; the rest lands in scratch and is forwarded
                     land = -1 if p.dst == d_rank else b.alloc_scratch(d_rank, p.cnt)
@@ -193,6 +257,7 @@ def plan(req: PlanRequest) -> Program:
     kuhn_stages = None
     if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
         kuhn_stages = len(stages) if method == "kuhn" else len(decompose(server, "kuhn").stages)
+    weights = [max(st.caps) for st in steps]
     b.meta.update(
         {
             "stages": real_stages,
@@ -200,7 +265,7 @@ def plan(req: PlanRequest) -> Program:
             "birkhoff_stages": len(stages),
             "birkhoff_stages_kuhn": kuhn_stages,
             "stage_bound": stage_bound(n),
-            "stage_weights": [st.weight for st in stages],
+            "stage_weights": weights,
             "server_line_sum": dec.line_sum if dec is not None else 0,
             "balanced_tiles": balanced_tiles,
             "balance_moved_chunks": moved_chunks,
@@ -208,6 +273,107 @@ def plan(req: PlanRequest) -> Program:
         }
     )
     return b.build()
+
+
+def _step_costs(topo: Topology) -> tuple[float, float]:
+    """(latency of one scale-out transfer in seconds, redistribution time per second of scale-out transfer).
+
+    The second is the worst case, a whole step's data landing on the wrong GPU and destined to one peer: a
+    GPU's scale-out share over one scale-up path (on a switch, the GPU's port; on a mesh, one link). 0 on
+    direct-connect graphs, where nothing is redistributed."""
+    s = topo.summary()
+    if topo.inter is not None:
+        alpha = topo.inter.latency * 1e-6
+    elif topo.direct is not None:
+        alpha = topo.direct.latency * 1e-6
+    else:  # pragma: no cover - a topology has an inter tier or a direct graph
+        alpha = 0.0
+    r = s.b_inter / s.b_intra_link if s.m > 1 and s.b_intra_link > 0 else 0.0
+    return alpha, r
+
+
+def order_steps(
+    stages: list[Stage],
+    server: npt.NDArray[np.int64],
+    t_chunk: float,
+    alpha: float,
+    r: float,
+    own: npt.NDArray[np.int64] | None = None,
+    load: npt.NDArray[np.int64] | None = None,
+) -> list[Step]:
+    """Turn Birkhoff stages into network steps: order, fold tiny stages, split the last step.
+
+    **Order: heaviest first.** FAST runs stages in ascending weight (arXiv 2505.09764 §4.3, Theorem 2): in its
+    pipeline a stage starts only when the previous stage's redistribution has finished, and ascending weights
+    keep every redistribution shorter than the next transfer. Here steps are synchronised pairwise and a
+    redistribution never delays a later transfer (the scale-up fabric runs it beside the next steps), so the
+    only redistribution that costs time is the one after the last network byte - the last step's. Ascending
+    order makes that the heaviest stage (measured: 1.5-4 % of the bound on dgx-h100 4x8 and 8x8); descending
+    order makes it the lightest.
+
+    **Folding.** Every step costs one link latency on the busiest server's path (its sends are chained), so a
+    stage whose transfer is shorter than :data:`FOLD_LATENCIES` latencies is dissolved: each server pair of it
+    that also appears in an earlier step (not the first, see below) sends its share there instead (the
+    pair's total is unchanged; the step becomes uneven, which pairwise synchronisation tolerates). Pairs found
+    nowhere else keep the step. Folding more (4-16 latencies) was measured no better on dgx-h100 8x8 Zipf(0.8): the
+    uneven steps delay the partners of the grown pairs, and the delays add up along the step chains.
+
+    **First step.** Balancing (§4.1) moves data between the GPUs of a server before it can leave, so the first
+    step is the heaviest one every GPU can serve from its own input (``own`` per sender server, receiver
+    server and GPU, ``load`` the whole bundle); failing that, the one needing the least balanced-in data. On dgx-h100
+    8x8 Zipf(0.8) a heavy first step waited for balancing up to 1.4 % of the bound.
+
+    **Tail split.** When the last step's redistribution (``r`` x its transfer time, worst case) would still
+    exceed :data:`SPLIT_LATENCIES` latencies, the step is cut in two steps with the same permutation, the
+    second holding a fraction r/(1+r): its transfer then hides the first part's redistribution, and only its
+    own small redistribution is left after the last network byte. Repeated at most :data:`MAX_TAIL_SPLITS` times.
+
+    Deterministic: stable sort over the decomposition order, fixed scans, integer weights.
+    """
+    n = server.shape[0]
+    real = server > 0
+    ordered = sorted(stages, key=lambda st: -st.weight)
+    if own is not None and load is not None and len(ordered) > 1:
+        # first step: the heaviest whose GPUs can send their share from their own input (balancing runs
+        # meanwhile); failing that, the one that needs the least balanced-in data
+        rows = np.arange(n)
+
+        def starve(st: Stage) -> int:
+            perm = np.asarray(st.perm)
+            moving = perm != rows
+            need = np.minimum(load[rows, perm], st.weight) - own[rows, perm]  # [n, m]
+            return max(0, int(need[moving].max(initial=0)))
+
+        first = min(range(len(ordered)), key=lambda k: (starve(ordered[k]), k))
+        ordered.insert(0, ordered.pop(first))
+    perms = [st.perm for st in ordered]
+    caps = [[st.weight if st.perm[a] != a else 0 for a in range(n)] for st in ordered]
+    keep = [True] * len(ordered)
+    if alpha > 0 and t_chunk > 0:
+        for k in range(len(ordered) - 1, 0, -1):
+            if ordered[k].weight * t_chunk > FOLD_LATENCIES * alpha:
+                break  # descending: every earlier stage is heavier
+            stuck = False
+            for a in range(n):
+                b = perms[k][a]
+                if caps[k][a] == 0 or not real[a, b]:
+                    continue
+                host = next((j for j in range(1, k) if keep[j] and perms[j][a] == b), -1)
+                if host < 0:
+                    stuck = True
+                    continue
+                caps[host][a] += caps[k][a]
+                caps[k][a] = 0
+            keep[k] = stuck
+    steps = [Step(perms[k], tuple(caps[k])) for k in range(len(ordered)) if keep[k]]
+    for _ in range(MAX_TAIL_SPLITS):
+        if not steps or r <= 0 or r * max(steps[-1].caps) * t_chunk <= SPLIT_LATENCIES * alpha:
+            break
+        last = steps.pop()
+        tail = tuple(min(c - 1, math.ceil(c * r / (1 + r))) if c > 1 else 0 for c in last.caps)
+        steps.append(Step(last.perm, tuple(c - x for c, x in zip(last.caps, tail))))
+        steps.append(Step(last.perm, tail))
+    return steps
 
 
 def _order_bundle(pieces: list[_Piece], aligned_rank: int) -> list[_Piece]:

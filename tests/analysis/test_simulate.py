@@ -100,7 +100,9 @@ def test_incast_collapses_fan_out_not_staged_schedules():
     direct = plan(topo, m, "direct")
     on = simulate(direct, topo, model=CALIBRATED_ROCE, record_timeline=False)
     off = simulate(direct, topo, model=lossless, record_timeline=False)
-    assert on.makespan_s > 1.15 * off.makespan_s  # goodput lost to retransmissions (1.26x with the shipped model)
+    assert (
+        on.makespan_s > 1.15 * off.makespan_s
+    )  # goodput lost to retransmissions (1.26x with the shipped model)
     assert on.timeout_probability > 0 and on.time_s > on.makespan_s
     fast = plan(topo, m, "fast")
     assert simulate(fast, topo, model=CALIBRATED_ROCE).time_s == pytest.approx(
