@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import networkx as nx
+import numpy as np
+import numpy.typing as npt
 
-from a2acc.ir.program import Op
+from a2acc.ir.program import Op, OpTable, _native
 
 
 def order_errors(ops: Sequence[Op], limit: int = 200) -> list[str]:
@@ -75,12 +77,27 @@ def topological_order(ops: Sequence[Op]) -> list[int] | None:
     return out if len(out) == n else None
 
 
-def levels(ops: Sequence[Op]) -> list[int]:
-    """Longest dependency path ending at each op (0 for ops without dependencies); needs id order."""
+def levels(ops: Sequence[Op] | OpTable) -> list[int]:
+    """Longest dependency path ending at each op (0 for ops without dependencies); needs id order.
+
+    Pass ``prog.table`` rather than ``prog.ops`` to skip building the :class:`Op` views (compiled when
+    ``a2acc._verify`` was built)."""
+    if isinstance(ops, OpTable):
+        return table_levels(ops).tolist()
     lvl = [0] * len(ops)
     for op in ops:
         lvl[op.id] = 1 + max((lvl[d] for d in op.deps), default=-1)
     return lvl
+
+
+def table_levels(t: OpTable) -> npt.NDArray[np.int64]:
+    """:func:`levels` of an op table as an array."""
+    if _native is not None and t.ids is None:
+        try:
+            return np.frombuffer(_native.levels(t.dep_ptr, t.dep_ids), dtype=np.int64).copy()
+        except ValueError:  # a dependency on a later op: the order check reports it; keep the old numbers
+            pass
+    return np.asarray(levels(t.to_ops()), dtype=np.int64)
 
 
 class HappensBefore:

@@ -26,7 +26,7 @@ simulation on another topology is refused. The JSON form lives in :mod:`a2acc.ir
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import cached_property
@@ -36,10 +36,16 @@ from typing import TYPE_CHECKING, NamedTuple, Union
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.errors import InternalError
 from a2acc.ir.layout import ChunkLayout
 
 if TYPE_CHECKING:
     from a2acc.model.topology import Topology
+
+try:  # pragma: no cover - depends on whether the C extension was built
+    from a2acc import _verify as _native  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    _native = None
 
 LINK_CLASSES = ("local", "intra", "inter", "direct", "")
 
@@ -104,9 +110,183 @@ class MachineMap:
         return self.node[a] == self.node[b]
 
 
+I64 = npt.NDArray[np.int64]
+_COLUMNS = ("src_rank", "src_buf", "src_off", "dst_rank", "dst_buf", "dst_off", "cnt", "stage")
+_LINK_CODE = {name: k for k, name in enumerate(LINK_CLASSES)}
+
+
+def _i64(a: npt.ArrayLike) -> I64:
+    return np.ascontiguousarray(np.asarray(a, dtype=np.int64))
+
+
 @dataclass(frozen=True, eq=False)
+class OpTable:
+    """A Program's ops as columns: one int64 array per :class:`Op` field, dependencies in CSR form.
+
+    Op ``i`` is row ``i``; its dependencies are ``dep_ids[dep_ptr[i]:dep_ptr[i + 1]]`` (kept exactly as given:
+    the builder and the plan reader store them sorted and de-duplicated). ``link`` holds codes into ``links``
+    (``LINK_CLASSES`` first, then any other label in order of first use). ``ids`` is ``None`` when the op ids
+    are ``0..n-1`` (always, for built or read Programs); a hand-made op list with other ids keeps them there,
+    so the verifier can still report it. Columns instead of one Python object per op make building,
+    verifying (:mod:`a2acc.ir.verify`, compiled core) and writing (:mod:`a2acc.ir.serial`) a Program cost a
+    few array passes; :meth:`to_ops` gives the :class:`Op` view that backends iterate."""
+
+    src_rank: I64
+    src_buf: I64
+    src_off: I64
+    dst_rank: I64
+    dst_buf: I64
+    dst_off: I64
+    cnt: I64
+    stage: I64
+    link: npt.NDArray[np.uint8]
+    dep_ptr: I64
+    dep_ids: I64
+    links: tuple[str, ...] = LINK_CLASSES
+    ids: I64 | None = None
+
+    def __len__(self) -> int:
+        return int(self.cnt.shape[0])
+
+    @staticmethod
+    def empty() -> OpTable:
+        z = np.zeros(0, np.int64)
+        return OpTable(z, z, z, z, z, z, z, z, np.zeros(0, np.uint8), np.zeros(1, np.int64), z)
+
+    @staticmethod
+    def from_rows(
+        rows: npt.ArrayLike,
+        link: npt.ArrayLike,
+        ndeps: npt.ArrayLike,
+        dep_ids: npt.ArrayLike,
+        links: tuple[str, ...] = LINK_CLASSES,
+    ) -> OpTable:
+        """From integers in row order (``n x 8``, fields in ``_COLUMNS`` order, flat or not), link codes,
+        per-op dependency counts and the concatenated dependency ids."""
+        mat = np.asarray(rows, dtype=np.int64).reshape(-1, len(_COLUMNS))
+        return OpTable.from_matrix(np.ascontiguousarray(mat.T), link, ndeps, dep_ids, links)
+
+    @staticmethod
+    def from_matrix(
+        cols: npt.NDArray[np.int64],
+        link: npt.ArrayLike,
+        ndeps: npt.ArrayLike,
+        dep_ids: npt.ArrayLike,
+        links: tuple[str, ...] = LINK_CLASSES,
+    ) -> OpTable:
+        """From an ``8 x n`` int64 array (one row per field, ``_COLUMNS`` order); the columns are its rows."""
+        col = np.ascontiguousarray(cols, dtype=np.int64)
+        ptr = np.zeros(col.shape[1] + 1, np.int64)
+        np.cumsum(np.asarray(ndeps, dtype=np.int64), out=ptr[1:])
+        return OpTable(
+            src_rank=col[0],
+            src_buf=col[1],
+            src_off=col[2],
+            dst_rank=col[3],
+            dst_buf=col[4],
+            dst_off=col[5],
+            cnt=col[6],
+            stage=col[7],
+            link=np.ascontiguousarray(np.asarray(link, dtype=np.uint8)),
+            dep_ptr=ptr,
+            dep_ids=_i64(dep_ids),
+            links=links,
+        )
+
+    @staticmethod
+    def from_ops(ops: Iterable[Op]) -> OpTable:
+        """Columns of an op list (passes, tests that inject defects, Programs assembled by hand)."""
+        flat: list[int] = []
+        ndeps: list[int] = []
+        dep_ids: list[int] = []
+        codes: list[int] = []
+        vocab = dict(_LINK_CODE)
+        ids: list[int] = []
+        for op in ops:
+            ids.append(op.id)
+            flat += (
+                op.src_rank,
+                op.src_buf,
+                op.src_off,
+                op.dst_rank,
+                op.dst_buf,
+                op.dst_off,
+                op.cnt,
+                op.stage,
+            )
+            ndeps.append(len(op.deps))
+            dep_ids += op.deps
+            code = vocab.get(op.link)
+            if code is None:
+                code = vocab[op.link] = len(vocab)
+            codes.append(code)
+        links = tuple(vocab)
+        if len(links) > 255:
+            raise InternalError(f"{len(links)} different link labels; at most 255")
+        t = OpTable.from_rows(flat, codes, ndeps, dep_ids, links)
+        if ids != list(range(len(ids))):
+            t = replace(t, ids=_i64(ids))
+        return t
+
+    def deps(self, i: int) -> tuple[int, ...]:
+        return tuple(self.dep_ids[int(self.dep_ptr[i]) : int(self.dep_ptr[i + 1])].tolist())
+
+    def native_args(self) -> tuple[object, ...]:
+        """The columns in the order the compiled helpers (``a2acc._verify``) take them (contiguous int64,
+        link codes uint8; a no-op for tables built here)."""
+        cols = [_i64(getattr(self, c)) for c in _COLUMNS]
+        link = np.ascontiguousarray(self.link, dtype=np.uint8)
+        return (len(self), *cols, link, _i64(self.dep_ptr), _i64(self.dep_ids))
+
+    def to_ops(self) -> tuple[Op, ...]:
+        """The :class:`Op` view (one NamedTuple per op; what backends and executors iterate)."""
+        if _native is not None and self.ids is None and len(OP_FIELDS) == 11:  # the helper fills 11 fields
+            ops: tuple[Op, ...] = _native.op_tuples(Op, *self.native_args(), self.links)
+            return ops
+        return self.to_ops_py()
+
+    def to_ops_py(self) -> tuple[Op, ...]:
+        """:meth:`to_ops` in pure Python (the reference of the compiled helper)."""
+        n = len(self)
+        cols = [getattr(self, c).tolist() for c in _COLUMNS]
+        ids = self.dep_ids.tolist()
+        ptr = self.dep_ptr.tolist()
+        deps = [tuple(ids[ptr[i] : ptr[i + 1]]) for i in range(n)]
+        names = self.links
+        link = [names[c] for c in self.link.tolist()]
+        oid = range(n) if self.ids is None else self.ids.tolist()
+        return tuple(map(Op._make, zip(oid, *cols[:7], deps, cols[7], link)))
+
+
+def normalise_deps(
+    ndeps_in: npt.ArrayLike, ids_in: npt.ArrayLike, k: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Per-op dependency lists (``ndeps`` per op, concatenated ``ids``) sorted and de-duplicated, vectorised
+    (what :meth:`~a2acc.ir.builder.ProgramBuilder.add` does one op at a time)."""
+    ndeps = np.broadcast_to(np.asarray(ndeps_in, dtype=np.int64), (k,))
+    ids = np.asarray(ids_in, dtype=np.int64).reshape(-1)
+    if (ndeps < 0).any() or int(ndeps.sum()) != ids.shape[0]:
+        raise InternalError(f"{int(ndeps.sum())} dependencies announced, {ids.shape[0]} given")
+    if ids.shape[0] == 0:
+        return np.ascontiguousarray(ndeps), ids
+    seg = np.repeat(np.arange(k, dtype=np.int64), ndeps)
+    if bool(((ids[1:] > ids[:-1]) | (seg[1:] != seg[:-1])).all()):
+        return np.ascontiguousarray(ndeps), np.ascontiguousarray(ids)  # already sorted and unique per op
+    order = np.lexsort((ids, seg))
+    seg, ids = seg[order], ids[order]
+    keep = np.ones(ids.shape[0], bool)
+    keep[1:] = (seg[1:] != seg[:-1]) | (ids[1:] != ids[:-1])
+    seg, ids = seg[keep], ids[keep]
+    return np.bincount(seg, minlength=k).astype(np.int64), np.ascontiguousarray(ids)
+
+
+@dataclass(frozen=True, eq=False, init=False)
 class Program:
-    """A complete, serialisable schedule. Build it with :class:`~a2acc.ir.builder.ProgramBuilder`."""
+    """A complete, serialisable schedule. Build it with :class:`~a2acc.ir.builder.ProgramBuilder`.
+
+    The ops live in ``table`` (:class:`OpTable`, columns); ``ops`` is the tuple of :class:`Op` views, built on
+    first use and cached. The constructor takes either (``ops=`` an op sequence or an ``OpTable``, or
+    ``table=``), so ``Program(..., ops)`` and ``dataclasses.replace(p, ops=...)`` keep working."""
 
     name: str
     algorithm: str
@@ -114,11 +294,53 @@ class Program:
     unit_bytes: int
     counts: npt.NDArray[np.int64]
     scratch: tuple[int, ...]
-    ops: tuple[Op, ...]
+    table: OpTable
     traffic: npt.NDArray[np.int64] | None = None
     meta: Mapping[str, MetaValue] = field(default_factory=dict)
     machine: MachineMap | None = None
     topology: str = ""  # fingerprint of the topology the plan was built for ("" when unknown)
+
+    def __init__(
+        self,
+        name: str,
+        algorithm: str,
+        nranks: int,
+        unit_bytes: int,
+        counts: npt.NDArray[np.int64],
+        scratch: tuple[int, ...],
+        ops: Sequence[Op] | OpTable | None = None,
+        traffic: npt.NDArray[np.int64] | None = None,
+        meta: Mapping[str, MetaValue] | None = None,
+        machine: MachineMap | None = None,
+        topology: str = "",
+        *,
+        table: OpTable | None = None,
+    ) -> None:
+        put = object.__setattr__
+        if isinstance(ops, OpTable):
+            table = ops
+        elif ops is not None:
+            given = tuple(ops)
+            table = OpTable.from_ops(given)
+            self.__dict__["ops"] = given  # the caller's own Op objects are the view
+        elif table is None:
+            table = OpTable.empty()
+        put(self, "name", name)
+        put(self, "algorithm", algorithm)
+        put(self, "nranks", nranks)
+        put(self, "unit_bytes", unit_bytes)
+        put(self, "counts", counts)
+        put(self, "scratch", scratch)
+        put(self, "table", table)
+        put(self, "traffic", traffic)
+        put(self, "meta", {} if meta is None else meta)
+        put(self, "machine", machine)
+        put(self, "topology", topology)
+
+    @cached_property
+    def ops(self) -> tuple[Op, ...]:
+        """The ops as :class:`Op` tuples, in id order (built from ``table`` once)."""
+        return self.table.to_ops()
 
     # ---------------------------------------------------------------- layout
     @cached_property
@@ -168,6 +390,6 @@ class Program:
         save_program(self, path)
 
 
-def replace_ops(p: Program, ops: Sequence[Op]) -> Program:
+def replace_ops(p: Program, ops: Sequence[Op] | OpTable) -> Program:
     """A copy of ``p`` with another op list (passes and tests that inject defects)."""
-    return replace(p, ops=tuple(ops))
+    return replace(p, ops=ops)  # type: ignore[call-arg]  # Program.__init__ takes ops=

@@ -27,7 +27,16 @@ import numpy.typing as npt
 from a2acc.errors import PlanFormatError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir.layout import MAX_LAYOUT_CHUNKS, MAX_LAYOUT_RANKS
-from a2acc.ir.program import LINK_CLASSES, OP_FIELDS, Buf, MachineMap, Op, Program
+from a2acc.ir.program import (
+    LINK_CLASSES,
+    OP_FIELDS,
+    Buf,
+    MachineMap,
+    OpTable,
+    Program,
+    _native,
+    normalise_deps,
+)
 
 IR_FORMAT = "a2acc.program"
 IR_VERSION = 2
@@ -55,30 +64,53 @@ def program_to_json(p: Program) -> str:
         "op_fields": list(OP_FIELDS),
     }
     parts = [json.dumps(head, sort_keys=False, separators=(",", ":"))[:-1], ',"ops":[\n']
-    letters = "ios"
-    dumps = json.dumps
-    lines = [
-        dumps(
-            [
-                op.id,
-                op.src_rank,
-                letters[op.src_buf],
-                op.src_off,
-                op.dst_rank,
-                letters[op.dst_buf],
-                op.dst_off,
-                op.cnt,
-                list(op.deps),
-                op.stage,
-                op.link,
-            ],
-            separators=(",", ":"),
-        )
-        for op in p.ops
-    ]
-    parts.append(",\n".join(lines))
+    parts.append(",\n".join(_op_lines(p.table)))
     parts.append("\n]}\n")
     return "".join(parts)
+
+
+def _op_lines(t: OpTable) -> list[str]:
+    """One JSON row per op, from the columns; the same bytes as ``json.dumps(row, separators=(",", ":"))``
+    (integers, one-letter buffer names, a list of integers and a label string written by ``json.dumps``).
+    The compiled helper writes them when it was built (one string, split here only if asked for rows)."""
+    if _native is None or t.ids is not None:
+        return op_lines_py(t)
+    block = _native.op_lines(*t.native_args(), tuple(json.dumps(x) for x in t.links))
+    if block is None:
+        return op_lines_py(t)
+    return [block] if block else []
+
+
+def op_lines_py(t: OpTable) -> list[str]:
+    """:func:`_op_lines` in pure Python, one string per op (the reference of the compiled helper)."""
+    n = len(t)
+    if n == 0:
+        return []
+    letters = ['"i"', '"o"', '"s"']
+    links = [json.dumps(x) for x in t.links]
+    sb = [letters[b] for b in t.src_buf.tolist()]
+    db = [letters[b] for b in t.dst_buf.tolist()]
+    lk = [links[c] for c in t.link.tolist()]
+    ptr = t.dep_ptr.tolist()
+    ids = list(map(str, t.dep_ids.tolist()))
+    deps = [",".join(ids[ptr[i] : ptr[i + 1]]) if ptr[i + 1] > ptr[i] else "" for i in range(n)]
+    oid = range(n) if t.ids is None else t.ids.tolist()
+    return [
+        f"[{i},{a},{b},{c},{d},{e},{f},{g},[{h}],{j},{k}]"
+        for i, a, b, c, d, e, f, g, h, j, k in zip(
+            oid,
+            t.src_rank.tolist(),
+            sb,
+            t.src_off.tolist(),
+            t.dst_rank.tolist(),
+            db,
+            t.dst_off.tolist(),
+            t.cnt.tolist(),
+            deps,
+            t.stage.tolist(),
+            lk,
+        )
+    ]
 
 
 def save_program(p: Program, path: str | Path) -> None:
@@ -181,8 +213,84 @@ def program_from_json(text: str, source: str = "<plan>") -> Program:
     raw_ops = doc.get("ops")
     if not isinstance(raw_ops, list):
         raise PlanFormatError(src, "ops", type(raw_ops).__name__, "must be a list of op rows")
+    table = _ops_fast(raw_ops, len(want_fields))
+    if table is None:  # a problem somewhere: the row-by-row reading below names it
+        table = _ops_by_row(raw_ops, want_fields, version, src)
+    meta = doc.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise PlanFormatError(src, "meta", meta, "must be a JSON object")
+    return Program(
+        name=str(doc.get("name", "")),
+        algorithm=str(doc.get("algorithm", "")),
+        nranks=n,
+        unit_bytes=unit,
+        counts=counts,
+        scratch=scratch,
+        table=table,
+        traffic=traffic,
+        meta=meta,
+        machine=machine,
+        topology=topo,
+    )
+
+
+_LETTER = {"i": 0, "o": 1, "s": 2}
+_LINK_CODE = {name: k for k, name in enumerate(LINK_CLASSES)}
+
+
+def _ops_fast(raw_ops: list[Any], width: int) -> OpTable | None:
+    """The op table of well-formed rows, checked column by column; None when any row breaks a rule (the caller
+    then reads row by row, which names the first problem exactly as before)."""
     nops = len(raw_ops)
-    ops: list[Op] = []
+    if not all(type(r) is list and len(r) == width for r in raw_ops):
+        return None
+    if nops == 0:
+        return OpTable.empty()
+    cols = list(zip(*raw_ops))
+    # an unknown letter or label, an unhashable value or an integer beyond 64 bits: the row path reports it
+    try:
+        ints: dict[int, npt.NDArray[np.int64]] = {}
+        for c in (0, 1, 3, 4, 6, 7, 9, *range(11, width)):
+            if not all(type(x) is int for x in cols[c]):
+                return None
+            ints[c] = np.array(cols[c], dtype=np.int64)
+        bufs = [np.array([_LETTER[x] for x in cols[c]], dtype=np.int64) for c in (2, 5)]
+        codes = np.array([_LINK_CODE[x] for x in cols[10]], dtype=np.uint8)
+    except (KeyError, TypeError, OverflowError):
+        return None
+    deps = cols[8]
+    if not all(type(d) is list for d in deps):
+        return None
+    flat = [x for d in deps for x in d]
+    if not all(type(x) is int for x in flat):
+        return None
+    try:
+        dep_ids = np.array(flat, dtype=np.int64)
+    except OverflowError:
+        return None
+    ndeps = np.fromiter(map(len, deps), np.int64, nops)
+    own = np.repeat(np.arange(nops, dtype=np.int64), ndeps)
+    hi = MAX_LAYOUT_CHUNKS
+    lo = {0: 0, 1: 0, 3: 0, 4: 0, 6: 0, 7: 1, 9: -hi, **{c: -1 for c in range(11, width)}}
+    if (
+        (ints[0] != np.arange(nops)).any()
+        or any(((ints[c] < lo[c]) | (np.abs(ints[c]) > hi)).any() for c in ints)
+        or ((dep_ids < 0) | (dep_ids >= nops) | (dep_ids == own)).any()
+    ):
+        return None
+    ndeps, dep_ids = normalise_deps(ndeps, dep_ids, nops)
+    rows = np.stack([ints[1], bufs[0], ints[3], ints[4], bufs[1], ints[6], ints[7], ints[9]])
+    return OpTable.from_matrix(rows, codes, ndeps, dep_ids)
+
+
+def _ops_by_row(raw_ops: list[Any], want_fields: list[str], version: int, src: str) -> OpTable:
+    """Row-by-row reading with a :class:`PlanFormatError` naming the first bad field."""
+    nops = len(raw_ops)
+    flat: list[int] = []
+    ndeps: list[int] = []
+    dep_ids: list[int] = []
+    codes: list[int] = []
+    link_code = {name: k for k, name in enumerate(LINK_CLASSES)}
     for k, row in enumerate(raw_ops):
         fld = f"ops[{k}]"
         if not isinstance(row, list) or len(row) != len(want_fields):
@@ -211,37 +319,21 @@ def program_from_json(text: str, source: str = "<plan>") -> Program:
             raise PlanFormatError(src, f"{fld}.link", row[10], f"allowed: {LINK_CLASSES}")
         if version == 1:
             _int(row[11], src, f"{fld}.channel", -1)
-        ops.append(
-            Op(
-                oid,
-                _int(row[1], src, f"{fld}.src_rank", 0),
-                int(bufs[0]),
-                _int(row[3], src, f"{fld}.src_off", 0),
-                _int(row[4], src, f"{fld}.dst_rank", 0),
-                int(bufs[1]),
-                _int(row[6], src, f"{fld}.dst_off", 0),
-                _int(row[7], src, f"{fld}.cnt", 1),
-                tuple(sorted(set(int(d) for d in deps))),
-                _int(row[9], src, f"{fld}.stage"),
-                str(row[10]),
-            )
+        flat += (
+            _int(row[1], src, f"{fld}.src_rank", 0),
+            int(bufs[0]),
+            _int(row[3], src, f"{fld}.src_off", 0),
+            _int(row[4], src, f"{fld}.dst_rank", 0),
+            int(bufs[1]),
+            _int(row[6], src, f"{fld}.dst_off", 0),
+            _int(row[7], src, f"{fld}.cnt", 1),
+            _int(row[9], src, f"{fld}.stage"),
         )
-    meta = doc.get("meta") or {}
-    if not isinstance(meta, dict):
-        raise PlanFormatError(src, "meta", meta, "must be a JSON object")
-    return Program(
-        name=str(doc.get("name", "")),
-        algorithm=str(doc.get("algorithm", "")),
-        nranks=n,
-        unit_bytes=unit,
-        counts=counts,
-        scratch=scratch,
-        ops=tuple(ops),
-        traffic=traffic,
-        meta=meta,
-        machine=machine,
-        topology=topo,
-    )
+        uniq = sorted(set(deps))
+        ndeps.append(len(uniq))
+        dep_ids += uniq
+        codes.append(link_code[row[10]])
+    return OpTable.from_rows(flat, codes, ndeps, dep_ids)
 
 
 def load_program(path: str | Path) -> Program:

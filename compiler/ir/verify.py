@@ -18,20 +18,42 @@ the invariant above); per chunk we track the last writer and the readers since t
 checked for reachability in the DAG, so a race is reported even when this particular order happens to give the
 right answer. Reachability is a backward search pruned by op id, memoised per pair
 (:class:`a2acc.ir.dag.HappensBefore`).
+
+Two implementations give identical reports: the compiled core ``a2acc._verify`` (``compiler/native/verify.c``,
+run on the Program's op columns, memory linear in ops and chunks; its docstring says why its happens-before
+answers are exact) is used when it was built, and this module's pure-Python code is the reference and the
+fallback. Structural and order problems are always worded here: the core declines such Programs and the
+reference reports them. ``engine="python"`` or the environment variable ``A2ACC_VERIFY=python`` forces the
+reference (tests compare the two).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.errors import VerificationError
+from a2acc.errors import InternalError, VerificationError
 from a2acc.ir.dag import HappensBefore, order_errors
 from a2acc.ir.program import Buf, Program
 
+try:  # pragma: no cover - depends on whether the C extension was built
+    from a2acc import _verify as _native  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    _native = None
+
 _BUF_NAME = ("input", "output", "scratch")
+ENGINE_ENV = "A2ACC_VERIFY"  # "python" forces the reference verifier
+Engine = Literal["auto", "python", "native"]
+
+
+def native_available() -> bool:
+    """Whether the compiled verifier core was built."""
+    return _native is not None
 
 
 @dataclass(frozen=True)
@@ -49,6 +71,28 @@ class VerifyReport:
 def _fmt_range(rank: int, buf: int, a: int, b: int) -> str:
     rng = f"chunk {a}" if b - a == 1 else f"chunks [{a},{b})"
     return f"rank {rank} {_BUF_NAME[buf]} {rng}"
+
+
+def _msg_uninit(oid: int, rank: int, buf: int, a: int, b: int) -> str:
+    return f"op {oid}: reads uninitialised {_fmt_range(rank, buf, a, b)} (nothing writes it before this op)"
+
+
+def _msg_raw(oid: int, w: int, rank: int, buf: int, a: int, b: int) -> str:
+    return (
+        f"race: op {oid} reads {_fmt_range(rank, buf, a, b)} written by op {w}, "
+        f"but op {w} is not ordered before op {oid} (missing dependency)"
+    )
+
+
+def _msg_waw(w: int, oid: int, rank: int, buf: int, a: int, b: int) -> str:
+    return f"race: ops {w} and {oid} both write {_fmt_range(rank, buf, a, b)} and are not ordered"
+
+
+def _msg_war(oid: int, rd: int, rank: int, buf: int, a: int, b: int) -> str:
+    return (
+        f"race: op {oid} overwrites {_fmt_range(rank, buf, a, b)} that op {rd} reads, "
+        f"but op {rd} is not ordered before op {oid}"
+    )
 
 
 def _structural(p: Program, errors: list[str]) -> None:
@@ -94,8 +138,78 @@ def _structural(p: Program, errors: list[str]) -> None:
                 errors.append(f"op {op.id}: dangling dependency {d} (must be another op id in 0..{nops - 1})")
 
 
-def verify_program(p: Program, *, max_errors: int = 200) -> VerifyReport:
-    """Verify ``p`` and return a report listing every problem (see module docstring)."""
+def verify_program(p: Program, *, max_errors: int = 200, engine: Engine = "auto") -> VerifyReport:
+    """Verify ``p`` and return a report listing every problem (see module docstring).
+
+    ``engine``: ``auto`` (the compiled core when built, unless ``A2ACC_VERIFY=python``), ``python`` (the
+    reference) or ``native`` (the compiled core; an error when it was not built)."""
+    if engine == "native" or (
+        engine == "auto" and _native is not None and os.environ.get(ENGINE_ENV, "") != "python"
+    ):
+        if _native is None:
+            raise InternalError("the compiled verifier core (a2acc._verify) was not built")
+        rep = _verify_native(p, max_errors)
+        if rep is not None:
+            return rep
+    return _verify_python(p, max_errors)
+
+
+def _verify_native(p: Program, max_errors: int) -> VerifyReport | None:
+    """The compiled core on the op columns; None when the reference must word structural/order problems."""
+    n = p.nranks
+    t = p.table
+    if p.counts.shape != (n, n) or len(p.scratch) != n or t.ids is not None or n < 1:
+        return None
+    counts = np.ascontiguousarray(p.counts, dtype=np.int64)
+    out_sizes = counts.sum(axis=0)
+    total_out = int(out_sizes.sum())
+    out_content = np.empty(total_out, np.int32)
+    out_writer = np.empty(total_out, np.int32)
+    nops, sr, sb, so, dr, db, do, cnt, _stage, _link, dep_ptr, dep_ids = t.native_args()
+    res = _native.verify(
+        n,
+        nops,
+        counts,
+        np.asarray(p.scratch, dtype=np.int64),
+        sr,
+        sb,
+        so,
+        dr,
+        db,
+        do,
+        cnt,
+        dep_ptr,
+        dep_ids,
+        max_errors,
+        out_content,
+        out_writer,
+    )
+    if res is None:
+        return None
+    raw, moved, depth, races, post_bad = res
+    errors: list[str] = []
+    for kind, x, y, rank, buf, a, b in raw:
+        if kind == 0:
+            errors.append(_msg_uninit(x, rank, buf, a, b))
+        else:
+            errors.append((_msg_raw, _msg_waw, _msg_war)[kind - 1](x, y, rank, buf, a, b))
+    if post_bad and len(errors) < max_errors:
+        in_sizes = counts.sum(axis=1)
+        in_base = np.concatenate([[0], np.cumsum(in_sizes)[:-1]]).astype(np.int64)
+        cut = np.cumsum(out_sizes)[:-1]
+        _postcondition(p, np.split(out_content, cut), np.split(out_writer, cut), in_base, errors, max_errors)
+    return VerifyReport(
+        ok=not errors,
+        errors=tuple(errors[:max_errors]),
+        ops=len(t),
+        chunks_moved=int(moved),
+        depth=int(depth),
+        stats={"races": int(races)},
+    )
+
+
+def _verify_python(p: Program, max_errors: int) -> VerifyReport:
+    """The reference: per-op symbolic execution over :class:`~a2acc.ir.program.Op` views."""
     errors: list[str] = []
     _structural(p, errors)
     if errors:
@@ -148,16 +262,10 @@ def verify_program(p: Program, *, max_errors: int = 200) -> VerifyReport:
             # read-after-write ordering and initialisation
             if (src_vals < 0).any():
                 bad = np.flatnonzero(src_vals < 0)
-                errors.append(
-                    f"op {oid}: reads uninitialised {_fmt_range(sr, sb, so + int(bad[0]), so + int(bad[-1]) + 1)}"
-                    f" (nothing writes it before this op)"
-                )
+                errors.append(_msg_uninit(oid, sr, sb, so + int(bad[0]), so + int(bad[-1]) + 1))
             for w in _ids(writer[sr][sb][so : so + c]):
                 if not hb.before(w, oid):
-                    errors.append(
-                        f"race: op {oid} reads {_fmt_range(sr, sb, so, so + c)} written by op {w}, "
-                        f"but op {w} is not ordered before op {oid} (missing dependency)"
-                    )
+                    errors.append(_msg_raw(oid, w, sr, sb, so, so + c))
                     races += 1
             rd = reader[sr][sb][so : so + c]
             if (rd >= 0).any():
@@ -169,9 +277,7 @@ def verify_program(p: Program, *, max_errors: int = 200) -> VerifyReport:
         dst_w = writer[dr][db][do : do + c]
         for w in _ids(dst_w):
             if not hb.before(w, oid):
-                errors.append(
-                    f"race: ops {w} and {oid} both write {_fmt_range(dr, db, do, do + c)} and are not ordered"
-                )
+                errors.append(_msg_waw(w, oid, dr, db, do, do + c))
                 races += 1
         prev_readers = set(_ids(reader[dr][db][do : do + c]))
         ex = extra_readers[dr][db]
@@ -183,16 +289,20 @@ def verify_program(p: Program, *, max_errors: int = 200) -> VerifyReport:
         prev_readers.discard(oid)
         for rd_op in sorted(prev_readers):
             if not hb.before(rd_op, oid):
-                errors.append(
-                    f"race: op {oid} overwrites {_fmt_range(dr, db, do, do + c)} that op {rd_op} reads, "
-                    f"but op {rd_op} is not ordered before op {oid}"
-                )
+                errors.append(_msg_war(oid, rd_op, dr, db, do, do + c))
                 races += 1
         content[dr][db][do : do + c] = src_vals
         dst_w[:] = oid
         reader[dr][db][do : do + c] = -1
     if len(errors) < max_errors:
-        _postcondition(p, content, writer, in_base, errors, max_errors)
+        _postcondition(
+            p,
+            [content[d][Buf.OUTPUT] for d in range(n)],
+            [writer[d][Buf.OUTPUT] for d in range(n)],
+            in_base,
+            errors,
+            max_errors,
+        )
     return VerifyReport(
         ok=not errors,
         errors=tuple(errors[:max_errors]),
@@ -205,8 +315,8 @@ def verify_program(p: Program, *, max_errors: int = 200) -> VerifyReport:
 
 def _postcondition(
     p: Program,
-    content: list[list[npt.NDArray[np.int64]]],
-    writer: list[list[npt.NDArray[np.int64]]],
+    out_content: Sequence[npt.NDArray[np.signedinteger]],
+    out_writer: Sequence[npt.NDArray[np.signedinteger]],
     in_base: npt.NDArray[np.int64],
     errors: list[str],
     max_errors: int,
@@ -222,7 +332,7 @@ def _postcondition(
         within = np.arange(tot) - np.repeat(np.cumsum(col) - col, col)
         in_off_d = np.array([p.input_offset(s, d) for s in range(n)], dtype=np.int64)
         expected = in_base[src_of] + in_off_d[src_of] + within
-        got = content[d][Buf.OUTPUT]
+        got = out_content[d]
         bad = np.flatnonzero(got != expected)
         if bad.size == 0:
             continue
@@ -243,7 +353,7 @@ def _postcondition(
             else:
                 # the last rank whose input starts at or before g owns it (ranks with no input share its base)
                 gs = int(np.searchsorted(in_base, g, side="right") - 1)
-                w = int(writer[d][Buf.OUTPUT][a])
+                w = int(out_writer[d][a])
                 errors.append(
                     f"postcondition: {_fmt_range(d, Buf.OUTPUT, a, b)} should hold input chunk {exp_chunk} of "
                     f"rank {s} but holds input chunk {g - in_base_list[gs]} of rank {gs} (written by op {w})"
