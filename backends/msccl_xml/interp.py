@@ -16,8 +16,27 @@ races, postcondition.
    receiver, channel); the k-th send pairs with the k-th receive and their ``cnt`` must match. No progress
    with work left is a **deadlock**, printed as a wait cycle between tbs. :func:`run` drives a
    :class:`_Machine` (state, steps by kind, worklist, final report).
-3. **Races** by vector clocks: happens-before = program order, send -> matching receive, ``hasdep`` step ->
-   released waiter. Any two accesses to a (rank, buffer, chunk), not both reads and not ordered, are a race.
+3. **Races**: happens-before = program order, send -> matching receive, ``hasdep`` step -> released waiter.
+   Any two accesses to a (rank, buffer, chunk), not both reads and not ordered, are a race. Memory is linear
+   in the schedule, not quadratic in the tb count (:meth:`_Machine.unordered`, :meth:`_Machine.ordered`):
+
+   - both accesses of a pair are always by tbs of the *same* rank (memory is per rank), so every tb keeps a
+     clock over its own rank's tbs only, advanced by program order and merged through released flags (flags
+     are per rank too). An entry is the latest event of that tb known to precede, so "clock says ordered"
+     is always true: the clock only ever holds real predecessors.
+   - what it can miss is a path through another rank (a send, ... , a receive back). For those the
+     interpreter logs every event (a global sequence number, and its cross-tb predecessors: the matching
+     send of a receive, the flags that released a wait), and searches backwards from the later access for
+     the earlier one. The search is exact (it follows every happens-before edge) and pruned soundly: an
+     event that ran before the earlier access (smaller sequence number) cannot come after it, and a tb's
+     chain below an event already searched is covered by it.
+   - messages carry the name of their sending event instead of a full vector clock, and a tb keeps only the
+     completed ``hasdep`` steps that can still release a wait (the latest, when steps are numbered in order).
+
+   Memory: per tb one rank-local clock (tbs per rank entries), per event a few integers. In a2acc's own
+   lowerings every dependency is a same-rank wait, so the search never runs; the compiled check
+   (``compiler/native/xmlinterp.c``) keeps only the rank-local clocks and leaves anything they cannot order
+   to this reference.
 4. **Postcondition** for ``alltoall`` (or an a2acc manifest's all-to-all-v layout), ``allgather`` and
    ``allreduce`` (multisets), with the in-place aliasing the executors' algorithm selection implies
    (``mscclInternalSchedulerSelectAlgo`` in ``src/misc/msccl/msccl_lifecycle.cc``). Leftover FIFO messages are
@@ -242,8 +261,9 @@ _Event: TypeAlias = tuple[object, ...]  # ("flag", pid) | ("data", conn) | ("roo
 class _Msg:
     vals: list[_Cell]
     cnt: int
-    clock: np.ndarray
     where: str
+    src: int  # the sending event: pid and time on that tb (send -> receive ordering, see _Machine.ordered)
+    src_t: int
 
 
 def run(
@@ -261,8 +281,8 @@ def run(
 
 
 class _Machine:
-    """One execution of an Algo: memory, FIFOs, vector clocks and program counters of every tb (a process,
-    ``pid``), the access history for race detection and the event-driven worklist."""
+    """One execution of an Algo: memory, FIFOs, rank-local clocks, the event log and program counters of every
+    tb (a process, ``pid``), the access history for race detection and the event-driven worklist."""
 
     def __init__(self, algo: Algo, k: int, inplace: bool, max_errors: int) -> None:
         self.algo = algo
@@ -312,7 +332,7 @@ class _Machine:
             mem[(r, "s")] = [None] * s_cap
 
     def setup_processes(self) -> None:
-        """One process per tb (in rank, tb id order) with its program counter, fused-op phase, vector clock and
+        """One process per tb (in rank, tb id order) with its program counter, fused-op phase, rank-local clock and
         completed ``hasdep`` steps; the FIFOs per connection; and per real step its folded dependencies (those
         of the nops before it plus its own, as the parser gathers them)."""
         self.tbs: list[tuple[int, Tb]] = [
@@ -323,10 +343,24 @@ class _Machine:
         self.pc = [0] * np_
         self.phase = [0] * np_  # 1: a fused receive-and-send step has received and waits to send
         self.pending_val: list[list[_Cell] | None] = [None] * np_
-        self.clock = [np.zeros(np_, dtype=np.int64) for _ in range(np_)]
-        self.flags: list[list[tuple[int, np.ndarray]]] = [
-            [] for _ in range(np_)
-        ]  # completed hasdep: (s, clock)
+        # happens-before (see _Machine.ordered): a clock over the tbs of the own rank only, the own time,
+        # the latest completed hasdep step (s, clock, time) and the event log (global sequence number and
+        # cross-tb predecessors of every executed event)
+        self.base = [0] * np_  # pid of the rank's tb 0: clock index = pid - base
+        first: dict[int, int] = {}
+        for i, (r, _t) in enumerate(self.tbs):
+            self.base[i] = first.setdefault(r, i)
+        width: dict[int, int] = {}
+        for r, _t in self.tbs:
+            width[r] = width.get(r, 0) + 1
+        self.clock = [np.zeros(width[r], dtype=np.int64) for r, _t in self.tbs]
+        self.now = [0] * np_
+        # completed hasdep steps that can still release a wait: (s, clock, time), s strictly decreasing
+        self.flags: list[list[tuple[int, np.ndarray, int]]] = [[] for _ in range(np_)]
+        self.seq = 0
+        self.ev_seq: list[list[int]] = [[] for _ in range(np_)]
+        self.ev_pred: list[list[list[tuple[int, int]] | None]] = [[] for _ in range(np_)]
+        self.pending_pred: list[list[tuple[int, int]] | None] = [None] * np_
         self.fifos: dict[_Conn, deque[_Msg]] = {}
         self.folded: list[list[list[tuple[int, int]]]] = []
         for _r, t in self.tbs:
@@ -380,19 +414,67 @@ class _Machine:
 
     # ------------------------------------------------------------------ races
     def unordered(self, pids: np.ndarray, ts: np.ndarray, pid: int) -> np.ndarray:
-        """Which of the accesses (pid, time) in ``pids``/``ts`` do not happen before ``pid``'s current time."""
+        """Which of the accesses (pid, time) in ``pids``/``ts`` (all by tbs of ``pid``'s rank: memory is per
+        rank) do not happen before ``pid``'s current event. The rank-local clock proves most orderings; the
+        rest are decided exactly by :meth:`ordered`."""
         vc = self.clock[pid]
         ok = pids >= 0
-        return ok & (pids != pid) & (vc[np.where(ok, pids, 0)] < ts)
+        base = self.base[pid]
+        bad = ok & (pids != pid) & (vc[np.where(ok, pids - base, 0)] < ts)
+        if bad.any():
+            memo: dict[tuple[int, int], bool] = {}
+            for j in np.flatnonzero(bad).tolist():
+                key = (int(pids[j]), int(ts[j]))
+                hit = memo.get(key)
+                if hit is None:
+                    hit = memo[key] = self.ordered(key[0], key[1], pid)
+                if hit:
+                    bad[j] = False
+        return bad
+
+    def ordered(self, q: int, tq: int, pid: int) -> bool:
+        """Whether event (``q``, ``tq``) happens before ``pid``'s current event: a backward search over the
+        event log (program order, send -> receive, released flag -> waiter), pruned by the global sequence
+        number (an event that ran before (``q``, ``tq``) cannot be after it) and by the highest event already
+        searched on each tb (its chain below is covered). Exact, and needed only when the rank-local clock
+        cannot prove the ordering (a path through another rank, or a race)."""
+        ev_seq, ev_pred = self.ev_seq, self.ev_pred
+        if tq <= 0 or tq > len(ev_seq[q]):
+            return False
+        bound = ev_seq[q][tq - 1]
+        high: dict[int, int] = {}
+        stack = [(pid, self.now[pid])]
+        while stack:
+            x, t = stack.pop()
+            if x == q:
+                if t >= tq:
+                    return True
+                continue
+            lo = high.get(x, 0)
+            if t <= lo:
+                continue
+            high[x] = t
+            seqs, preds = ev_seq[x], ev_pred[x]
+            for u in range(t, lo, -1):
+                if seqs[u - 1] < bound:
+                    break
+                pr = preds[u - 1]
+                if pr:
+                    for y, ty in pr:
+                        if y == q:
+                            if ty >= tq:
+                                return True
+                        elif ty > high.get(y, 0) and ev_seq[y][ty - 1] > bound:
+                            stack.append((y, ty))
+        return False
 
     def access(self, pid: int, r: int, b: str, off: int, cnt: int, write: bool, where: str) -> None:
         """Record a read or write of ``b[off..off+cnt)`` on rank ``r`` by ``pid``, reporting the first chunk
         whose previous write (for any access) or previous reads (for a write) are not ordered before it."""
         kb, base = self.loc(r, b, off)
         lo, hi = base, base + cnt
-        clock = self.clock
         wp, wt, rp, rt = self.wp[kb], self.wt[kb], self.rp[kb], self.rt[kb]
-        now = int(clock[pid][pid])
+        now = self.now[pid]
         self.where_of[(pid, now)] = where
         w_slice = wp[lo:hi]
         bad = self.unordered(w_slice, wt[lo:hi], pid) if w_slice.max() >= 0 else None
@@ -412,9 +494,10 @@ class _Machine:
             )
             ex = self.extra_r[kb]
             if ex:
+                vc, base = self.clock[pid], self.base[pid]
                 for ch in range(lo, hi):
                     for q, tq in ex.pop(ch, ()):
-                        if q != pid and clock[pid][q] < tq:
+                        if q != pid and vc[q - base] < tq and not self.ordered(q, tq, pid):
                             bad[ch - lo] = True
             if bad.any():
                 j = int(np.flatnonzero(bad)[0])
@@ -500,29 +583,46 @@ class _Machine:
     def dependencies_met(self, pid: int, r: int) -> bool:
         """The flag rule of the interpreter kernel (``COMPUTE_FLAG`` in msccl-executor-nccl's
         ``src/device/msccl_kernel.cu``): a wait on (tb b, step t) is released once b has completed some
-        ``hasdep`` step >= t. When all are released, ``pid``'s clock absorbs the releasing steps' clocks."""
-        hits: list[np.ndarray] = []
+        ``hasdep`` step >= t. When all are released, ``pid``'s clock absorbs the releasing steps' clocks, and the
+        releasing events become predecessors of ``pid``'s next event.
+
+        The releasing step is the latest completed one with ``s`` >= t; :meth:`complete` keeps only the steps
+        that can still be that (one per tb when steps are numbered in order)."""
+        hits: list[tuple[np.ndarray, int, int]] = []
         flags, pid_of = self.flags, self.pid_of
         for dtb, dstep in self.folded[pid][self.pc[pid]]:
             q = pid_of.get((r, dtb))
             if q is None:
                 continue
-            hit = next((ck for s_, ck in reversed(flags[q]) if s_ >= dstep), None)
-            if hit is None:
+            f = next((f for f in reversed(flags[q]) if f[0] >= dstep), None)
+            if f is None:
                 self.wait_on(("flag", q), pid)
                 return False
-            hits.append(hit)
-        vc = self.clock[pid]
-        for ck in hits:
-            np.maximum(vc, ck, out=vc)
+            hits.append((f[1], q, f[2]))
+        if hits:
+            vc = self.clock[pid]
+            for ck, _q, _t in hits:
+                np.maximum(vc, ck, out=vc)
+            self.pending_pred[pid] = [(q, t) for _ck, q, t in hits]
         return True
+
+    def tick(self, pid: int) -> None:
+        """Start ``pid``'s next event: advance its own clock entry and log the event (sequence number and the
+        flags absorbed since its previous event)."""
+        t = self.now[pid] + 1
+        self.now[pid] = t
+        self.clock[pid][pid - self.base[pid]] = t
+        self.seq += 1
+        self.ev_seq[pid].append(self.seq)
+        self.ev_pred[pid].append(self.pending_pred[pid])
+        self.pending_pred[pid] = None
 
     # ------------------------------------------------------------------ steps
     def execute(self, pid: int, r: int, t: Tb, st: Step) -> bool:
         """Run ``st`` (its first phase only, for a fused receive-and-send step: then False, and the step stays
         current until its send has room) after advancing ``pid``'s own clock entry."""
         where = f"gpu {r} tb {t.id} step {st.s}"
-        self.clock[pid][pid] += 1
+        self.tick(pid)
         recv_kind = st.type in RECV_TYPES
         send_kind = st.type in SEND_TYPES
         if recv_kind and self.phase[pid] == 0:
@@ -558,7 +658,8 @@ class _Machine:
         in_key = (t.recv, r, t.chan)
         msg = self.fifos[in_key].popleft()
         self.wake(("room", in_key))
-        np.maximum(self.clock[pid], msg.clock, out=self.clock[pid])
+        preds = self.ev_pred[pid]
+        preds[-1] = [*(preds[-1] or ()), (msg.src, msg.src_t)]
         if msg.cnt != st.cnt:
             self.err(f"{where}: receives cnt={st.cnt} but the matching send {msg.where} has cnt={msg.cnt}")
         vals = list(msg.vals[: st.cnt]) + [None] * max(0, st.cnt - msg.cnt)
@@ -571,15 +672,18 @@ class _Machine:
         return vals
 
     def push(self, pid: int, out_key: _Conn, vals: list[_Cell], cnt: int, where: str) -> None:
-        """Append a message (with a copy of ``pid``'s clock: send -> receive ordering) to a connection FIFO."""
-        self.fifos[out_key].append(_Msg(vals, cnt, self.clock[pid].copy(), where))
+        """Append a message (naming its sending event: send -> receive ordering) to a connection FIFO."""
+        self.fifos[out_key].append(_Msg(vals, cnt, where, pid, self.now[pid]))
         self.wake(("data", out_key))
 
     def complete(self, pid: int, st: Step) -> None:
         """Finish the current step: a ``hasdep`` step raises tb ``pid``'s flag (with its clock) and wakes its
-        waiters."""
+        waiters. Earlier flags with ``s`` <= this one's can no longer be the latest that releases a wait."""
         if st.hasdep:
-            self.flags[pid].append((st.s, self.clock[pid].copy()))
+            fl = self.flags[pid]
+            while fl and fl[-1][0] <= st.s:
+                fl.pop()
+            fl.append((st.s, self.clock[pid].copy(), self.now[pid]))
             self.wake(("flag", pid))
         self.pc[pid] += 1
         self.steps_run += 1

@@ -5,20 +5,30 @@ dependencies and nops, count splitting, executor limits) -> XML text -> :mod:`.r
 what msccl-executor-nccl and RCCL parse) -> :mod:`.interp` (an interpreter of the executors' semantics: FIFO
 pairing, deadlocks, races, the all-to-all-v postcondition of the manifest's layout).
 
+Both the lowering and the check have a compiled fast path (``a2acc._xmlinterp``, ``compiler/native/xmlinterp.c``)
+that gives the reference's exact text and its "ok" verdict for a2acc's own output, and leaves everything else
+(every refusal message, every file with an error or a note) to the pure-Python reference, which stays the
+definition (tests/backends/test_msccl_native.py checks they agree).
+
 Output: ``-o DIR`` becomes an ``MSCCL_ALGO_DIR`` holding only XML files (the executors parse every file there
 as XML), and ``DIR.manifest.json`` beside it describes the all-to-all-v packing (:mod:`a2acc.ir.layout`).
 """
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from a2acc.backends.msccl_xml.interp import PROTO_K, InterpResult, run, static_checks
 from a2acc.backends.msccl_xml.model import MAX_OFFSET, Algo
 from a2acc.backends.msccl_xml.reader import read_xml
-from a2acc.backends.msccl_xml.writer import LowerOptions, lower, to_xml
+from a2acc.backends.msccl_xml.writer import LowerOptions, lower, lower_text, to_xml
 from a2acc.backends.target import CheckReport, Lowered, default_name, size_window
 from a2acc.errors import InputError, InternalError
 from a2acc.fileio import atomic_write_text
@@ -33,6 +43,11 @@ from a2acc.ir.layout import (
 )
 from a2acc.ir.program import Program
 from a2acc.model.units import parse_size
+
+try:  # the compiled fast path of the check (compiler/native/xmlinterp.c); optional
+    from a2acc import _xmlinterp as _native  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native = None
 
 CALL = (
     "ncclAllToAll(send, recv, count, dtype) with count = buffer_chunks * chunk_bytes / (ngpus * sizeof(dtype)) "
@@ -91,8 +106,86 @@ class Options:
         return lo, hi
 
 
-def _check_algo_text(text: str, src: str, dialect: str, layout: ChunkLayout | None) -> CheckReport:
-    """Strict read + static rules + execution at K=1 and the protocol's K (+ in-place when declared)."""
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while the reference builds its per-step objects: they hold no
+    cycles, so the collections their allocation would trigger find nothing and only cost time (the reader
+    alone runs about a third faster on a 16x8 file)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+class _LazyAlgo:
+    """The :class:`Algo` of a text the compiled check accepted, read (by the strict reader) on first use: the
+    fast path never builds the per-step objects, and the compile path never looks at them."""
+
+    def __init__(self, text: str, src: str) -> None:
+        self._text = text
+        self._src = src
+        self._algo: Algo | None = None
+
+    def algo(self) -> Algo:
+        if self._algo is None:
+            algo = read_xml(self._text, self._src).algo
+            if algo is None:  # the text was checked, so this is a bug
+                raise InternalError(f"{self._src}: checked XML has no <algo>")
+            self._algo = algo
+        return self._algo
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.algo(), name)
+
+
+def _fast_check(
+    text: str, src: str, dialect: str, layout: ChunkLayout | None, model: Any
+) -> CheckReport | None:
+    """The compiled check's verdict when it can decide one (only "ok": see ``compiler/native/xmlinterp.c``),
+    else None: the caller runs the reference, which then also writes the messages."""
+    if _native is None:
+        return None
+    counts = None if layout is None else np.ascontiguousarray(layout.counts, dtype=np.int64)
+    got = _native.check(text, dialect, counts)
+    if got is None:
+        return None
+    ngpus, nchannels, c, proto, coll, tbs, steps = got
+    summary = (
+        f"{coll}, {ngpus} GPUs, proto {proto}, {nchannels} channels, C={c}, "
+        f"max {tbs} tbs/GPU, max {steps} steps/tb{', all-to-all-v manifest' if layout is not None else ''}"
+    )
+    return CheckReport(True, (), (), summary, model if model is not None else _LazyAlgo(text, src))
+
+
+def _check_algo_text(
+    text: str,
+    src: str,
+    dialect: str,
+    layout: ChunkLayout | None,
+    *,
+    native: bool = True,
+    model: Algo | None = None,
+) -> CheckReport:
+    """Strict read + static rules + execution at K=1 and the protocol's K (+ in-place when declared).
+
+    With ``native`` the compiled core is asked first; it accepts only texts the reference accepts too, and
+    anything else (every text with an error or a note) goes to the reference below. ``model``: the Algo the
+    text was written from, returned as the report's model when the compiled core accepts the text."""
+    if native:
+        fast = _fast_check(text, src, dialect, layout, model)
+        if fast is not None:
+            return fast
+    with _gc_paused():
+        return _reference_check(text, src, dialect, layout)
+
+
+def _reference_check(text: str, src: str, dialect: str, layout: ChunkLayout | None) -> CheckReport:
+    """The pure-Python check (the definition): strict reader, static rules, interpreter."""
     rr = read_xml(text, src)
     errors = list(rr.errors)
     if rr.algo is None:
@@ -155,9 +248,11 @@ def _not_interpretable(algo: Algo, errors: list[str]) -> str:
 
 
 def check_xml_text(
-    text: str, src: str, *, dialect: str = "nccl", layout: ChunkLayout | None = None
+    text: str, src: str, *, dialect: str = "nccl", layout: ChunkLayout | None = None, native: bool = True
 ) -> CheckReport:
-    return _check_algo_text(text, src, dialect, layout)
+    """Check an XML text; ``native=False`` runs only the pure-Python reference (the compiled fast path, when
+    built, gives the same verdict: tests/backends/test_msccl_native.py)."""
+    return _check_algo_text(text, src, dialect, layout, native=native)
 
 
 class MscclXmlTarget:
@@ -185,21 +280,33 @@ class MscclXmlTarget:
         if name is None:
             name = default_name(program)
         xml_name = f"{opts.priority:02d}-{name}-{opts.dialect}.xml"
-        algo = lower(
-            program,
-            LowerOptions(
-                name=name,
-                dialect=opts.dialect,
-                proto=choose_proto(buffer_bytes) if opts.proto == "auto" else opts.proto,
-                instances=opts.instances,
-                tb_layout=opts.tb_layout,
-                min_bytes=lo,
-                max_bytes=hi,
-            ),
+        lopts = LowerOptions(
+            name=name,
+            dialect=opts.dialect,
+            proto=choose_proto(buffer_bytes) if opts.proto == "auto" else opts.proto,
+            instances=opts.instances,
+            tb_layout=opts.tb_layout,
+            min_bytes=lo,
+            max_bytes=hi,
         )
-        if algo.nchunksperloop != c:
-            raise InternalError(f"MSCCL lowering used C={algo.nchunksperloop}, the layout needs {c}")
-        text = to_xml(algo)
+        # the compiled lowering gives the reference's exact text without its per-step objects (the model is
+        # then read back from the text on first use); the reference runs when it is absent or undecided
+        fast = lower_text(program, lopts)
+        model: Any
+        if fast is not None:
+            text = fast.text
+            model = _LazyAlgo(text, xml_name)
+            nch, tbs, steps = fast.nchannels, fast.max_tbs, fast.max_steps
+        else:
+            with _gc_paused():
+                algo = lower(program, lopts)
+            if algo.nchunksperloop != c:
+                raise InternalError(f"MSCCL lowering used C={algo.nchunksperloop}, the layout needs {c}")
+            text = to_xml(algo)
+            model = algo
+            nch = algo.nchannels
+            tbs = max(len(g.tbs) for g in algo.gpus)
+            steps = max((len(t.steps) for g in algo.gpus for t in g.tbs), default=0)
         man = manifest_for(
             program.counts,
             program.unit_bytes,
@@ -211,23 +318,23 @@ class MscclXmlTarget:
             call=CALL,
             options={"dialect": opts.dialect},
         )
-        tbs = max(len(g.tbs) for g in algo.gpus)
-        steps = max((len(t.steps) for g in algo.gpus for t in g.tbs), default=0)
         summary = (
-            f"{algo.ngpus} GPUs, C={algo.nchunksperloop}, proto {algo.proto}, {algo.nchannels} channels, "
-            f"max {tbs} tbs/GPU, max {steps} steps/tb, minBytes={algo.min_bytes} maxBytes={algo.max_bytes}"
+            f"{program.nranks} GPUs, C={c}, proto {lopts.proto}, {nch} channels, "
+            f"max {tbs} tbs/GPU, max {steps} steps/tb, minBytes={lo} maxBytes={hi}"
         )
         usage = (
             "MSCCL_ALGO_DIR={output} NCCL_MSCCL_ENABLE=1 (msccl-executor-nccl), or RCCL_MSCCL_ENABLE=1 "
             "RCCL_MSCCL_FORCE_ENABLE=1 (RCCL), set before the first communicator is created; with the JIT also "
             "A2ACC_EXECUTOR=msccl"
         )
-        return Lowered(self.name, {xml_name: text}, man, summary, algo, opts, usage)
+        return Lowered(self.name, {xml_name: text}, man, summary, model, opts, usage)
 
     def check(self, lowered: Lowered) -> CheckReport:
         opts: Options = lowered.options if isinstance(lowered.options, Options) else Options()
         ((xml_name, text),) = lowered.files.items()
-        return _check_algo_text(text, xml_name, opts.dialect, lowered.manifest.chunk_layout)
+        return _check_algo_text(
+            text, xml_name, opts.dialect, lowered.manifest.chunk_layout, model=lowered.model
+        )
 
     def emit(
         self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None, force: bool = False
@@ -304,5 +411,7 @@ TARGET = MscclXmlTarget()
 
 
 def algo_of(lowered: Lowered) -> Algo:
-    a: Algo = lowered.model
+    """The lowered :class:`Algo` (read back from the text when the compiled lowering wrote it)."""
+    m = lowered.model
+    a: Algo = m.algo() if isinstance(m, _LazyAlgo) else m
     return a

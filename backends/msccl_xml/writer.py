@@ -30,6 +30,10 @@ they share):
    written out before the steps they guard.
 8. **Text** (:func:`to_xml`): exactly what the hand-written parser accepts: no declaration, one start tag per
    line, double quotes, every attribute on every element, steps 0..n-1.
+
+:func:`lower_text` runs the same passes compiled (``compiler/native/xmlinterp.c``, when built) and writes the
+text directly, without the per-step objects: byte-identical output and the same refusals (codes and values
+formatted by :func:`_refusal`); this module stays the reference it is tested against.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TypeAlias
+
+import numpy as np
 
 from a2acc.backends.msccl_xml.model import (
     MAX_CHANNELS_NCCL,
@@ -55,6 +61,11 @@ from a2acc.backends.msccl_xml.model import (
 from a2acc.errors import LoweringError
 from a2acc.ir.dag import levels
 from a2acc.ir.program import Buf, Program
+
+try:  # the compiled lowering (compiler/native/xmlinterp.c); optional, this module is the reference
+    from a2acc import _xmlinterp as _native  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native = None
 
 TB_LAYOUTS = ("auto", "split", "combined")
 
@@ -130,6 +141,7 @@ _NO_TARGETS: dict[_Key, _Piece] = {}
 _NO_DEPS: list[tuple[int, int]] = []
 
 _BUF = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
+_LETTER = tuple(_BUF[Buf(k)] for k in range(3))  # by buffer code, without an enum call per op
 
 
 def lower(prog: Program, opts: LowerOptions) -> Algo:
@@ -151,6 +163,72 @@ def lower(prog: Program, opts: LowerOptions) -> Algo:
             last = exc
     assert last is not None
     raise last
+
+
+@dataclass(frozen=True)
+class LoweredText:
+    """What :func:`lower_text` returns: the XML text and the figures a summary needs."""
+
+    text: str
+    nchannels: int
+    max_tbs: int
+    max_steps: int
+
+
+def lower_text(prog: Program, opts: LowerOptions) -> LoweredText | None:
+    """``to_xml(lower(prog, opts))`` from the compiled lowering, without building the :class:`Algo` (the text
+    is byte-identical: tests/backends/test_msccl_native.py); raises the LoweringError :func:`lower` raises
+    for a plan past an executor limit. None when the core is not built or cannot decide (options :func:`lower`
+    rejects, int16 offsets, op ids not 0..n-1): the caller then runs :func:`lower`. The passes and their order
+    are those of :func:`lower`."""
+    if _native is None:
+        return None
+    if opts.dialect not in ("nccl", "rccl") or opts.tb_layout not in TB_LAYOUTS:
+        return None
+    if not 1 <= opts.max_cnt <= MAX_COUNT or opts.instances < 1:
+        return None
+    cols = _op_columns(prog)
+    if cols is None:
+        return None
+    got = _native.lower(
+        prog.nranks,
+        prog.layout.buffer_chunks,
+        np.ascontiguousarray(np.asarray(prog.scratch, dtype=np.int64).reshape(-1)),
+        *cols,
+        TB_LAYOUTS.index(opts.tb_layout),
+        opts.dialect == "rccl",
+        opts.instances,
+        opts.max_cnt,
+        opts.max_channels,
+        opts.name,
+        opts.proto,
+        opts.min_bytes,
+        opts.max_bytes,
+    )
+    if got is None:
+        return None
+    if got[0] == 0:  # refused: the code and values of the first limit exceeded (the last layout tried)
+        _z, code, a, b, c, d, combined = got
+        raise _refusal(opts, "combined" if combined else "split", code, a, b, c, d)
+    text, nch, tbs, steps = got
+    return LoweredText(text, nch, tbs, steps)
+
+
+def _op_columns(prog: Program) -> list[np.ndarray] | None:
+    """The op columns the compiled lowering reads (src rank/buf/off, dst rank/buf/off, cnt, dependency CSR),
+    from the Program's op table when it has one, else from its ops; None when op ids are not 0..n-1."""
+    table = getattr(prog, "table", None)
+    names = ("src_rank", "src_buf", "src_off", "dst_rank", "dst_buf", "dst_off", "cnt", "dep_ptr", "dep_ids")
+    if table is not None and getattr(table, "ids", None) is None and all(hasattr(table, a) for a in names):
+        return [np.ascontiguousarray(getattr(table, a), dtype=np.int64) for a in names]
+    ops = prog.ops
+    if any(op.id != i for i, op in enumerate(ops)):
+        return None
+    fields = [[getattr(op, a) for op in ops] for a in names[:7]]
+    ptr = np.zeros(len(ops) + 1, dtype=np.int64)
+    np.cumsum([len(op.deps) for op in ops], out=ptr[1:])
+    ids = [d for op in ops for d in op.deps]
+    return [np.asarray(f, dtype=np.int64) for f in fields] + [ptr, np.asarray(ids, dtype=np.int64)]
 
 
 def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
@@ -175,10 +253,49 @@ def _check_nodes(algo: Algo) -> None:
     for g in algo.gpus:
         nodes = 1 + len(algo.gpus) + len(g.tbs) + sum(len(t.steps) for t in g.tbs)
         if nodes > MAX_NODES:
-            raise LoweringError(
-                f"rank {g.id} needs {nodes} XML nodes (thread blocks and steps); the executor's parser holds at "
-                f"most {MAX_NODES} (limit): a coarser layout (a larger --max-padding) would fit"
+            raise _refusal(LowerOptions(), "", 6, g.id, nodes)
+
+
+def _refusal(
+    opts: LowerOptions, layout: str, code: int, a: int, b: int = 0, c: int = 0, d: int = 0
+) -> LoweringError:
+    """The error for an executor limit a placement exceeds, by code (shared by :func:`lower` and the compiled
+    lowering, which reports the same code and values): 1 channels of connection ``a``->``b``; 2 RCCL's tbs
+    (rank ``a`` needs ``b``); 3 steps (rank ``a`` tb ``b`` has ``c``); 4 dependency-target tb id ``a``; 5 tbs
+    per channel (rank ``a`` channel ``b``: ``c`` tbs, receive role when ``d``); 6 XML nodes (rank ``a`` needs
+    ``b``)."""
+    if code == 1:
+        return LoweringError(
+            f"connection {a}->{b} needs more than {opts.max_channels} channels to stay within "
+            f"{MAX_STEPS} steps per thread block; fewer stages or a coarser layout would fit "
+            f"(a larger --max-padding)"
+        )
+    if code == 2:
+        tips = [
+            t
+            for t, given in (
+                ("--opt tb_layout=combined", layout == "combined"),
+                ("--opt instances=1", opts.instances == 1),
             )
+            if not given
+        ]
+        return LoweringError(
+            f"rank {a} needs {b} thread blocks; RCCL allows {MAX_TBS_RCCL}. Fewer peers per "
+            f"rank or fewer channels would fit: try {', '.join([*tips, 'a coarser layout'])}"
+        )
+    if code == 3:
+        return LoweringError(f"rank {a} tb {b}: {c} steps > {MAX_STEPS}")
+    if code == 4:
+        return LoweringError(f"dependency target tb id {a} > {MAX_DEP_TB} (int8 in the executor)")
+    if code == 5:
+        role = "recv" if d else "send"
+        return LoweringError(
+            f"rank {a} channel {b}: {c} tbs with a {role} peer; the executor allows {MAX_TBS_PER_CHANNEL}"
+        )
+    return LoweringError(
+        f"rank {a} needs {b} XML nodes (thread blocks and steps); the executor's parser holds at "
+        f"most {MAX_NODES} (limit): a coarser layout (a larger --max-padding) would fit"
+    )
 
 
 def _check_offsets(prog: Program) -> None:
@@ -218,9 +335,10 @@ class _Lowering:
         self.tb_cost: dict[_Key, int] = defaultdict(int)  # steps so far, nops included
         self.first_use: dict[_Key, int] = {}
         self.last_tb_of: dict[tuple[int, int], _Key] = {}  # (op, rank) -> tb of the op's last piece there
-        # (op, tb) pairs placed so far: the first piece of an op on a tb carries the op's dependencies there
-        # (an op whose pieces spill onto another tb needs its waits on that tb too)
-        self.placed: set[tuple[int, _Key]] = set()
+        # tbs the op being placed has a piece on: its first piece on a tb carries the op's dependencies there
+        # (an op whose pieces spill onto another tb needs its waits on that tb too); ops are placed one at a
+        # time, so the set is per op
+        self.placed: set[_Key] = set()
         self.per_rank: dict[int, list[_Key]] = defaultdict(list)  # tbs of a rank in id order
         self.ids: dict[_Key, int] = {}
         self.n_steps: dict[_Key, int] = {}  # steps per tb, nops included
@@ -267,45 +385,55 @@ class _Lowering:
         ``max_cnt`` chunks; the first step of the op on every tb it lands on carries the op's dependencies (a part
         that spills onto another channel's tb waits there too). A local copy is one
         part on a copy-only tb."""
+        ops, max_cnt, instances = self.prog.ops, self.opts.max_cnt, self.opts.instances
         for oid in order:
-            op = self.prog.ops[oid]
+            op = ops[oid]
             local = op.src_rank == op.dst_rank
-            parts = _split_counts(op.cnt, 1 if local else min(self.opts.instances, op.cnt))
+            nparts = 1 if local else min(instances, op.cnt)
+            parts = [op.cnt] if nparts == 1 else _split_counts(op.cnt, nparts)
+            sb, db = _LETTER[op.src_buf], _LETTER[op.dst_buf]
+            self.placed = set()
+            deps_s = self.dep_tbs(op.src_rank, op.deps)
+            deps_d = deps_s if local else self.dep_tbs(op.dst_rank, op.deps)
             off = 0
             for inst, part in enumerate(parts):
-                for cnt in _split_counts(part, -(-part // self.opts.max_cnt)):
-                    src = (_BUF[Buf(op.src_buf)], op.src_off + off)
-                    dst = (_BUF[Buf(op.dst_buf)], op.dst_off + off)
+                for cnt in [part] if part <= max_cnt else _split_counts(part, -(-part // max_cnt)):
+                    src = (sb, op.src_off + off)
+                    dst = (db, op.dst_off + off)
                     if local:
-                        self.place_copy(oid, src, dst, cnt)
+                        self.place_copy(oid, op.src_rank, deps_s, src, dst, cnt)
                     else:
-                        self.place_transfer(oid, inst, src, dst, cnt)
+                        self.place_transfer(
+                            oid, op.src_rank, op.dst_rank, deps_s, deps_d, inst, src, dst, cnt
+                        )
                     off += cnt
 
-    def dep_tbs(self, rank: int, oid: int) -> set[_Key]:
-        """The tbs on ``rank`` that hold the last piece of one of op ``oid``'s dependencies (placed earlier)."""
+    def dep_tbs(self, rank: int, deps: tuple[int, ...]) -> set[_Key]:
+        """The tbs on ``rank`` that hold the last piece of one of the dependencies ``deps`` (placed earlier)."""
         out = set()
-        for d in self.prog.ops[oid].deps:
-            key = self.last_tb_of.get((d, rank))
+        last = self.last_tb_of
+        for d in deps:
+            key = last.get((d, rank))
             if key is not None:
                 out.add(key)
         return out
 
     def add_piece(self, key: _Key, piece: _Piece, nops: int) -> None:
         """Append ``piece`` to tb ``key``, counting the ``nops`` it will need for extra dependencies."""
-        self.touch(key)
+        if key not in self.first_use:
+            self.first_use[key] = len(self.first_use)
         self.tb_steps[key].append(piece)
         self.tb_cost[key] += 1 + nops
-        self.placed.add((piece.op, key))
+        self.placed.add(key)
 
-    def place_copy(self, oid: int, src: tuple[str, int], dst: tuple[str, int], cnt: int) -> None:
+    def place_copy(
+        self, oid: int, r: int, deps: set[_Key], src: tuple[str, int], dst: tuple[str, int], cnt: int
+    ) -> None:
         """A local copy goes to the first copy-only tb of its rank that still has room for it and its nops."""
-        r = self.prog.ops[oid].src_rank
-        deps = self.dep_tbs(r, oid)
         j = 0
         while True:
             key = (r, "c", -1, 0, j)
-            here = (oid, key) not in self.placed
+            here = key not in self.placed
             nops = _nops(deps, key) if here else 0
             if self.tb_cost[key] + 1 + nops <= MAX_STEPS:
                 break
@@ -314,31 +442,33 @@ class _Lowering:
         self.last_tb_of[(oid, r)] = key
 
     def place_transfer(
-        self, oid: int, inst: int, src: tuple[str, int], dst: tuple[str, int], cnt: int
+        self,
+        oid: int,
+        s_: int,
+        d_: int,
+        deps_s: set[_Key],
+        deps_d: set[_Key],
+        inst: int,
+        src: tuple[str, int],
+        dst: tuple[str, int],
+        cnt: int,
     ) -> None:
         """A send/receive pair goes to the connection's tbs on the first channel (of its group and instance)
         where neither side would pass 64 steps; spilling past ``max_channels`` raises."""
-        op = self.prog.ops[oid]
-        s_, d_ = op.src_rank, op.dst_rank
-        deps_s = self.dep_tbs(s_, oid)
-        deps_d = self.dep_tbs(d_, oid)
         spill = 0
         ch = self.channel(s_, d_, inst, spill)
+        placed, cost = self.placed, self.tb_cost
         while True:
             ks, kr = self.conn_tbs(s_, d_, ch)
-            first_s, first_r = (oid, ks) not in self.placed, (oid, kr) not in self.placed
+            first_s, first_r = ks not in placed, kr not in placed
             ns = _nops(deps_s, ks) if first_s else 0
             nr = _nops(deps_d, kr) if first_r else 0
-            if self.tb_cost[ks] + 1 + ns <= MAX_STEPS and self.tb_cost[kr] + 1 + nr <= MAX_STEPS:
+            if cost[ks] + 1 + ns <= MAX_STEPS and cost[kr] + 1 + nr <= MAX_STEPS:
                 break
             spill += 1
             ch = self.channel(s_, d_, inst, spill)
             if ch >= self.opts.max_channels:
-                raise LoweringError(
-                    f"connection {s_}->{d_} needs more than {self.opts.max_channels} channels to stay within "
-                    f"{MAX_STEPS} steps per thread block; fewer stages or a coarser layout would fit "
-                    f"(a larger --max-padding)"
-                )
+                raise _refusal(self.opts, self.layout, 1, s_, d_)
         lvl = self.level[oid]
         self.add_piece(ks, _Piece(oid, lvl, "s", d_, src, dst, cnt, first_s), ns)
         self.add_piece(kr, _Piece(oid, lvl, "r", s_, src, dst, cnt, first_r), nr)
@@ -369,36 +499,51 @@ class _Lowering:
         A step holds one ``depid``/``deps`` pair; the executor's parser folds the waits of preceding ``nop``
         steps into the next real step (msccl-executor-nccl's ``src/misc/msccl/msccl_parser.cc``), so a piece
         with k target tbs is preceded by k-1 nops and its index is shifted by them."""
-        pieces_on: dict[int, dict[int, list[tuple[_Key, _Piece]]]] = defaultdict(dict)  # op -> rank -> pieces
+        # (op, rank) -> tb -> the op's latest piece on that tb (tbs in the order the loop below meets them;
+        # pieces are met in position order, so the last one written is the latest)
+        last_on: dict[tuple[int, int], dict[_Key, _Piece]] = {}
         for key, pieces in self.tb_steps.items():
+            r = key[0]
             for i, p in enumerate(pieces):
                 p.pos = i
-                pieces_on[p.op].setdefault(key[0], []).append((key, p))
+                on = last_on.get((p.op, r))
+                if on is None:
+                    last_on[(p.op, r)] = {key: p}
+                else:
+                    on[key] = p
+        ops = self.prog.ops
         for key, pieces in self.tb_steps.items():
             idx = 0
             for p in pieces:
-                if p.first:
-                    p.targets = self.latest_targets(key, p, pieces_on)
+                if p.first and ops[p.op].deps:
+                    p.targets = self.latest_targets(key, ops[p.op].deps, last_on)
                 p.index = idx + max(0, len(p.targets) - 1)
                 idx = p.index + 1
             self.n_steps[key] = idx
+        ids = self.ids
         for pieces in self.tb_steps.values():
             for p in pieces:
                 if p.targets:
-                    p.deps = sorted((self.ids[tkey], tp.index) for tkey, tp in p.targets.items())
+                    p.deps = sorted((ids[tkey], tp.index) for tkey, tp in p.targets.items())
                     for tp in p.targets.values():
                         tp.is_target = True
 
     def latest_targets(
-        self, key: _Key, p: _Piece, pieces_on: dict[int, dict[int, list[tuple[_Key, _Piece]]]]
+        self, key: _Key, deps: tuple[int, ...], last_on: dict[tuple[int, int], dict[_Key, _Piece]]
     ) -> dict[_Key, _Piece]:
-        """Per other tb of ``p``'s rank, the latest piece there of one of ``p``'s op's dependencies (waits on
-        ``p``'s own tb are implied by program order)."""
-        targets: dict[_Key, _Piece] = {}
-        for d in self.prog.ops[p.op].deps:
-            for tkey, tp in pieces_on.get(d, {}).get(key[0], []):
+        """Per other tb of ``key``'s rank, the latest piece there of one of the dependencies ``deps`` (waits on
+        the piece's own tb are implied by program order)."""
+        targets: dict[_Key, _Piece] = _NO_TARGETS
+        r = key[0]
+        for d in deps:
+            on = last_on.get((d, r))
+            if not on:
+                continue
+            for tkey, tp in on.items():
                 if tkey == key:
                     continue
+                if targets is _NO_TARGETS:
+                    targets = {}
                 prev = targets.get(tkey)
                 if prev is None or tp.pos > prev.pos:
                     targets[tkey] = tp
@@ -413,28 +558,15 @@ class _Lowering:
         if self.opts.dialect == "rccl":
             for r, keys in self.per_rank.items():
                 if len(keys) > MAX_TBS_RCCL:
-                    tips = [
-                        t
-                        for t, given in (
-                            ("--opt tb_layout=combined", self.layout == "combined"),
-                            ("--opt instances=1", self.opts.instances == 1),
-                        )
-                        if not given
-                    ]
-                    raise LoweringError(
-                        f"rank {r} needs {len(keys)} thread blocks; RCCL allows {MAX_TBS_RCCL}. Fewer peers per "
-                        f"rank or fewer channels would fit: try {', '.join([*tips, 'a coarser layout'])}"
-                    )
+                    raise _refusal(self.opts, self.layout, 2, r, len(keys))
         for key, count in self.n_steps.items():
             if count > MAX_STEPS:
-                raise LoweringError(f"rank {key[0]} tb {self.ids[key]}: {count} steps > {MAX_STEPS}")
+                raise _refusal(self.opts, self.layout, 3, key[0], self.ids[key], count)
         for pieces in self.tb_steps.values():
             for p in pieces:
                 for tkey in p.targets:
                     if self.ids[tkey] > MAX_DEP_TB:
-                        raise LoweringError(
-                            f"dependency target tb id {self.ids[tkey]} > {MAX_DEP_TB} (int8 in the executor)"
-                        )
+                        raise _refusal(self.opts, self.layout, 4, self.ids[tkey])
         per_chan: dict[tuple[int, int, str], int] = defaultdict(int)
         for r in range(self.prog.nranks):
             for _r, role, _peer, chan, _j in self.per_rank.get(r, []):
@@ -444,9 +576,7 @@ class _Lowering:
                     per_chan[(r, chan, "recv")] += 1
         for (r, ch, role), cnt in per_chan.items():
             if cnt > MAX_TBS_PER_CHANNEL:
-                raise LoweringError(
-                    f"rank {r} channel {ch}: {cnt} tbs with a {role} peer; the executor allows {MAX_TBS_PER_CHANNEL}"
-                )
+                raise _refusal(self.opts, self.layout, 5, r, ch, cnt, role == "recv")
 
     # ------------------------------------------------------------------ pass 7: the Algo model
     def build_algo(self) -> Algo:
@@ -490,7 +620,7 @@ class _Lowering:
 
 def _nops(dep_tbs: set[_Key], key: _Key) -> int:
     """Nops a piece on tb ``key`` needs: one per dependency tb beyond the first, its own tb excluded."""
-    return max(0, len(dep_tbs - {key}) - 1)
+    return max(0, len(dep_tbs) - (key in dep_tbs) - 1)
 
 
 def _split_counts(total: int, parts: int) -> list[int]:
