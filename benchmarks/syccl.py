@@ -14,7 +14,7 @@ Reported per row:
 - ``algbw``: bytes / N / simulated time (GB/s), for syccl, ``fast`` and the lower bound (``bound``:
   :func:`a2acc.lower_bounds`, line rate);
 - ``sim/bound``: simulated time over the bound under the topology's own simulator model (which charges NIC
-  goodput below line rate: the presets' IB model gives at most 0.914 of it) and under the ideal model
+  goodput below line rate and per-message and per-stage costs: docs/simulator.md) and under the ideal model
   (line rate, no per-message costs), for syccl and fast.
 
 Simulation here is :func:`a2acc.analysis.simulate.simulate` (the event-driven reference).
