@@ -175,17 +175,7 @@ class ProgramBuilder:
             return np.zeros(0, np.int64)
         self._flush()
         rows = np.stack([a.reshape(-1) for a in (srk, sbf, sof, drk, dbf, dof, cn, stg)])
-        if link is not None:
-            codes = np.full(k, self._code_of(link), np.uint8)
-        else:
-            s_r, d_r = rows[0], rows[3]
-            if self.machine is None:
-                codes = np.where(s_r == d_r, 0, 4).astype(np.uint8)
-            elif self._direct:
-                codes = np.where(s_r == d_r, 0, 3).astype(np.uint8)
-            else:
-                node = np.asarray(self.machine.node, dtype=np.int64)
-                codes = np.where(s_r == d_r, 0, np.where(node[s_r] == node[d_r], 1, 2)).astype(np.uint8)
+        codes = self._link_codes(rows[0], rows[3], link)
         if deps is None:
             ndeps = np.zeros(k, np.int64)
             ids = np.zeros(0, np.int64)
@@ -195,6 +185,44 @@ class ProgramBuilder:
         first = self._n
         self._n += k
         return np.arange(first, first + k, dtype=np.int64)
+
+    def add_rows(
+        self, rows: npt.NDArray[np.int64], ndeps: npt.NDArray[np.int64], dep_ids: npt.NDArray[np.int64]
+    ) -> int:
+        """Append ``k`` ops given as a ``k x 8`` int64 array (fields ``src_rank, src_buf, src_off, dst_rank,
+        dst_buf, dst_off, cnt, stage``) whose dependency lists (``ndeps[t]`` consecutive entries of
+        ``dep_ids`` for op ``t``) are already sorted and de-duplicated; returns the first op's id.
+
+        For compiled planner cores, which emit ops in exactly this form: unlike :meth:`add_many` it neither
+        broadcasts nor re-normalises the dependencies (only their total is checked), so its cost is one
+        transpose. Link classes come from the machine map."""
+        mat = np.asarray(rows, dtype=np.int64).reshape(-1, 8)
+        k = mat.shape[0]
+        nd = np.ascontiguousarray(ndeps, dtype=np.int64)
+        ids = np.ascontiguousarray(dep_ids, dtype=np.int64)
+        if nd.shape != (k,) or int(nd.sum()) != ids.shape[0]:
+            raise InternalError(f"add_rows: {k} ops, {nd.shape[0]} dependency counts, {ids.shape[0]} ids")
+        first = self._n
+        if k == 0:
+            return first
+        self._flush()
+        cols = np.ascontiguousarray(mat.T)
+        self._blocks.append((cols, self._link_codes(cols[0], cols[3], None), nd, ids))
+        self._n += k
+        return first
+
+    def _link_codes(
+        self, s_r: npt.NDArray[np.int64], d_r: npt.NDArray[np.int64], link: str | None
+    ) -> npt.NDArray[np.uint8]:
+        """Link codes of ops from ``s_r`` to ``d_r`` (all ``link`` when given, else the machine map's class)."""
+        if link is not None:
+            return np.full(s_r.shape[0], self._code_of(link), np.uint8)
+        if self.machine is None:
+            return np.where(s_r == d_r, 0, 4).astype(np.uint8)
+        if self._direct:
+            return np.where(s_r == d_r, 0, 3).astype(np.uint8)
+        node = np.asarray(self.machine.node, dtype=np.int64)
+        return np.where(s_r == d_r, 0, np.where(node[s_r] == node[d_r], 1, 2)).astype(np.uint8)
 
     def _flush(self) -> None:
         """Move the ops added one by one into a numpy block (keeps op order across add/add_many)."""

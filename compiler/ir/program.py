@@ -269,9 +269,14 @@ def normalise_deps(
         raise InternalError(f"{int(ndeps.sum())} dependencies announced, {ids.shape[0]} given")
     if ids.shape[0] == 0:
         return np.ascontiguousarray(ndeps), ids
+    # already sorted and unique per op (the usual case: planners emit them so) when ids rise everywhere except
+    # where one op's list ends and the next begins; tested without materialising per-entry op numbers
+    rising = ids[1:] > ids[:-1]
+    ends = np.cumsum(ndeps)
+    rising[ends[(ends > 0) & (ends < ids.shape[0])] - 1] = True
+    if bool(rising.all()):
+        return np.ascontiguousarray(ndeps), np.ascontiguousarray(ids)
     seg = np.repeat(np.arange(k, dtype=np.int64), ndeps)
-    if bool(((ids[1:] > ids[:-1]) | (seg[1:] != seg[:-1])).all()):
-        return np.ascontiguousarray(ndeps), np.ascontiguousarray(ids)  # already sorted and unique per op
     order = np.lexsort((ids, seg))
     seg, ids = seg[order], ids[order]
     keep = np.ones(ids.shape[0], bool)

@@ -163,8 +163,50 @@ def _verify_native(p: Program, max_errors: int) -> VerifyReport | None:
     counts = np.ascontiguousarray(p.counts, dtype=np.int64)
     out_sizes = counts.sum(axis=0)
     total_out = int(out_sizes.sum())
-    out_content = np.empty(total_out, np.int32)
-    out_writer = np.empty(total_out, np.int32)
+    spare = _take_out_buffers(total_out)
+    try:
+        return _verify_native_with(
+            p, max_errors, counts, out_sizes, spare[0][:total_out], spare[1][:total_out]
+        )
+    finally:
+        _give_out_buffers(spare)
+
+
+#: output-state buffers (symbolic content, last writer per output chunk) of up to this many chunks are kept for
+#: the next verification: fresh pages for them cost more than the compiled core's work on small plans
+_SPARE_MAX_CHUNKS = 1 << 21
+_spare: list[tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]] = []
+
+
+def _take_out_buffers(total: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Two int32 arrays of at least ``total`` entries: the kept pair when large enough (taken out of the free
+    list, so a concurrent or nested verification allocates its own), else new ones."""
+    try:
+        pair = _spare.pop()
+    except IndexError:
+        pair = None
+    if pair is None or pair[0].shape[0] < total:
+        pair = (np.empty(max(total, 1), np.int32), np.empty(max(total, 1), np.int32))
+    return pair
+
+
+def _give_out_buffers(pair: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]) -> None:
+    """Keep ``pair`` for the next verification (one pair at most, small ones only)."""
+    if pair[0].shape[0] <= _SPARE_MAX_CHUNKS and not _spare:
+        _spare.append(pair)
+
+
+def _verify_native_with(
+    p: Program,
+    max_errors: int,
+    counts: npt.NDArray[np.int64],
+    out_sizes: npt.NDArray[np.int64],
+    out_content: npt.NDArray[np.int32],
+    out_writer: npt.NDArray[np.int32],
+) -> VerifyReport | None:
+    """:func:`_verify_native` with its output-state buffers (``out_sizes.sum()`` entries each)."""
+    n = p.nranks
+    t = p.table
     nops, sr, sb, so, dr, db, do, cnt, _stage, _link, dep_ptr, dep_ids = t.native_args()
     res = _native.verify(
         n,

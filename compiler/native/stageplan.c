@@ -338,9 +338,418 @@ static PyObject *plan_counts(const i64 *C, int N, int m, int method, int balance
     return res;
 }
 
+/* ------------------------------------------------------------------ FAST Program emission
+ * Two entry points that emit the ops of a2acc/planners/fast.py exactly as its pure-Python reference does
+ * (same op order, scratch offsets and dependency lists); tests/planners/test_fast_native.py compares the two.
+ * An op list is returned as (rows, ndeps, dep_ids): bytes of K*8 int64 (src_rank, src_buf, src_off, dst_rank,
+ * dst_buf, dst_off, cnt, stage), K int64 dependency counts and the concatenated, per-op sorted unique ids.
+ *
+ * fast_prepare(counts, in_off, out_off, N, m, balanced, base)
+ *   intra-server ops, then the balancing ops of every (A, B) tile; base = id of the first op.
+ *   returns (ops, scratch, moved_chunks, pieces, queue_ptr, biggest, own, whole)
+ *   scratch: N int64 (chunks used per rank); pieces: P*8 int64 rows (src, dst, off, cnt, rank, buf, at, dep) of
+ *   every GPU's bundle in send order, queue q = (A*n + B)*m + i owning pieces[queue_ptr[q]:queue_ptr[q+1]];
+ *   biggest: n*n int64, the largest bundle of each server pair (equals the stage plan's server matrix);
+ *   own/whole: n*n*m int64 per queue, chunks of the GPU's own input and all chunks.
+ * fast_steps(pieces, queue_ptr, out_off, N, m, perms, caps, group_ptr, groups, base, scratch)
+ *   the network steps (perms/caps: S*n int64 each; GPU r's NIC group is groups[group_ptr[r]:group_ptr[r+1]]).
+ *   returns (ops, scratch, real_steps, leftover_pieces)
+ */
+typedef struct { i64 src, dst, off, cnt, rank, buf, at, dep; } piece_t;
+typedef struct { i64 *v; size_t n, cap; } vec_t;
+typedef struct { piece_t *v; size_t n, cap; } pvec_t;
+
+static int vec_reserve(vec_t *a, size_t extra) {
+    if (a->n + extra <= a->cap) return 0;
+    size_t cap = a->cap ? a->cap : 64;
+    while (cap < a->n + extra) cap *= 2;
+    i64 *v = realloc(a->v, cap * sizeof(i64));
+    if (!v) return -1;
+    a->v = v;
+    a->cap = cap;
+    return 0;
+}
+
+static int vec_push(vec_t *a, i64 x) {
+    if (vec_reserve(a, 1)) return -1;
+    a->v[a->n++] = x;
+    return 0;
+}
+
+static inline int pvec_push(pvec_t *a, piece_t p) {
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 16;
+        piece_t *v = realloc(a->v, cap * sizeof(piece_t));
+        if (!v) return -1;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = p;
+    return 0;
+}
+
+/* the emitted ops: 8 fields per op, per-op dependency counts, concatenated (sorted, unique) dependency ids */
+typedef struct { vec_t ops, ndeps, deps; i64 next; } emit_t;
+
+static inline int emit_op(emit_t *e, i64 sr, i64 sb, i64 so, i64 dr, i64 db, i64 dof, i64 cnt, i64 stage,
+                   const i64 *deps, size_t nd) {
+    if (vec_reserve(&e->ops, 8) || vec_push(&e->ndeps, (i64)nd) || vec_reserve(&e->deps, nd)) return -1;
+    i64 *o = e->ops.v + e->ops.n;
+    o[0] = sr; o[1] = sb; o[2] = so; o[3] = dr; o[4] = db; o[5] = dof; o[6] = cnt; o[7] = stage;
+    e->ops.n += 8;
+    for (size_t k = 0; k < nd; k++) e->deps.v[e->deps.n + k] = deps[k];
+    e->deps.n += nd;
+    e->next++;
+    return 0;
+}
+
+/* a buffer for "y#" (a NULL pointer would give None instead of empty bytes) */
+static const char *nz(const void *p) { return p ? (const char *)p : ""; }
+
+static PyObject *emit_result(emit_t *e) {
+    return Py_BuildValue("(y#y#y#)", nz(e->ops.v), (Py_ssize_t)(e->ops.n * sizeof(i64)), nz(e->ndeps.v),
+                         (Py_ssize_t)(e->ndeps.n * sizeof(i64)), nz(e->deps.v), (Py_ssize_t)(e->deps.n * sizeof(i64)));
+}
+
+static void emit_free(emit_t *e) { free(e->ops.v); free(e->ndeps.v); free(e->deps.v); }
+
+/* bundle order (fast._order_bundle): own input first, data for other GPUs first, then dst, src, off */
+static inline int bundle_before(const piece_t *p, const piece_t *q, i64 aligned) {
+    int a = p->dep >= 0, b = q->dep >= 0;
+    if (a != b) return a < b;
+    a = p->dst == aligned; b = q->dst == aligned;
+    if (a != b) return a < b;
+    if (p->dst != q->dst) return p->dst < q->dst;
+    if (p->src != q->src) return p->src < q->src;
+    return p->off < q->off;
+}
+
+/* stable insertion sort (Python's sorted() is stable; bundles are short) */
+static void sort_bundle(piece_t *v, size_t k, i64 aligned) {
+    for (size_t x = 1; x < k; x++) {
+        piece_t p = v[x];
+        size_t y = x;
+        while (y > 0 && bundle_before(&p, &v[y - 1], aligned)) { v[y] = v[y - 1]; y--; }
+        v[y] = p;
+    }
+}
+
+static void row_remove(pvec_t *row, size_t k) {
+    memmove(row->v + k, row->v + k + 1, (row->n - k - 1) * sizeof(piece_t));
+    row->n--;
+}
+
+/* fast._balance_tile's take(): up to want chunks from row i (pieces to pred first, or, with pred < 0, data
+   for other GPUs first and then the aligned GPU's); the pieces of a surplus row have distinct destinations */
+static int take(pvec_t *row, i64 aligned, i64 pred, i64 want, pvec_t *out, i64 *cand) {
+    size_t nc = 0;
+    out->n = 0;
+    for (size_t k = 0; k < row->n; k++)
+        if ((pred < 0 && row->v[k].dst != aligned) || row->v[k].dst == pred) cand[nc++] = row->v[k].dst;
+    if (pred < 0)
+        for (size_t k = 0; k < row->n; k++)
+            if (row->v[k].dst == aligned) cand[nc++] = row->v[k].dst;
+    for (size_t c = 0; c < nc; c++) {
+        if (want == 0) break;
+        size_t k = 0;
+        while (k < row->n && row->v[k].dst != cand[c]) k++;
+        if (k == row->n) return -2;
+        piece_t p = row->v[k];
+        if (p.cnt > want) {
+            piece_t head = p;
+            head.cnt = want;
+            row->v[k].off += want;
+            row->v[k].at += want;
+            row->v[k].cnt -= want;
+            p = head;
+        } else {
+            row_remove(row, k);
+        }
+        if (pvec_push(out, p)) return -1;
+        want -= p.cnt;
+    }
+    return 0;
+}
+
+static PyObject *fast_prepare(PyObject *self, PyObject *args) {
+    Py_buffer bc, bi, bo, bb;
+    int N, m;
+    long long base;
+    if (!PyArg_ParseTuple(args, "y*y*y*iiy*L", &bc, &bi, &bo, &N, &m, &bb, &base)) return NULL;
+    PyObject *res = NULL;
+    int n = m >= 1 ? N / m : 0;
+    if (m < 1 || N % m != 0 || bc.len != (Py_ssize_t)N * N * 8 || bi.len != bc.len || bo.len != bc.len ||
+        bb.len != (Py_ssize_t)n * n) {
+        PyErr_SetString(PyExc_ValueError, "fast_prepare: bad arguments");
+        PyBuffer_Release(&bc); PyBuffer_Release(&bi); PyBuffer_Release(&bo); PyBuffer_Release(&bb);
+        return NULL;
+    }
+    const i64 *C = bc.buf, *IN = bi.buf, *OUT = bo.buf;
+    const unsigned char *BAL = bb.buf;
+    emit_t e = {{0}, {0}, {0}, base};
+    i64 *scratch = calloc((size_t)N, sizeof(i64));
+    i64 *big = calloc((size_t)n * n + 1, sizeof(i64));
+    i64 *own = calloc((size_t)n * n * m + 1, sizeof(i64)), *whole = calloc((size_t)n * n * m + 1, sizeof(i64));
+    pvec_t *rows = calloc((size_t)m, sizeof(pvec_t));
+    pvec_t got = {0}, all = {0};
+    vec_t qptr = {0};
+    i64 *load = malloc(sizeof(i64) * m), *share = malloc(sizeof(i64) * m), *cand = malloc(sizeof(i64) * (2 * m));
+    int *order = malloc(sizeof(int) * m);
+    i64 moved = 0;
+    int err = !scratch || !big || !own || !whole || !rows || !load || !share || !cand || !order;
+    /* intra-server part and self copies: no dependencies, stage 0 */
+    for (int a = 0; a < n && !err; a++)
+        for (int i = 0; i < m && !err; i++)
+            for (int j = 0; j < m && !err; j++) {
+                size_t s = (size_t)a * m + i, d = (size_t)a * m + j;
+                i64 c = C[s * N + d];
+                if (c) err = emit_op(&e, (i64)s, 0, IN[s * N + d], (i64)d, 1, OUT[d * N + s], c, 0, NULL, 0) != 0;
+            }
+    err = err || vec_push(&qptr, 0) != 0;
+    for (int a = 0; a < n && !err; a++)
+        for (int b = 0; b < n && !err; b++) {
+            i64 total = 0;
+            for (int i = 0; i < m && !err; i++) {
+                size_t s = (size_t)a * m + i;
+                rows[i].n = 0;
+                load[i] = 0;
+                for (int j = 0; j < m && !err && a != b; j++) {
+                    size_t d = (size_t)b * m + j;
+                    i64 c = C[s * N + d];
+                    if (c) {
+                        piece_t p = {(i64)s, (i64)d, 0, c, (i64)s, 0, IN[s * N + d], -1};
+                        err = pvec_push(&rows[i], p) != 0;
+                        load[i] += c;
+                    }
+                }
+                total += load[i];
+            }
+            if (!err && total > 0 && BAL[(size_t)a * n + b]) {
+                /* tile_shares: equal shares, the remainders to the most loaded GPUs (order by -load, index) */
+                i64 q = total / m, extra = total % m;
+                for (int k = 0; k < m; k++) { order[k] = k; share[k] = q; }
+                for (int x = 1; x < m; x++) {
+                    int v = order[x], y = x - 1;
+                    while (y >= 0 && load[order[y]] < load[v]) { order[y + 1] = order[y]; y--; }
+                    order[y + 1] = v;
+                }
+                for (i64 k = 0; k < extra; k++) share[order[k]] += 1;
+                /* _balance_tile: deficit GPUs j (load < share) in index order, each filled from the surplus GPUs
+                   i (load > share) in index order; pass 0 takes data destined to GPU j of B, pass 1 any data.
+                   load[] tracks the moves, so a filled deficit or drained surplus drops out (need 0 in Python) */
+                for (int pass = 0; pass < 2 && !err; pass++)
+                    for (int j = 0; j < m && !err; j++) {
+                        if (load[j] >= share[j]) continue;
+                        for (int i = 0; i < m && !err; i++) {
+                            if (load[i] <= share[i]) continue;
+                            i64 dj = share[j] - load[j], si = load[i] - share[i];
+                            i64 need = dj < si ? dj : si;
+                            if (need <= 0) continue;
+                            i64 pred = pass == 0 ? (i64)b * m + j : -1;
+                            if (take(&rows[i], (i64)b * m + i, pred, need, &got, cand)) { err = 1; break; }
+                            for (size_t g = 0; g < got.n && !err; g++) {
+                                piece_t p = got.v[g];
+                                i64 dst_rank = (i64)a * m + j, off = scratch[dst_rank], oid = e.next;
+                                scratch[dst_rank] += p.cnt;
+                                err = emit_op(&e, p.rank, p.buf, p.at, dst_rank, 2, off, p.cnt, 0, &p.dep,
+                                              p.dep >= 0 ? 1 : 0) != 0;
+                                piece_t moved_piece = {p.src, p.dst, p.off, p.cnt, dst_rank, 2, off, oid};
+                                err = err || pvec_push(&rows[j], moved_piece) != 0;
+                                load[j] += p.cnt;
+                                load[i] -= p.cnt;
+                                moved += p.cnt;
+                            }
+                        }
+                    }
+            }
+            for (int i = 0; i < m && !err; i++) {
+                i64 sum = 0;
+                for (size_t k = 0; k < rows[i].n; k++) sum += rows[i].v[k].cnt;
+                if (sum > big[(size_t)a * n + b]) big[(size_t)a * n + b] = sum;
+                sort_bundle(rows[i].v, rows[i].n, (i64)b * m + i);
+                size_t q = ((size_t)a * n + b) * m + i;
+                for (size_t k = 0; k < rows[i].n && !err; k++) {
+                    whole[q] += rows[i].v[k].cnt;
+                    if (rows[i].v[k].dep < 0) own[q] += rows[i].v[k].cnt;
+                    err = pvec_push(&all, rows[i].v[k]) != 0;
+                }
+                err = err || vec_push(&qptr, (i64)all.n) != 0;
+            }
+        }
+    if (err) {
+        PyErr_SetString(PyExc_MemoryError, "fast_prepare: out of memory or inconsistent tile");
+    } else {
+        PyObject *ops = emit_result(&e);
+        if (ops)
+            res = Py_BuildValue("(Ny#Ly#y#y#y#y#)", ops, (const char *)scratch, (Py_ssize_t)(N * sizeof(i64)), moved,
+                                nz(all.v), (Py_ssize_t)(all.n * sizeof(piece_t)), nz(qptr.v),
+                                (Py_ssize_t)(qptr.n * sizeof(i64)), nz(big), (Py_ssize_t)((size_t)n * n * sizeof(i64)),
+                                nz(own), (Py_ssize_t)((size_t)n * n * m * sizeof(i64)), nz(whole),
+                                (Py_ssize_t)((size_t)n * n * m * sizeof(i64)));
+    }
+    emit_free(&e);
+    for (int i = 0; rows && i < m; i++) free(rows[i].v);
+    free(rows); free(got.v); free(all.v); free(qptr.v); free(scratch); free(big); free(own); free(whole); free(load); free(share);
+    free(cand); free(order);
+    PyBuffer_Release(&bc); PyBuffer_Release(&bi); PyBuffer_Release(&bo); PyBuffer_Release(&bb);
+    return res;
+}
+
+/* acc = acc | v for strictly increasing lists (every op-id list here is: ops are appended in id order); tmp is
+   scratch space, swapped with acc */
+static int merge_into(vec_t *acc, vec_t *tmp, const i64 *v, size_t k) {
+    if (k == 0) return 0;
+    if (vec_reserve(tmp, acc->n + k)) return -1;
+    size_t x = 0, y = 0, w = 0;
+    const i64 *a = acc->v;
+    while (x < acc->n && y < k) {
+        if (a[x] < v[y]) tmp->v[w++] = a[x++];
+        else if (v[y] < a[x]) tmp->v[w++] = v[y++];
+        else { tmp->v[w++] = a[x++]; y++; }
+    }
+    while (x < acc->n) tmp->v[w++] = a[x++];
+    while (y < k) tmp->v[w++] = v[y++];
+    tmp->n = w;
+    vec_t t = *acc; *acc = *tmp; *tmp = t;
+    return 0;
+}
+
+static PyObject *fast_steps(PyObject *self, PyObject *args) {
+    Py_buffer bp, bq, bo, bperm, bcap, bgp, bg, bs;
+    int N, m;
+    long long base;
+    if (!PyArg_ParseTuple(args, "y*y*y*iiy*y*y*y*Ly*", &bp, &bq, &bo, &N, &m, &bperm, &bcap, &bgp, &bg, &base, &bs))
+        return NULL;
+    PyObject *res = NULL;
+    int n = m >= 1 ? N / m : 0;
+    size_t Q = (size_t)n * n * m, S = n ? (size_t)bperm.len / (8 * (size_t)n) : 0;
+    const i64 *qp = bq.buf, *OUT = bo.buf, *perms = bperm.buf, *caps = bcap.buf, *gp = bgp.buf, *grp = bg.buf;
+    int ok = m >= 1 && N % m == 0 && bp.len % sizeof(piece_t) == 0 && bq.len == (Py_ssize_t)((Q + 1) * 8) &&
+             bo.len == (Py_ssize_t)N * N * 8 && bcap.len == bperm.len && (n == 0 || bperm.len % (8 * n) == 0) &&
+             bgp.len == (Py_ssize_t)(N + 1) * 8 && bs.len == (Py_ssize_t)N * 8;
+    if (ok) ok = qp[Q] * (Py_ssize_t)sizeof(piece_t) == bp.len && gp[N] * 8 == bg.len;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "fast_steps: bad arguments");
+        PyBuffer_Release(&bp); PyBuffer_Release(&bq); PyBuffer_Release(&bo); PyBuffer_Release(&bperm);
+        PyBuffer_Release(&bcap); PyBuffer_Release(&bgp); PyBuffer_Release(&bg); PyBuffer_Release(&bs);
+        return NULL;
+    }
+    emit_t e = {{0}, {0}, {0}, base};
+    size_t npieces = (size_t)(bp.len / sizeof(piece_t));
+    piece_t *pc = malloc(sizeof(piece_t) * (npieces + 1));
+    i64 *head = malloc(sizeof(i64) * (Q + 1));
+    i64 *scratch = malloc(sizeof(i64) * ((size_t)N + 1));
+    vec_t *last_send = calloc((size_t)N, sizeof(vec_t)), *last_recv = calloc((size_t)N, sizeof(vec_t));
+    vec_t *sent = calloc((size_t)N, sizeof(vec_t)), *recvd = calloc((size_t)N, sizeof(vec_t));
+    vec_t wait = {0}, tmp = {0}, deps = {0};
+    i64 real = 0, left = 0;
+    int err = !pc || !head || !scratch || !last_send || !last_recv || !sent || !recvd;
+    /* room for the usual output (a transfer and a forward per piece, a few dependencies each): no regrowth */
+    err = err || vec_reserve(&e.ops, 16 * npieces + 64) || vec_reserve(&e.ndeps, 2 * npieces + 8) ||
+          vec_reserve(&e.deps, 16 * npieces + 64);
+    if (!err) {
+        memcpy(pc, bp.buf, (size_t)bp.len);
+        for (size_t q = 0; q < Q; q++) head[q] = qp[q];
+        memcpy(scratch, bs.buf, (size_t)N * sizeof(i64));
+    }
+    for (size_t st = 0; st < S && !err; st++) {
+        i64 stage_no = (i64)st + 1;
+        int any = 0;
+        for (int r = 0; r < N; r++) { sent[r].n = 0; recvd[r].n = 0; }
+        for (int a = 0; a < n && !err; a++) {
+            i64 bb = perms[st * n + a];
+            if (bb == a) continue;
+            if (bb < 0 || bb >= n) { err = 2; break; }
+            for (int i = 0; i < m && !err; i++) {
+                size_t q = ((size_t)a * n + (size_t)bb) * m + i;
+                i64 cap = caps[st * n + a];
+                i64 s_rank = (i64)a * m + i, d_rank = bb * m + i;
+                if (cap <= 0 || head[q] >= qp[q + 1]) continue;
+                /* what every transfer of this queue waits for: the NIC group's previous sends and receives */
+                wait.n = 0;
+                for (i64 g = gp[s_rank]; g < gp[s_rank + 1] && !err; g++)
+                    err = merge_into(&wait, &tmp, last_send[grp[g]].v, last_send[grp[g]].n) != 0;
+                for (i64 g = gp[d_rank]; g < gp[d_rank + 1] && !err; g++)
+                    err = merge_into(&wait, &tmp, last_recv[grp[g]].v, last_recv[grp[g]].n) != 0;
+                if (err) break;
+                while (cap > 0 && head[q] < qp[q + 1] && !err) {
+                    piece_t p = pc[head[q]];
+                    if (p.cnt > cap) {
+                        pc[head[q]].off += cap;
+                        pc[head[q]].at += cap;
+                        pc[head[q]].cnt -= cap;
+                        p.cnt = cap;
+                    } else {
+                        head[q]++;
+                    }
+                    cap -= p.cnt;
+                    const i64 *dv = wait.v;
+                    size_t nd = wait.n;
+                    if (p.dep >= 0) {
+                        deps.n = 0;
+                        err = vec_reserve(&deps, wait.n + 1) != 0;
+                        if (err) break;
+                        size_t x = 0;
+                        while (x < wait.n && wait.v[x] < p.dep) deps.v[deps.n++] = wait.v[x++];
+                        if (x == wait.n || wait.v[x] != p.dep) deps.v[deps.n++] = p.dep;
+                        while (x < wait.n) deps.v[deps.n++] = wait.v[x++];
+                        dv = deps.v;
+                        nd = deps.n;
+                    }
+                    i64 out_at = OUT[(size_t)p.dst * N + (size_t)p.src] + p.off;
+                    i64 oid = e.next;
+                    if (p.dst == d_rank) {
+                        err = emit_op(&e, p.rank, p.buf, p.at, d_rank, 1, out_at, p.cnt, stage_no, dv, nd) != 0;
+                    } else {
+                        i64 land = scratch[d_rank];
+                        scratch[d_rank] += p.cnt;
+                        err = emit_op(&e, p.rank, p.buf, p.at, d_rank, 2, land, p.cnt, stage_no, dv, nd) != 0;
+                        err = err || emit_op(&e, d_rank, 2, land, p.dst, 1, out_at, p.cnt, stage_no, &oid, 1) != 0;
+                    }
+                    err = err || vec_push(&sent[s_rank], oid) != 0 || vec_push(&recvd[d_rank], oid) != 0;
+                    any = 1;
+                }
+            }
+        }
+        if (err) break;
+        real += any;
+        for (int r = 0; r < N && !err; r++) {
+            if (sent[r].n) {
+                vec_t t = last_send[r]; last_send[r] = sent[r]; sent[r] = t;
+            }
+            if (recvd[r].n) {
+                vec_t t = last_recv[r]; last_recv[r] = recvd[r]; recvd[r] = t;
+            }
+        }
+    }
+    for (size_t q = 0; q < Q && !err; q++) left += qp[q + 1] - head[q];
+    if (err) {
+        PyErr_SetString(err == 2 ? PyExc_ValueError : PyExc_MemoryError,
+                        err == 2 ? "fast_steps: permutation entry out of range" : "fast_steps: out of memory");
+    } else {
+        PyObject *ops = emit_result(&e);
+        if (ops)
+            res = Py_BuildValue("(Ny#LL)", ops, (const char *)scratch, (Py_ssize_t)(N * sizeof(i64)), real, left);
+    }
+    emit_free(&e);
+    for (int r = 0; r < N; r++) {
+        if (last_send) free(last_send[r].v);
+        if (last_recv) free(last_recv[r].v);
+        if (sent) free(sent[r].v);
+        if (recvd) free(recvd[r].v);
+    }
+    free(last_send); free(last_recv); free(sent); free(recvd); free(wait.v); free(tmp.v); free(deps.v);
+    free(pc); free(head); free(scratch);
+    PyBuffer_Release(&bp); PyBuffer_Release(&bq); PyBuffer_Release(&bo); PyBuffer_Release(&bperm);
+    PyBuffer_Release(&bcap); PyBuffer_Release(&bgp); PyBuffer_Release(&bg); PyBuffer_Release(&bs);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"stage_plan", stage_plan, METH_VARARGS, "FAST stage plan: server matrix, balancing flags, Birkhoff stages."},
     {"stage_plan_bytes", stage_plan_bytes, METH_VARARGS, "stage_plan from a byte matrix (quantised inside)."},
+    {"fast_prepare", fast_prepare, METH_VARARGS, "FAST ops: intra-server part, balancing; the bundles to send."},
+    {"fast_steps", fast_steps, METH_VARARGS, "FAST ops: network steps and pipelined redistribution."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -180,13 +180,21 @@ static void ids_clear(idset_t *t, Py_ssize_t nops) {
     t->ids.n = 0;
 }
 
-/* add x >= 0 unless present (runs of one value, the usual case, cost one compare) */
-static inline int ids_add(idset_t *t, i32 x) {
-    if (x == t->prev) return 0;
+static int ids_add_new(idset_t *t, i32 x) {
     t->prev = x;
     if (x < 0 || t->seen[x] == t->ep) return 0;
     t->seen[x] = t->ep;
     return il_push(&t->ids, x);
+}
+
+/* add x >= 0 unless present (runs of one value, the usual case, cost one compare: forced inline, it runs
+   for every chunk moved) */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int ids_add(idset_t *t, i32 x) {
+    if (x == t->prev) return 0;
+    return ids_add_new(t, x);
 }
 
 static void ids_sort(idset_t *t) {
@@ -258,6 +266,33 @@ static int get_col(PyObject *obj, Py_buffer *view, Py_ssize_t want, const char *
         return -1;
     }
     return 0;
+}
+
+/* The per-chunk state is the verifier's largest allocation; fresh pages for it cost more than the symbolic
+   execution itself on small plans (page faults, zeroing by the kernel). A block of up to CHUNK_CACHE_MAX int32 is
+   kept for the next call; bigger ones, and a call re-entered while the block is in use (the GIL is held
+   throughout, but error reporting can run Python code), use malloc/free as before. */
+#define CHUNK_CACHE_MAX ((size_t)1 << 22)
+static i32 *chunk_cache;
+static size_t chunk_cache_n;
+static int chunk_cache_busy;
+
+static i32 *chunk_state_get(size_t n) {
+    if (n > CHUNK_CACHE_MAX || chunk_cache_busy) return (i32 *)malloc(n * sizeof(i32));
+    if (n > chunk_cache_n) {
+        free(chunk_cache);
+        chunk_cache_n = 0;
+        chunk_cache = (i32 *)malloc(n * sizeof(i32));
+        if (!chunk_cache) return NULL;
+        chunk_cache_n = n;
+    }
+    chunk_cache_busy = 1;
+    return chunk_cache;
+}
+
+static void chunk_state_put(i32 *p) {
+    if (p && p == chunk_cache) chunk_cache_busy = 0;
+    else free(p);
 }
 
 #define NCOL 11
@@ -357,9 +392,12 @@ static PyObject *py_verify(PyObject *self, PyObject *args) {
         s.rs.seen = (i32 *)calloc((size_t)nn, sizeof(i32));
         s.out_c = (i32 *)v[11].buf;
         s.out_w = (i32 *)v[12].buf;
-        s.scr_c = (i32 *)malloc((size_t)(tot_scr ? tot_scr : 1) * sizeof(i32));
-        s.scr_w = (i32 *)malloc((size_t)(tot_scr ? tot_scr : 1) * sizeof(i32));
-        s.rd = (i32 *)malloc((size_t)(tot ? tot : 1) * sizeof(i32));
+        /* content and writer of every scratch chunk, reader of every chunk: one block, reused across calls
+           when small (see chunk_state_get) */
+        i32 *block = chunk_state_get((size_t)(2 * tot_scr + tot + 1));
+        s.scr_c = block;
+        s.scr_w = block ? block + tot_scr : NULL;
+        s.rd = block ? block + 2 * tot_scr : NULL;
         s.nchunks = tot;
         s.errors = PyList_New(0);
         if (!s.hb.depth || !s.hb.dmark || !s.hb.visit || !s.hb.stack || !s.ws.seen || !s.rs.seen || !s.scr_c || !s.scr_w || !s.rd ||
@@ -490,7 +528,8 @@ done:
         if (v[k].obj) PyBuffer_Release(&v[k]);
     free(cap_in); free(cap_out); free(in_base); free(obase); free(sbase); free(colacc);
     free(s.hb.depth); free(s.hb.dmark); free(s.hb.visit); free(s.hb.stack); free(s.hb.post); free(s.hb.low);
-    free(s.scr_c); free(s.scr_w); free(s.rd); free(s.ex); free(s.pool_op); free(s.pool_next);
+    chunk_state_put(s.scr_c);
+    free(s.ex); free(s.pool_op); free(s.pool_next);
     free(s.ws.seen); free(s.rs.seen); free(s.ws.ids.v); free(s.rs.ids.v);
     Py_XDECREF(s.errors);
     return result;

@@ -32,6 +32,12 @@ stages FAST's own Kuhn method would need (``meta["birkhoff_stages_kuhn"]``), nex
 (FAST's order, every stage its own step).
 ``meta["stages"]`` counts the network steps run, ``meta["birkhoff_stages"]`` the decomposition's stages.
 
+The ops are emitted by the compiled core ``a2acc._stageplan`` (``fast_prepare``: intra-server part, balancing
+and bundles; ``fast_steps``: the network steps) when it was built, in one columnar block; the pure-Python
+:func:`_prepare_py` and :func:`_steps_py` are the reference (``plan(req, native=False)``) and build
+byte-identical Programs (``tests/planners/test_fast_native.py``). Per op the Python path costs microseconds,
+the compiled one tens of nanoseconds, which is what keeps ``a2acc plan`` at 64 x 8 GPUs well under a second.
+
 Works for every intra fabric (the simulator routes scale-up ops over switch, mesh, ring or cube-mesh), any
 non-negative matrix, one server (no stages), zero rows and servers with no cross traffic. On a direct-connect
 topology each node is a one-GPU "server": balancing vanishes and the stages are GPU-level BvN stages.
@@ -52,6 +58,14 @@ from a2acc.model.topology import Topology
 from a2acc.planners import PlanRequest
 from a2acc.planners.birkhoff import Stage, decompose, stage_bound
 from a2acc.planners.stageplan import stage_plan, tile_shares
+
+try:  # pragma: no cover - depends on whether the C extension was built (and is this version)
+    from a2acc import _stageplan as _native_emit  # type: ignore[attr-defined]
+
+    if not hasattr(_native_emit, "fast_steps"):
+        _native_emit = None
+except ImportError:  # pragma: no cover
+    _native_emit = None
 
 
 @dataclass
@@ -110,7 +124,9 @@ SPLIT_LATENCIES = 4.0
 MAX_TAIL_SPLITS = 3
 
 
-def plan(req: PlanRequest) -> Program:
+def plan(req: PlanRequest, *, native: bool | None = None) -> Program:
+    """Build FAST's Program. ``native=None`` emits the ops with the compiled core when it was built (the
+    ``a2acc._stageplan`` extension), ``False`` with the pure-Python reference; both give identical Programs."""
     opts: Options = req.options if isinstance(req.options, Options) else Options()
     topo = req.topology
     counts = req.counts
@@ -118,15 +134,173 @@ def plan(req: PlanRequest) -> Program:
     m = topo.gpus_per_server
     n = topo.servers
     method: str = opts.birkhoff
-    balance: str = opts.balance
     summary = topo.summary()
     alpha_intra = (topo.intra.latency * 1e-6) if topo.intra is not None else 0.0
     b = ProgramBuilder(f"fast-{n}x{m}", "fast", counts, req.unit_bytes, req.traffic, topology=req.topology)
+    # ---- 1. stage plan (compiled core when built): balancing decisions, server matrix, Birkhoff stages
+    sp = stage_plan(
+        counts, m, method, opts.balance, req.unit_bytes, summary.b_inter, summary.b_intra_link, alpha_intra
+    )
+    server = sp.server
+    dec = sp.decomposition if n > 1 else None
+    stages = list(dec.stages) if dec is not None else []
+    # GPUs sharing a NIC step together: otherwise one with many small pieces takes the NIC's fair share from
+    # a sibling with one large piece, runs ahead into its next steps and keeps starving it
+    nic_group = [[r] for r in range(n_ranks)]
+    if topo.inter is not None and topo.inter.nics_per_server < m:
+        nic_group = [
+            [x for x in range(r - r % m, r - r % m + m) if topo.nic_of(x) == topo.nic_of(r)]
+            for r in range(n_ranks)
+        ]
+    # direct-connect graphs redistribute nothing and route steps over several hops: FAST's order stays
+    # (measured on a 4x4 torus: the tail order moved time / bound by -6 % to +5 %, noise around 7x)
+    tail = opts.order == "tail" and topo.direct is None
+    use_native = _native_emit is not None if native is None else native and _native_emit is not None
+    if use_native:
+        # intra-server part, balancing ops and bundles in C; own/whole (see below) from the bundles' pieces
+        prep = _prepare_native(b, counts, sp.balanced, n, m)
+        moved_chunks = prep.moved
+        own, whole = (prep.own, prep.whole) if tail else (None, None)
+    else:
+        moved_chunks, bundles = _prepare_py(b, counts, sp.balanced, n, m)
+        own, whole = _own_whole_py(bundles, n, m) if tail else (None, None)
+    if not np.array_equal(prep.biggest if use_native else _biggest_py(bundles, n, m), server):
+        raise InternalError("fast: stage plan and balancing disagree")  # pragma: no cover
+    # ---- 2. Birkhoff stages of the server matrix -> network steps (order, folding, tail split)
+    alpha_inter, r_redist = _step_costs(topo)
+    t_chunk = req.unit_bytes / (summary.b_inter * 1e9) if summary.b_inter > 0 else 0.0
+    steps: list[Step] = []
+    if tail:
+        # own: per (sender server, receiver server, GPU) chunks of the GPU's own input in its bundle (usable
+        # at once); whole: the whole bundle. The first step should not wait for data balanced in from peers
+        steps = order_steps(stages, server, t_chunk, alpha_inter, r_redist, own, whole)
+    else:  # FAST's order (Theorem 2)
+        steps = [Step(st.perm, (st.weight,) * n) for st in sorted(stages, key=lambda st: st.weight)]
+    # ---- 3. stage transfers + pipelined redistribution
+    if use_native:
+        real_stages, leftovers = _steps_native(b, prep, steps, nic_group, n, m)
+    else:
+        real_stages, leftovers = _steps_py(b, bundles, steps, nic_group, n, m)
+    if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
+        raise InternalError(f"fast: {leftovers} pieces were not scheduled")
+    kuhn_stages = None
+    if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
+        kuhn_stages = len(stages) if method == "kuhn" else len(decompose(server, "kuhn").stages)
+    weights = [max(st.caps) for st in steps]
+    b.meta.update(
+        {
+            "stages": real_stages,
+            "birkhoff_method": method,
+            "birkhoff_stages": len(stages),
+            "birkhoff_stages_kuhn": kuhn_stages,
+            "stage_bound": stage_bound(n),
+            "stage_weights": weights,
+            "server_line_sum": dec.line_sum if dec is not None else 0,
+            "balanced_tiles": int(sp.balanced.sum()),
+            "balance_moved_chunks": moved_chunks,
+            "server_matrix": server.tolist(),
+        }
+    )
+    return b.build()
+
+
+# ---------------------------------------------------------------------------------------------- compiled path
+_I64 = npt.NDArray[np.int64]
+
+
+@dataclass
+class _Prepared:
+    """The compiled core's first half: its ops (intra-server part, balancing), scratch used, the bundles
+    (pieces in send order, one queue per (sender server, receiver server, GPU)), the largest bundle per
+    server pair and the chunks balancing moved."""
+
+    ops: tuple[bytes, bytes, bytes]  # rows of the 8 op fields, dependency counts, dependency ids (int64)
+    scratch: bytes
+    pieces: bytes  # rows of (src, dst, off, cnt, rank, buf, at, dep), int64
+    queue_ptr: bytes  # queue q = (A*n + B)*m + i owns pieces[queue_ptr[q]:queue_ptr[q+1]]
+    biggest: _I64
+    moved: int
+    out_off: _I64
+    own: _I64  # per (sender server, receiver server, GPU): chunks of the bundle that are the GPU's own input
+    whole: _I64  # and all chunks of the bundle
+
+    @property
+    def nops(self) -> int:
+        return len(self.ops[1]) // 8
+
+
+def _prepare_native(
+    b: ProgramBuilder, counts: _I64, balanced: npt.NDArray[np.bool_], n: int, m: int
+) -> _Prepared:
+    """Intra-server ops, balancing ops and bundles, in C (:func:`_prepare_py` is the reference); the ops are
+    added to ``b`` by :func:`_steps_native`, together with the steps' ops."""
+    assert _native_emit is not None
+    c = np.ascontiguousarray(counts, dtype=np.int64)
+    in_off = np.ascontiguousarray(b.in_off, dtype=np.int64)
+    out_off = np.ascontiguousarray(b.out_off, dtype=np.int64)
+    bal = np.ascontiguousarray(balanced, dtype=np.uint8)
+    ops, scratch, moved, pieces, qptr, big, own, whole = _native_emit.fast_prepare(
+        c, in_off, out_off, c.shape[0], m, bal, len(b)
+    )
+    return _Prepared(
+        ops,
+        scratch,
+        pieces,
+        qptr,
+        np.frombuffer(big, np.int64).reshape(n, n),
+        int(moved),
+        out_off,
+        np.frombuffer(own, np.int64).reshape(n, n, m),
+        np.frombuffer(whole, np.int64).reshape(n, n, m),
+    )
+
+
+def _steps_native(
+    b: ProgramBuilder, prep: _Prepared, steps: list[Step], nic_group: list[list[int]], n: int, m: int
+) -> tuple[int, int]:
+    """The network steps in C (:func:`_steps_py` is the reference); adds the prepared ops and the steps' ops
+    to ``b`` in one block. Returns (steps that sent data, pieces left unscheduled)."""
+    assert _native_emit is not None
+    n_ranks = n * m
+    perms = np.array([st.perm for st in steps], dtype=np.int64).reshape(-1)
+    caps = np.array([st.caps for st in steps], dtype=np.int64).reshape(-1)
+    gptr = np.zeros(n_ranks + 1, np.int64)
+    np.cumsum([len(g) for g in nic_group], out=gptr[1:])
+    groups = np.array([x for g in nic_group for x in g], dtype=np.int64)
+    (raw, ndeps, ids), scratch, real, left = _native_emit.fast_steps(
+        prep.pieces,
+        prep.queue_ptr,
+        prep.out_off,
+        n_ranks,
+        m,
+        perms,
+        caps,
+        gptr,
+        groups,
+        len(b) + prep.nops,
+        prep.scratch,
+    )
+    # both halves in one block (bytearrays: the Program's columns stay writable like any other Program's)
+    b.add_rows(
+        np.frombuffer(bytearray(prep.ops[0]) + raw, np.int64),
+        np.frombuffer(bytearray(prep.ops[1]) + ndeps, np.int64),
+        np.frombuffer(bytearray(prep.ops[2]) + ids, np.int64),
+    )
+    b.scratch[:] = np.frombuffer(scratch, np.int64).tolist()
+    return int(real), int(left)
+
+
+# ---------------------------------------------------------------------------------------------- reference path
+def _prepare_py(
+    b: ProgramBuilder, counts: _I64, balanced: npt.NDArray[np.bool_], n: int, m: int
+) -> tuple[int, list[list[list[list[_Piece]]]]]:
+    """Intra-server ops and balancing ops; returns (chunks moved, bundles[a][bb][j] = pieces GPU j of server
+    a sends to server bb, in send order)."""
 
     def rank(server: int, j: int) -> int:
         return server * m + j
 
-    # ---- intra-server part and self copies: no dependencies, run from t=0 alongside balancing/stage 0
+    # intra-server part and self copies: no dependencies, run from t=0 alongside balancing/stage 0
     for a in range(n):
         for i in range(m):
             for j in range(m):
@@ -139,14 +313,7 @@ def plan(req: PlanRequest) -> Program:
                         c,
                         stage=0,
                     )
-    # ---- 1. stage plan (compiled core when built): balancing decisions, server matrix, Birkhoff stages
-    sp = stage_plan(
-        counts, m, method, balance, req.unit_bytes, summary.b_inter, summary.b_intra_link, alpha_intra
-    )
-    server = sp.server
-    # ---- balancing ops: bundles[a][bb][j] = pieces GPU j of server a sends to server bb
     bundles: list[list[list[list[_Piece]]]] = [[[[] for _ in range(m)] for _ in range(n)] for _ in range(n)]
-    balanced_tiles = int(sp.balanced.sum())
     moved_chunks = 0
     for a in range(n):
         for bb in range(n):
@@ -165,46 +332,48 @@ def plan(req: PlanRequest) -> Program:
             load = [sum(p.cnt for p in r) for r in rows]
             if sum(load) == 0:
                 continue
-            if sp.balanced[a, bb]:
+            if balanced[a, bb]:
                 moved_chunks += _balance_tile(b, rows, load, tile_shares(load), a, bb, m)
             for i in range(m):
                 bundles[a][bb][i] = _order_bundle(rows[i], rank(bb, i))
-            if int(server[a, bb]) != max(sum(p.cnt for p in r) for r in rows):  # pragma: no cover
-                raise InternalError("fast: stage plan and balancing disagree")
-    # ---- 2. Birkhoff stages of the server matrix -> network steps (order, folding, tail split)
-    dec = sp.decomposition if n > 1 else None
-    stages = list(dec.stages) if dec is not None else []
-    alpha_inter, r_redist = _step_costs(topo)
-    t_chunk = req.unit_bytes / (summary.b_inter * 1e9) if summary.b_inter > 0 else 0.0
-    steps: list[Step] = []
-    # direct-connect graphs redistribute nothing and route steps over several hops: FAST's order stays
-    # (measured on a 4x4 torus: the tail order moved time / bound by -6 % to +5 %, noise around 7x)
-    if opts.order == "tail" and topo.direct is None:
-        # per (sender server, receiver server, GPU): chunks of the GPU's own input in its bundle (usable at
-        # once) and its whole bundle; the first step should not wait for data balanced in from peers
-        own = np.zeros((n, n, m), dtype=np.int64)
-        whole = np.zeros((n, n, m), dtype=np.int64)
-        for a in range(n):
-            for bb in range(n):
-                for i in range(m):
-                    for p in bundles[a][bb][i]:
-                        whole[a, bb, i] += p.cnt
-                        if p.dep < 0:
-                            own[a, bb, i] += p.cnt
-        steps = order_steps(stages, server, t_chunk, alpha_inter, r_redist, own, whole)
-    if opts.order == "ascending" or topo.direct is not None:  # FAST's order (Theorem 2)
-        steps = [Step(st.perm, (st.weight,) * n) for st in sorted(stages, key=lambda st: st.weight)]
-    # ---- 3. stage transfers + pipelined redistribution
+    return moved_chunks, bundles
+
+
+def _own_whole_py(bundles: list[list[list[list[_Piece]]]], n: int, m: int) -> tuple[_I64, _I64]:
+    """Per (sender server, receiver server, GPU): chunks of the GPU's own input in its bundle, whole bundle."""
+    own = np.zeros((n, n, m), dtype=np.int64)
+    whole = np.zeros((n, n, m), dtype=np.int64)
+    for a in range(n):
+        for bb in range(n):
+            for i in range(m):
+                for p in bundles[a][bb][i]:
+                    whole[a, bb, i] += p.cnt
+                    if p.dep < 0:
+                        own[a, bb, i] += p.cnt
+    return own, whole
+
+
+def _biggest_py(bundles: list[list[list[list[_Piece]]]], n: int, m: int) -> _I64:
+    """The largest bundle (chunks) of every server pair: the stage plan's server matrix, by construction."""
+    out = np.zeros((n, n), dtype=np.int64)
+    for a in range(n):
+        for bb in range(n):
+            out[a, bb] = max((sum(p.cnt for p in q) for q in bundles[a][bb]), default=0)
+    return out
+
+
+def _steps_py(
+    b: ProgramBuilder,
+    bundles: list[list[list[list[_Piece]]]],
+    steps: list[Step],
+    nic_group: list[list[int]],
+    n: int,
+    m: int,
+) -> tuple[int, int]:
+    """Stage transfers and pipelined redistribution: (steps that sent data, pieces left unscheduled)."""
+    n_ranks = n * m
     last_send: list[list[int]] = [[] for _ in range(n_ranks)]
     last_recv: list[list[int]] = [[] for _ in range(n_ranks)]
-    # GPUs sharing a NIC step together: otherwise one with many small pieces takes the NIC's fair share from
-    # a sibling with one large piece, runs ahead into its next steps and keeps starving it
-    nic_group = [[r] for r in range(n_ranks)]
-    if topo.inter is not None and topo.inter.nics_per_server < m:
-        nic_group = [
-            [x for x in range(r - r % m, r - r % m + m) if topo.nic_of(x) == topo.nic_of(r)]
-            for r in range(n_ranks)
-        ]
     stage_no = 0
     real_stages = 0
     for st in steps:
@@ -218,7 +387,7 @@ def plan(req: PlanRequest) -> Program:
             for i in range(m):
                 queue = bundles[a][bb][i]
                 cap = st.caps[a]
-                s_rank, d_rank = rank(a, i), rank(bb, i)
+                s_rank, d_rank = a * m + i, bb * m + i
                 # what every transfer of this queue waits for (last_send/last_recv change only between steps)
                 wait = {x for r in nic_group[s_rank] for x in last_send[r]}
                 wait.update(x for r in nic_group[d_rank] for x in last_recv[r])
@@ -251,28 +420,8 @@ def plan(req: PlanRequest) -> Program:
             last_send[r] = ops
         for r, ops in recvd.items():
             last_recv[r] = ops
-    leftovers = [p for a in range(n) for bb in range(n) for i in range(m) for p in bundles[a][bb][i]]
-    if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
-        raise InternalError(f"fast: {len(leftovers)} pieces were not scheduled")
-    kuhn_stages = None
-    if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
-        kuhn_stages = len(stages) if method == "kuhn" else len(decompose(server, "kuhn").stages)
-    weights = [max(st.caps) for st in steps]
-    b.meta.update(
-        {
-            "stages": real_stages,
-            "birkhoff_method": method,
-            "birkhoff_stages": len(stages),
-            "birkhoff_stages_kuhn": kuhn_stages,
-            "stage_bound": stage_bound(n),
-            "stage_weights": weights,
-            "server_line_sum": dec.line_sum if dec is not None else 0,
-            "balanced_tiles": balanced_tiles,
-            "balance_moved_chunks": moved_chunks,
-            "server_matrix": server.tolist(),
-        }
-    )
-    return b.build()
+    leftovers = sum(len(bundles[a][bb][i]) for a in range(n) for bb in range(n) for i in range(m))
+    return real_stages, leftovers
 
 
 def _step_costs(topo: Topology) -> tuple[float, float]:
@@ -336,15 +485,14 @@ def order_steps(
     if own is not None and load is not None and len(ordered) > 1:
         # first step: the heaviest whose GPUs can send their share from their own input (balancing runs
         # meanwhile); failing that, the one that needs the least balanced-in data
+        # starve[k]: the most balanced-in data a GPU needs before step k can send (0 if none); all steps at once
         rows = np.arange(n)
-
-        def starve(st: Stage) -> int:
-            perm = np.asarray(st.perm)
-            moving = perm != rows
-            need = np.minimum(load[rows, perm], st.weight) - own[rows, perm]  # [n, m]
-            return max(0, int(need[moving].max(initial=0)))
-
-        first = min(range(len(ordered)), key=lambda k: (starve(ordered[k]), k))
+        perm = np.array([st.perm for st in ordered], dtype=np.int64)  # [steps, n]
+        weight = np.array([st.weight for st in ordered], dtype=np.int64)
+        need = np.minimum(load[rows, perm], weight[:, None, None]) - own[rows, perm]  # [steps, n, m]
+        need[perm == rows] = 0  # servers that keep their data this step wait for nothing
+        starve = np.maximum(need.reshape(len(ordered), -1).max(axis=1, initial=0), 0)
+        first = int(np.argmin(starve))  # the first of the least starved, as min() over (starve, k)
         ordered.insert(0, ordered.pop(first))
     perms = [st.perm for st in ordered]
     caps = [[st.weight if st.perm[a] != a else 0 for a in range(n)] for st in ordered]
