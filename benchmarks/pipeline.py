@@ -13,7 +13,7 @@ own (``Result.timings``), not phases re-timed by hand. Workload: dgx-h100 preset
 256 MiB per GPU, fast planner, median of ``--runs``:
 
 - ``plan``: what ``a2acc plan`` runs (unit for ~4096 chunks per busiest rank; quantize, plan, verify);
-- ``compile``: what ``a2acc compile --opt dialect=rccl`` runs (padding ladder from 2 %; + lower, check);
+- ``compile``: what ``a2acc compile --opt dialect=rccl`` (``--dialect``) runs (padding ladder from 2 %; + lower, check);
 - ``jit-miss``: what a JIT cache miss runs (a skew bucket's layout; plan, verify, lower to rccl XML, check),
   excluding the cache write.
 """
@@ -24,6 +24,7 @@ import argparse
 import statistics
 import time
 
+from a2acc.errors import LoweringError
 from a2acc.ir.quantize import UnitPolicy
 from a2acc.jit.bucket import BucketIndex
 from a2acc.model.topology import load_topology
@@ -38,6 +39,7 @@ def main() -> None:
     ap.add_argument("--algorithms", default="fast")
     ap.add_argument("--paths", default="plan,compile,jit-miss")
     ap.add_argument("--budget", type=float, default=float("inf"), help="seconds per configuration")
+    ap.add_argument("--dialect", default="rccl", choices=("rccl", "nccl"), help="MSCCL XML dialect")
     args = ap.parse_args()
     cols = [p for p in PHASES if p != "passes"]
     print(
@@ -58,7 +60,7 @@ def main() -> None:
                 m,
                 algorithm,
                 target="msccl-xml",
-                target_options={"dialect": "rccl"},
+                target_options={"dialect": args.dialect},
                 units=UnitPolicy(max_padding="auto"),
             )
         if "jit-miss" in paths:
@@ -68,23 +70,31 @@ def main() -> None:
                 bucket.layout * bucket.unit,
                 algorithm,
                 target="msccl-xml",
-                target_options={"dialect": "rccl"},
+                target_options={"dialect": args.dialect},
                 units=UnitPolicy(unit=bucket.unit),
                 counts=bucket.layout,
             )
         for path in paths:
             req = requests[path]
             phase: dict[str, list[float]] = {p: [] for p in cols}
+            refused = ""
             walls, cpus = [], []
             spent = 0.0
             while len(walls) < args.runs and (not walls or spent < args.budget):
                 t0, c0 = time.perf_counter(), time.process_time()
-                res = compile(req)
+                try:
+                    res = compile(req)
+                except LoweringError as exc:  # an executor limit no layout of the ladder fits: say so
+                    refused = f"refused after {time.perf_counter() - t0:.1f} s: {exc}"
+                    break
                 walls.append(time.perf_counter() - t0)
                 cpus.append(time.process_time() - c0)
                 spent += walls[-1]
                 for p in cols:
                     phase[p].append(res.timings.get(p, 0.0))
+            if refused:
+                print(f"{path:>9} {algorithm:>12} {servers}x8 {refused}", flush=True)
+                continue
             med = {p: statistics.median(v) * 1e3 for p, v in phase.items()}
             print(
                 f"{path:>9} {algorithm:>12} {servers}x8 "
