@@ -36,7 +36,8 @@ def main() -> None:
     args = ap.parse_args()
     print(
         f"{'GPUs':>9} {'traffic':>8} {'planner':>12} {'ops':>8} {'fast engine':>12} "
-        + (f"{'reference':>11} {'difference':>10}" if args.reference else "")
+        + (f"{'reference':>11} {'difference':>10}" if args.reference else ""),
+        flush=True,
     )
     for servers in (int(x) for x in args.servers.split(",")):
         topo = load_topology("dgx-h100", servers)

@@ -15,7 +15,7 @@ from a2acc.analysis.incast import ROCE_RTO_S, IncastModel
 from a2acc.analysis.model import CALIBRATED_ROCE, SimModel
 from a2acc.analysis.simulate import _max_min_rates, prepare, simulate
 from a2acc.ir import Op, Program
-from a2acc.model.topology import parse_topology
+from a2acc.model.topology import load_topology, parse_topology
 from a2acc.model.traffic import generate
 
 MiB = 1 << 20
@@ -145,3 +145,75 @@ def test_incast_off_and_ideal_model_keep_exact_alpha_beta():
     model = replace(CALIBRATED_ROCE, inter_efficiency=1.0, alpha_s=0.0, stage_s=0.0)
     for sim in (simulate(prog, topo, model=model), simulate_fast(prog, topo, model=model)):
         assert sim.time_s == pytest.approx(2 * (4 * (1 << 30) / 12.5e9 + 2e-6), rel=1e-9)
+
+
+def test_weighted_max_min_equals_the_expanded_flows(rng):
+    """A row of weight w (w flows on the same links) gets the rate each of the w flows gets."""
+    for _ in range(20):
+        nl, nr = 10, 15
+        cap = rng.uniform(1, 10, nl)
+        rows = np.stack([rng.integers(0, nl, nr), rng.integers(0, nl + 1, nr)], axis=1)
+        rows[rows[:, 0] == rows[:, 1], 1] = nl
+        rows = np.unique(rows, axis=0)
+        weight = rng.integers(1, 6, len(rows))
+        expanded = np.repeat(rows, weight, axis=0)
+        np.testing.assert_allclose(
+            np.repeat(max_min(rows, cap, weight.astype(np.float64)), weight),
+            max_min(expanded, cap),
+            rtol=1e-9,
+        )
+
+
+@st.composite
+def grouped_programs(draw):
+    """Bursts of equal, simultaneous flows between few pairs (identical routes: one weighted max-min row),
+    mixed with odd-sized ones and chained bursts."""
+    n = draw(st.integers(2, 6))
+    ops: list[Op] = []
+    for _ in range(draw(st.integers(1, 6))):
+        s = draw(st.integers(0, n - 1))
+        d = draw(st.integers(0, n - 1))
+        cnt = draw(st.integers(1, 64))
+        deps = tuple(sorted(set(draw(st.lists(st.integers(0, len(ops) - 1), max_size=2)) if ops else [])))
+        stage = max([ops[x].stage for x in deps], default=0)
+        for _r in range(draw(st.integers(1, 12))):
+            ops.append(Op(len(ops), s, 0, 0, d, 1, 0, cnt + draw(st.sampled_from([0, 0, 0, 5])), deps, stage))
+    counts = np.ones((n, n), dtype=np.int64)
+    return Program("grouped", "grouped", n, 256 << 10, counts, (0,) * n, tuple(ops))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prog=grouped_programs(), incast=st.booleans(), wiring=st.sampled_from(["rail_optimized", "single_switch"])
+)
+def test_fast_engine_agrees_on_equal_flow_groups(prog, incast, wiring):
+    gpus = 2 if prog.nranks % 2 == 0 else 1
+    topo = _topo(prog.nranks // gpus, gpus, "switch", wiring, "roce", gpus)
+    _agree(prog, topo, _model(5.0, 0.0, 1 * MiB, 0.95, incast, 1 * MiB))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prog=random_programs(), incast=st.booleans())
+def test_fast_engine_is_exact_without_tolerance(prog, incast):
+    """With ``tolerance=0`` every event is taken on time: the skipped solves (bottlenecks still saturated),
+    the route groups and the solo ops change nothing."""
+    gpus = 2 if prog.nranks % 2 == 0 else 1
+    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    model = _model(10.0, 100.0, 1 * MiB, 0.95, incast, 1 * MiB)
+    ref = simulate(prog, topo, model=model, record_timeline=False)
+    fast = simulate_fast(prog, topo, model=model, tolerance=0.0)
+    np.testing.assert_allclose(fast.op_end, ref.op_end, rtol=1e-6, atol=1e-12)
+    assert fast.time_s == pytest.approx(ref.time_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["fast", "spreadout", "direct", "hierarchical"])
+@pytest.mark.parametrize("kind", ["zipf", "balanced"])
+def test_fast_engine_agrees_on_the_roce_preset_with_incast(algorithm, kind):
+    """mi300x-100g (RoCE, calibrated incast model) at 2 x 8 GPUs, sizes where fan-out overloads the ports."""
+    topo = load_topology("mi300x-100g", 2)
+    prog = plan(topo, generate(kind, topo.nranks, 64 * MiB, 3), algorithm)
+    ref = simulate(prog, topo, record_timeline=False)
+    fast = simulate_fast(prog, topo)
+    assert fast.makespan_s == pytest.approx(ref.makespan_s, rel=0.01)
+    assert fast.time_s == pytest.approx(ref.time_s, rel=0.01)
+    assert fast.timeout_probability == pytest.approx(ref.timeout_probability, abs=0.02)
