@@ -12,7 +12,7 @@ Run: ``.venv/bin/python benchmarks/calibration.py [--fit] [--root DIR]``
 The held-back logs are never used to fit. Targets (fast = FLASH's column, spreadout; sizes from 8 MB per GPU):
 median |predicted/measured - 1| <= 10 %, worst <= 20 %; fan-out's collapse (its throughput below 25 % of
 FLASH's) predicted within a factor 2 of the size where it is measured. ``--root`` defaults to
-``../shared/reference/peers/FAST/amd-result`` beside the repository.
+the copy of FAST's ``amd-result`` logs in the reference directory beside the repository.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/compile_scale.py [--servers 4,8,16,32,64] [--nvl72] [--runs 1]
 [--reference]``
 
-Workload: the issue's: dgx-h100 presets (n x 8 H100) and the nvl72 preset (72 GPUs, direct-connect), Zipf(0.8),
+Workload: dgx-h100 presets (n x 8 H100) and the nvl72 preset (72 GPUs, direct-connect), Zipf(0.8),
 256 MiB per GPU, fast planner, msccl-xml (nccl dialect), padding ladder ``--max-padding auto`` (what
 ``a2acc compile`` runs). Every configuration runs in a fresh process (so its peak RSS is its own), through
 :func:`a2acc.pipeline.compile`; the phase times are the pipeline's (``Result.timings``, summed over the padding

@@ -14,11 +14,11 @@ the term that binds:
   (source-aggregated commodities, store-and-forward allowed), solved with HiGHS: no schedule on these links
   can deliver the matrix faster than ``T / lambda*``. Used for small topologies (``mcf=True``).
 - ``peak-model`` (a model, not a bound for skewed traffic): the SC25 PMBS peak model's self/near/far terms applied per GPU
-  without relaying, ``max(far/B_far, near/B_near, self/B_self)``. For uniform traffic it is exactly the seed's
+  without relaying, ``max(far/B_far, near/B_near, self/B_self)``. For uniform traffic it is exactly the paper's
   ``t_a2a = max{(P-n)(m/P)/B_far, (n-1)(m/P)/B_near, (m/P)/B_self}``; with skew, relays beat it, so it is
   reported beside the bound and never taken as the bound.
 
-:func:`peak_model` is the seed's closed form (P processes, near groups of n, buffer m bytes), including the Alps
+:func:`peak_model` is the paper's closed form (P processes, near groups of n, buffer m bytes), including the Alps
 detail ``B_near(n) = (n - 1) * 150 GB/s`` (:func:`alps_b_near`) and the 2D transpose composition
 (:func:`transpose_2d_time`).
 """
@@ -102,7 +102,7 @@ def _gpu_capacities(topo: Topology) -> tuple[npt.NDArray[np.float64], npt.NDArra
 
 
 def peak_model_per_gpu(traffic: npt.NDArray[np.int64], topo: Topology) -> float:
-    """Seed 002's model per GPU (no relays): max over GPUs of max(far/B_far, near/B_near, self/B_self)."""
+    """The SC25 PMBS peak model per GPU (no relays): max over GPUs of max(far/B_far, near/B_near, self/B_self)."""
     s = topo.summary()
     n = topo.nranks
     srv = np.arange(n) // topo.gpus_per_server
@@ -182,7 +182,7 @@ def lower_bounds(traffic: npt.NDArray[np.int64], topo: Topology, *, mcf: bool = 
 def peak_model(
     p: int, n: int, m_bytes: float, b_self: float, b_near: float, b_far: float
 ) -> tuple[float, float]:
-    """Seed 002: time and peak bandwidth of an all-to-all of ``m_bytes`` per process (bandwidths in B/s).
+    """The SC25 PMBS peak model: time and peak bandwidth of an all-to-all of ``m_bytes`` per process (bandwidths in B/s).
 
     ``t = max{(P-n) (m/P) / B_far, (n-1) (m/P) / B_near, (m/P) / B_self}``, ``B_a2a = m / t``; a zero bandwidth
     means the pathway is unused (its message count must then be 0).
@@ -205,7 +205,7 @@ def alps_b_near(n: int, per_pair: float = 150e9) -> float:
 def transpose_2d_time(
     m_bytes: float, p_r: int, p_c: int, n_col: int, n_row: int, b_self: float, b_near: float, b_far: float
 ) -> float:
-    """Seed 002's 2D transpose: t = t_a2a(P = P_c, n = n_col) + t_a2a(P = P_r, n = n_row)."""
+    """The SC25 PMBS paper's 2D transpose: t = t_a2a(P = P_c, n = n_col) + t_a2a(P = P_r, n = n_row)."""
     t_col, _ = peak_model(p_c, n_col, m_bytes, b_self, b_near, b_far)
     t_row, _ = peak_model(p_r, n_row, m_bytes, b_self, b_near, b_far)
     return t_col + t_row
