@@ -41,6 +41,7 @@ run: install
 		--backend msccl-xml --opt dialect=rccl --timings -o $(RUN_DIR)/algos
 	$(BIN)/a2acc verify $(RUN_DIR)/algos/*.xml --manifest $(RUN_DIR)/algos.manifest.json --opt dialect=rccl
 	$(BIN)/a2acc bounds --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy
+	@rm -f $(RUN_DIR)/compare.png $(RUN_DIR)/compare.json
 	$(BIN)/a2acc compare --topology dgx-h100 --servers 4 --traffic $(RUN_DIR)/moe.npy --sizes 64M:256M:x4 \
 		--plot $(RUN_DIR)/compare.png -J $(RUN_DIR)/compare.json
 

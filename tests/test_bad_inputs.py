@@ -422,3 +422,21 @@ def test_failed_install_leaves_nothing_installed():
     with pytest.raises(Exception):  # noqa: B017 - any error: the topology cannot be loaded
         torch_patch.install(JitSettings(topology="no-such-topology"))
     assert not torch_patch.is_installed()
+
+
+def test_plan_does_not_overwrite_a_file_it_did_not_write(tmp_path, capsys):
+    from a2acc.cli import main
+
+    mine = tmp_path / "notes.json"
+    mine.write_text("my notes\n", encoding="utf-8")
+    m = tmp_path / "m.npy"
+    np.save(m, np.full((8, 8), 1 << 20, dtype=np.int64))
+    args = ["plan", "-t", "dgx-h100", "-n", "1", "--traffic", str(m), "-a", "direct"]
+    if main([*args, "-o", str(mine)]) == 2:
+        err = capsys.readouterr().err
+        assert "not written by a2acc" in err and mine.read_text() == "my notes\n"
+    else:  # pragma: no cover - the failure this test is for
+        pytest.fail("plan -o replaced a file a2acc did not write")
+    out = tmp_path / "p.json"
+    assert main([*args, "-o", str(out)]) == 0 and main([*args, "-o", str(out)]) == 0
+    assert main([*args, "-o", str(mine), "--force"]) == 0

@@ -19,7 +19,7 @@ Inputs, recognised by content:
 
 Fit (:func:`fit`): repeated runs of one configuration are reduced to their median; the objective is the mean
 squared log error ``log(predicted / measured)^2``. Parameters are fitted in two phases so each phase sees the
-data that identifies it: staged schedules (SpreadOut, FAST) fix goodput, per-message cost, rendezvous cost and
+data that identifies it: staged schedules (SpreadOut by default; FAST's rows with ``--fit-on``) fix goodput, per-message cost, rendezvous cost and
 eager window; fan-out rows then fix the incast parameters (RoCE only: a lossless fabric has none). The
 optimiser is Nelder-Mead on log-transformed parameters (no SciPy dependency). What to fit on and what to hold
 back is the caller's choice: ``--test`` logs are predicted with the fitted parameters and never used to fit.

@@ -288,6 +288,22 @@ def document(rows: Sequence[Row], meta: dict[str, object]) -> dict[str, object]:
     return {**meta, "simulated": True, "rows": [r.to_json() for r in rows]}
 
 
+#: what the three outputs carry so a later run can tell a2acc wrote them (``a2acc.fileio.check_outputs``)
+TOOL = "a2acc compare"
+
+
+def owned_json(head: bytes) -> bool:
+    return f'"tool": "{TOOL}"'.encode() in head
+
+
+def owned_csv(head: bytes) -> bool:
+    return f"# tool: {TOOL}\n".encode() in head
+
+
+def owned_plot(head: bytes) -> bool:
+    return head.startswith(b"\x89PNG") and TOOL.encode() in head
+
+
 def write_json(path: str, rows: Sequence[Row], meta: dict[str, object]) -> None:
     atomic_write_text(path, json.dumps(document(rows, meta), indent=1) + "\n")
 
@@ -320,7 +336,9 @@ def size_label(b: float) -> str:
     for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if b >= div:
             v = b / div
-            return f"{v:.0f} {unit}" if abs(v - round(v)) < 1e-9 else f"{v:.3g} {unit}"
+            if abs(v - round(v)) < 1e-9:
+                return f"{v:.0f} {unit}"
+            return f"{v:.1f} {unit}" if v >= 100 else f"{v:.3g} {unit}"
     return f"{b:.0f} B"
 
 
@@ -366,6 +384,6 @@ def plot(rows: Sequence[Row], path: str, title: str, metric: str = "busbw") -> N
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight", metadata={"Software": TOOL})
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())

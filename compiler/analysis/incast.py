@@ -6,9 +6,9 @@ Figure 3a). What happens next depends on the transport, which the topology file 
 
 - **RoCE** (lossy or PFC-paused Ethernet, go-back-N retransmission): packets beyond the buffer are dropped and
   the whole window behind them is sent again, and a drop of the last packets of a message is only noticed after
-  the transport's retransmission timeout. FAST's published 4-server logs (FAST repository,
-  ``amd-result/4n_nack_*.txt``) show the RCCL fan-out collapse coinciding with NIC sequence-error (NAK) counters,
-  and fan-out's time saturating at ~2.15 s = 4.096 us x 2^19, the RoCE local ACK timeout.
+  the transport's retransmission timeout. In FAST's published fixed-size 3-server MI300X logs (FAST repository,
+  ``amd-result/3n_fixed_sz_*.txt``) RCCL fan-out's time saturates at ~2.15 s = 4.096 us x 2^19, the RoCE local
+  ACK timeout.
 - **InfiniBand, NVLink, Slingshot** (credit-based, lossless link-level flow control): nothing is dropped; a
   congested port stays busy at its line rate, so no goodput loss is modelled at the receiver.
 

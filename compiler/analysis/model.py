@@ -145,6 +145,17 @@ CALIBRATED_ROCE = SimModel(
 )
 
 
+def transport_defaults(transport: str) -> SimModel:
+    """The shipped parameters of a transport: what a model file's missing fields take. ``ideal``: line rate,
+    no costs; ``roce``: :data:`CALIBRATED_ROCE`; lossless transports: its software costs and goodput, no
+    incast loss."""
+    if transport in ("", "ideal"):
+        return SimModel()
+    if transport == "roce":
+        return CALIBRATED_ROCE
+    return replace(CALIBRATED_ROCE, transport=transport, incast=IncastModel.lossless(transport))
+
+
 def default_model(topo: Topology) -> SimModel:
     """The model a topology gets without ``--model`` (module docstring)."""
     transport = topo.inter.transport if topo.inter is not None else ""
@@ -246,29 +257,41 @@ def parse_model(data: Any, source: str) -> SimModel:
             raise ModelFileError(
                 src, f"incast.{k}", inc_raw[k], f"unknown field; allowed: {', '.join(_INCAST)}"
             )
-    storm = _num(src, "incast.storm_ms", inc_raw.get("storm_ms"), 1e-6, 1e9, allow_none=True)
+    # a field the file leaves out takes the transport's default (transport_defaults), never an ideal value
+    base = transport_defaults(str(transport))
+    bi = base.incast
+    storm_default = bi.storm_s * 1e3 if math.isfinite(bi.storm_s) else None
+    storm = _num(src, "incast.storm_ms", inc_raw.get("storm_ms", storm_default), 1e-6, 1e9, allow_none=True)
     incast = IncastModel(
-        name=str(inc_raw.get("name", transport)),
-        buffer_bytes=_req_num(src, "incast.buffer_bytes", inc_raw.get("buffer_bytes", 0), 0, 2**40),
-        window_bytes=_req_num(
-            src, "incast.window_bytes", inc_raw.get("window_bytes", DEFAULT_WINDOW_BYTES), 1, 2**40
+        name=str(inc_raw.get("name", bi.name if bi.name != "off" else transport)),
+        buffer_bytes=_req_num(
+            src, "incast.buffer_bytes", inc_raw.get("buffer_bytes", bi.buffer_bytes), 0, 2**40
         ),
-        dt_alpha=_req_num(src, "incast.dt_alpha", inc_raw.get("dt_alpha", DEFAULT_DT_ALPHA), 1e-3, 1e3),
-        retransmit=_req_num(src, "incast.retransmit", inc_raw.get("retransmit", 0.0), 0, 1e3),
-        rto_s=_req_num(src, "incast.rto_ms", inc_raw.get("rto_ms", 0.0), 0, 1e7) * 1e-3,
+        window_bytes=_req_num(
+            src, "incast.window_bytes", inc_raw.get("window_bytes", bi.window_bytes), 1, 2**40
+        ),
+        dt_alpha=_req_num(src, "incast.dt_alpha", inc_raw.get("dt_alpha", bi.dt_alpha), 1e-3, 1e3),
+        retransmit=_req_num(src, "incast.retransmit", inc_raw.get("retransmit", bi.retransmit), 0, 1e3),
+        rto_s=_req_num(src, "incast.rto_ms", inc_raw.get("rto_ms", bi.rto_s * 1e3), 0, 1e7) * 1e-3,
         storm_s=math.inf if storm is None else storm * 1e-3,
-        shape=_req_num(src, "incast.shape", inc_raw.get("shape", 2.0), 0.1, 100),
-        fanin_power=_req_num(src, "incast.fanin_power", inc_raw.get("fanin_power", 1.0), 0.0, 10.0),
+        shape=_req_num(src, "incast.shape", inc_raw.get("shape", bi.shape), 0.1, 100),
+        fanin_power=_req_num(
+            src, "incast.fanin_power", inc_raw.get("fanin_power", bi.fanin_power), 0.0, 10.0
+        ),
     )
     source_txt = data.get("source", f"model file {source}")
     return SimModel(
         name=name,
         transport=str(transport),
-        inter_efficiency=_req_num(src, "inter_efficiency", data.get("inter_efficiency", 1.0), 1e-3, 1.0),
-        intra_efficiency=_req_num(src, "intra_efficiency", data.get("intra_efficiency", 1.0), 1e-3, 1.0),
-        alpha_s=_req_num(src, "alpha_us", data.get("alpha_us", 0.0), 0, 1e7) * 1e-6,
-        stage_s=_req_num(src, "stage_us", data.get("stage_us", 0.0), 0, 1e7) * 1e-6,
-        eager_bytes=_req_num(src, "eager_bytes", data.get("eager_bytes", 4 * 2**20), 0, 2**40),
+        inter_efficiency=_req_num(
+            src, "inter_efficiency", data.get("inter_efficiency", base.inter_efficiency), 1e-3, 1.0
+        ),
+        intra_efficiency=_req_num(
+            src, "intra_efficiency", data.get("intra_efficiency", base.intra_efficiency), 1e-3, 1.0
+        ),
+        alpha_s=_req_num(src, "alpha_us", data.get("alpha_us", base.alpha_s * 1e6), 0, 1e7) * 1e-6,
+        stage_s=_req_num(src, "stage_us", data.get("stage_us", base.stage_s * 1e6), 0, 1e7) * 1e-6,
+        eager_bytes=_req_num(src, "eager_bytes", data.get("eager_bytes", base.eager_bytes), 0, 2**40),
         incast=incast,
         source=str(source_txt),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from a2acc.analysis.calibrate import (
 from a2acc.analysis.model import SimModel
 from a2acc.cli.common import add_topology_args, topology_from_args
 from a2acc.errors import InputError
-from a2acc.fileio import atomic_write_text
+from a2acc.fileio import Output, atomic_write_text, check_outputs
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import load_matrix
 
@@ -43,7 +44,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--test amd-result/3n_fixed_sz_*.txt -o params.yaml",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("logs", nargs="+", metavar="LOG", help="measurement logs to fit on")
+    p.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="measurement logs to fit on. FAST logs are told apart by their names, as FAST names its runs: "
+        "'<n>n_' gives the servers (it must match -n), '*fixed_sz*' equal entries, '*random*' uniform, "
+        "'*skew*' Zipf with each line's skew; nccl-tests output is recognised by its '# size count' header",
+    )
     add_topology_args(p)
     p.add_argument("-o", "--output", required=True, metavar="PARAMS.yaml", help="parameter file to write")
     p.add_argument(
@@ -69,7 +77,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "balances in a separate phase, unlike a2acc's fast planner, so its rows are reported, not fitted)",
     )
     p.add_argument("--name", default=None, help="name of the fitted model (default: TOPOLOGY-calibrated)")
+    p.add_argument(
+        "--force", action="store_true", help="replace an output file a2acc did not write (default: refuse)"
+    )
     p.set_defaults(func=_run)
+
+
+def owned_params(head: bytes) -> bool:
+    """A parameter file ``a2acc calibrate -o`` wrote (its first line)."""
+    return head.startswith(b"# a2acc simulator parameters")
+
+
+def _distinct_logs(logs: list[str], test: list[str]) -> None:
+    """A log given twice would count its runs twice; a log both fitted and held back is not held back."""
+    seen: dict[str, str] = {}
+    for flag, paths in (("LOG", logs), ("--test", test)):
+        for p in paths:
+            k = os.path.realpath(p)
+            if k in seen:
+                allowed = (
+                    "a log that is not also fitted: a held-back log must not be in the fit set"
+                    if flag != seen[k]
+                    else "each log once"
+                )
+                raise InputError("", flag, p, allowed)
+            seen[k] = flag
 
 
 def base_model(topo: Topology) -> SimModel:
@@ -82,14 +114,20 @@ def base_model(topo: Topology) -> SimModel:
 def _run(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     out = Path(args.output)
-    if out.is_dir():
-        raise InputError("", "--output", args.output, "a file path, not a directory")
+    check_outputs(
+        [Output("-o/--output", args.output, owned_params)],
+        [*args.logs, *args.test, args.traffic or "", args.topology],
+        force=args.force,
+    )
+    _distinct_logs(args.logs, args.test)
     traffic = load_matrix(args.traffic, expect_ranks=topo.nranks) if args.traffic else None
     fit_on = [a.strip() for a in args.fit_on.split(",") if a.strip()]
     for a in fit_on:
         if a not in ("fast", "spreadout", "direct"):
             raise InputError("", "--fit-on", a, "algorithms in the logs: fast, spreadout, direct")
-    params = [p.strip() for p in args.fit.split(",") if p.strip()] if args.fit else None
+    params = [p.strip() for p in args.fit.split(",") if p.strip()] if args.fit is not None else None
+    if params is not None and not params:
+        raise InputError("", "--fit", args.fit, f"a comma list of parameters: {', '.join(PARAMS)}")
     if params is not None:
         bad = [p for p in params if p not in PARAMS]
         if bad:
@@ -111,10 +149,11 @@ def _run(args: argparse.Namespace) -> int:
         flush=True,
     )
     print(
-        f"# fit on   : {len(fitted)} configurations from {len(args.logs)} logs (algorithms {', '.join(fit_on)})"
+        f"# fit on   : {len(fitted)} configurations from {_logs(len(args.logs))} (algorithms {', '.join(fit_on)})"
     )
     print(
-        f"# held back: {len(test_meas)} configurations from {len(args.test)} logs (never fitted)", flush=True
+        f"# held back: {len(test_meas)} configurations from {_logs(len(args.test))} (never fitted)",
+        flush=True,
     )
     fit_cases = build_cases(fit_meas, topo)
     test_cases = build_cases(test_meas, topo, seed=10_000) if test_meas else []
@@ -136,7 +175,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     fit_preds = evaluate(fit_cases, model)
     test_preds = evaluate(test_cases, model)
-    print(_table(fit_preds, "fit") + ("\n" + _table(test_preds, "test") if test_preds else ""))
+    print(
+        _table(fit_preds, "fit", fit_on) + ("\n" + _table(test_preds, "test", fit_on) if test_preds else "")
+    )
     for label, preds in (("fit", fit_preds), ("test", test_preds)):
         for s in summarise(preds, ACCURACY_FROM):
             print(
@@ -158,7 +199,12 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _table(preds: list[Prediction], label: str) -> str:
+def _logs(n: int) -> str:
+    return f"{n} log" + ("" if n == 1 else "s")
+
+
+def _table(preds: list[Prediction], label: str, fit_on: list[str]) -> str:
+    """Predicted vs measured per row; in the fit set, rows of algorithms not fitted are labelled ``shown``."""
     lines = [
         f"# {label}: {'algorithm':10s} {'traffic':10s} {'size/GPU':>10s} {'runs':>5s} {'measured':>11s} "
         f"{'predicted':>11s} {'error':>7s}",
@@ -169,7 +215,7 @@ def _table(preds: list[Prediction], label: str) -> str:
     ):
         m = p.case.meas
         lines.append(
-            f"  {label:5s} {m.algorithm:10s} {m.traffic.label():10s} {m.size / 2**20:10.2f} {m.runs:5d} "
+            f"  {(label if label != 'fit' or m.algorithm in fit_on else 'shown'):5s} {m.algorithm:10s} {m.traffic.label():10s} {m.size / 2**20:10.2f} {m.runs:5d} "
             f"{m.time_s * 1e3:11.4f} {p.predicted_s * 1e3:11.4f} {100 * p.error:+6.1f}%"
         )
     return "\n".join(lines)

@@ -58,8 +58,9 @@ def add_time_limit_arg(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="S",
-        help="seconds an LP planner may spend per solve (mcf); the best feasible plan found is returned and "
-        "marked not proven optimal",
+        help="seconds > 0 a searching planner may spend: per LP solve for mcf, the whole synthesis for syccl; "
+        "the best plan found so far is returned and marked not proven best (the planners' own "
+        "--opt time_limit=0 means no limit)",
     )
 
 

@@ -22,6 +22,9 @@ from a2acc.analysis.compare import (
     compare_rows,
     format_row,
     own_size,
+    owned_csv,
+    owned_json,
+    owned_plot,
     plot,
     size_label,
     write_csv,
@@ -30,6 +33,7 @@ from a2acc.analysis.compare import (
 from a2acc.cli.common import add_topology_args, topology_from_args
 from a2acc.cli.simulate import add_model_args, model_from_args
 from a2acc.errors import InputError
+from a2acc.fileio import Output, check_outputs
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import GENERATORS, load_matrix
 from a2acc.model.units import parse_size, parse_size_range
@@ -63,7 +67,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="For each algorithm and size: plan (timed), verify, simulate, and compare with the lower "
         "bound. Rows stream as they are computed, in nccl-tests' alltoall_perf layout (size = bytes per rank, "
         "count = per-peer float elements, time in us, algbw/busbw in GB/s with 1e9) with a2acc columns "
-        "appended: sched (the planner's time, us), bound (us), %% of bound, stages (the planner's "
+        "appended: sched (the planner's time, us), bound (us), % of bound, stages (the planner's "
         "communication stages). Every figure is simulated, not measured on GPUs.",
         epilog="examples:\n"
         "  a2acc compare -t dgx-h200-fast --traffic zipf -b 64M -e 1G -f 4 --plot cmp.png -J cmp.json\n"
@@ -113,6 +117,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--plot-metric", default="busbw", choices=PLOT_METRICS, help="what --plot shows")
     p.add_argument("-J", "--json", default=None, metavar="FILE", help="also write the rows as JSON")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the rows as CSV")
+    p.add_argument(
+        "--force", action="store_true", help="replace output files a2acc did not write (default: refuse)"
+    )
     p.set_defaults(func=_run)
 
 
@@ -156,9 +163,16 @@ def _run(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     if args.plot:
         check_plot_backend()  # before any work: a missing matplotlib must not cost a whole run
-    for out in (args.json, args.csv, args.plot):
-        if out is not None and Path(out).is_dir():
-            raise InputError("", "output", out, "a file path, not a directory")
+    outputs = [
+        Output(flag, path, owned)
+        for flag, path, owned in (
+            ("-J/--json", args.json, owned_json),
+            ("--csv", args.csv, owned_csv),
+            ("--plot", args.plot, owned_plot),
+        )
+        if path is not None
+    ]
+    check_outputs(outputs, [args.traffic, args.topology, args.model or ""], force=args.force)
     matrix: npt.NDArray[np.int64] | None = None
     if args.traffic in GENERATORS:
         traffic: str | npt.NDArray[np.int64] = args.traffic

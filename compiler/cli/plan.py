@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_timings_arg(p)
     p.add_argument("-o", "--output", required=False, help="plan JSON to write (required unless --opt help)")
+    p.add_argument(
+        "--force", action="store_true", help="replace an output file a2acc did not write (default: refuse)"
+    )
     p.set_defaults(func=_run)
 
 
@@ -64,6 +67,14 @@ def _run(args: argparse.Namespace) -> int:
         from a2acc.errors import InputError
 
         raise InputError("", "--output", None, "give the plan JSON to write with -o FILE")
+    from a2acc.fileio import Output, check_outputs
+    from a2acc.ir.serial import is_plan_json
+
+    check_outputs(
+        [Output("-o/--output", args.output, lambda head: is_plan_json(head.decode("utf-8", "replace")))],
+        [args.traffic or "", args.topology or ""],
+        force=args.force,
+    )
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
     unit = parse_size(args.unit, field="--unit") if args.unit else None

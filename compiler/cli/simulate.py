@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -29,16 +30,30 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--incast",
-        default="on",
+        default=None,
         choices=("on", "off"),
-        help="the model's incast loss on scale-out receive ports (off: ideal fair sharing)",
+        help="the model's incast loss on scale-out receive ports (default on; off: ideal fair sharing; "
+        "lossless transports have none)",
     )
 
 
 def model_from_args(args: argparse.Namespace, topo: Topology) -> SimModel:
+    """The model ``--model``/``--incast`` ask for; a note on stderr where it does not match the topology."""
     model = load_model(args.model) if args.model else default_model(topo)
+    ours = (topo.inter.transport if topo.inter is not None else "") or "ideal"
+    if args.model and model.transport != ours:
+        print(
+            f"a2acc: note: --model {args.model} describes a {model.transport} fabric; {topo.name}'s transport is "
+            f"{ours}: its parameters are used as given",
+            file=sys.stderr,
+        )
     if args.incast == "off":
         model = model.with_incast(IncastModel.off())
+    elif args.incast == "on" and not model.incast.enabled:
+        print(
+            f"a2acc: note: --incast on: the {model.transport} model has no incast loss (lossless or ideal fabric)",
+            file=sys.stderr,
+        )
     return model
 
 
@@ -49,7 +64,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Simulate a plan's DAG on a topology: alpha per message, the rendezvous cost of stages, "
         "max-min fair sharing of links and the incast model of the topology's transport (docs/simulator.md).",
     )
-    p.add_argument("plan")
+    p.add_argument("plan", help="plan JSON written by 'a2acc plan -o' (built for this topology)")
     add_topology_args(p)
     add_model_args(p)
     p.add_argument(

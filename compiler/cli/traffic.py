@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "gen",
         help="generate a seeded matrix",
         description="Generate a seeded traffic matrix (bytes, row = sender). Kinds: "
-        "balanced (size/N everywhere), uniform (FAST: rand()%%10000), zipf (skew s), lognormal (sigma), "
+        "balanced (size/N everywhere), uniform (FAST: rand() % 10000), zipf (skew s), lognormal (sigma), "
         "moe (tokens/experts/top-k/hidden/dtype/skew).",
     )
     gen.add_argument("kind", choices=GENERATORS)

@@ -202,3 +202,16 @@ def test_calibration_recovers_known_parameters_from_synthetic_logs(tmp_path, cap
     assert get_param(got, "retransmit") == pytest.approx(1.5, rel=0.3)
     assert get_param(got, "storm_ms") == pytest.approx(400, rel=0.3)
     assert "median |pred/meas - 1|" in capsys.readouterr().out
+
+
+def test_calibrate_refuses_to_overwrite_a_log_or_hold_back_a_fitted_one(tmp_path, capsys):
+    log = tmp_path / "3n_fixed_sz_a.txt"
+    log.write_text("1 2 3\n", encoding="utf-8")
+    before = log.read_bytes()
+    base = ["calibrate", str(log), "-t", "mi300x-100g", "-n", "3"]
+    assert main([*base, "-o", str(log)]) == 2
+    assert "an input of this command" in capsys.readouterr().err and log.read_bytes() == before
+    assert main([*base, "--test", str(log), "-o", str(tmp_path / "p.yaml")]) == 2
+    assert "held-back log" in capsys.readouterr().err
+    assert main([*base, "--fit", "", "-o", str(tmp_path / "p.yaml")]) == 2
+    assert "--fit" in capsys.readouterr().err and not (tmp_path / "p.yaml").exists()

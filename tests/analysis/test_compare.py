@@ -173,3 +173,47 @@ def test_syccl_joins_the_defaults_on_symmetric_server_topologies():
         "syccl",
     ]
     assert "syccl" not in default_algorithms(load_topology("dgx-h100", 9))  # 72 GPUs: ask with -a
+
+
+def test_outputs_never_destroy_inputs_or_foreign_files(tmp_path, capsys):
+    """-J/--csv/--plot are checked before any work: not an input, not each other, not a file a2acc did not write
+    (unless --force), not '-', and in an existing directory (nothing is created)."""
+    m = tmp_path / "m.npy"
+    np.save(m, np.full((16, 16), 1 << 20, dtype=np.int64))
+    before = m.read_bytes()
+    small = ["compare", "-t", "dgx-h100", "-n", "2", "--traffic", str(m), "-a", "direct"]
+    foreign = tmp_path / "notes.json"
+    foreign.write_text('{"mine": 1}\n', encoding="utf-8")
+    cases = [
+        (["-J", str(m)], "an input of this command"),
+        (["-J", str(tmp_path / "o.out"), "--csv", str(tmp_path / "o.out")], "writes there too"),
+        (["-J", str(foreign)], "not written by a2acc"),
+        (["-J", "-"], "stdout"),
+        (["--csv", str(tmp_path / "nodir" / "x.csv")], "does not exist"),
+    ]
+    for extra, why in cases:
+        assert main([*small, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert why in err and "Traceback" not in err
+    assert m.read_bytes() == before and foreign.read_text() == '{"mine": 1}\n'
+    assert not (tmp_path / "nodir").exists() and not (tmp_path / "o.out").exists()
+    js = tmp_path / "run.json"
+    assert main([*small, "-J", str(js)]) == 0
+    assert main([*small, "-J", str(js)]) == 0  # its own earlier output is replaced
+    assert main([*small, "-J", str(foreign), "--force"]) == 0
+    capsys.readouterr()
+
+
+def test_a_partial_model_file_takes_its_transports_defaults(tmp_path):
+    from a2acc.analysis.model import CALIBRATED_ROCE, load_model
+
+    p = tmp_path / "m.yaml"
+    p.write_text("version: 1\ntransport: roce\nalpha_us: 5\n", encoding="utf-8")
+    m = load_model(p)
+    assert m.alpha_s == pytest.approx(5e-6)
+    assert m.inter_efficiency == CALIBRATED_ROCE.inter_efficiency
+    assert m.incast.buffer_bytes == CALIBRATED_ROCE.incast.buffer_bytes and m.incast.enabled
+    assert m.incast.rto_s == pytest.approx(CALIBRATED_ROCE.incast.rto_s)
+    p.write_text("version: 1\ntransport: ib\n", encoding="utf-8")
+    ib = load_model(p)
+    assert ib.stage_s == pytest.approx(CALIBRATED_ROCE.stage_s) and not ib.incast.enabled
