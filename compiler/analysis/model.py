@@ -153,32 +153,29 @@ def transport_defaults(transport: str) -> SimModel:
         return SimModel()
     if transport == "roce":
         return CALIBRATED_ROCE
-    return replace(CALIBRATED_ROCE, transport=transport, incast=IncastModel.lossless(transport))
+    base = CALIBRATED_ROCE
+    return replace(
+        base,
+        name=f"{transport}-default",
+        transport=transport,
+        incast=IncastModel.lossless(transport),
+        source=f"defaults (no measured {transport} data): software costs and goodput from the RoCE "
+        f"calibration ({base.source.split(';')[0]}); lossless credit-based fabric, no incast loss",
+    )
 
 
 def default_model(topo: Topology) -> SimModel:
-    """The model a topology gets without ``--model`` (module docstring)."""
-    transport = topo.inter.transport if topo.inter is not None else ""
-    if not transport:
+    """The model a topology gets without ``--model``: its transport's defaults (:func:`transport_defaults`),
+    named for the topology where the RoCE calibration was not measured on it, with its switch buffer."""
+    if topo.inter is None or not topo.inter.transport:
         return SimModel()
-    base = CALIBRATED_ROCE
-    if transport == "roce":
-        model = replace(base, name=f"{topo.name}-roce" if topo.name != "mi300x-100g" else base.name)
-        if topo.name != "mi300x-100g":
-            model = replace(
-                model,
-                source="RoCE defaults: " + base.source + "; this fabric was not measured",
-            )
-    else:
+    model = transport_defaults(topo.inter.transport)
+    if topo.inter.transport == "roce" and topo.name != "mi300x-100g":
         model = replace(
-            base,
-            name=f"{transport}-default",
-            transport=transport,
-            incast=IncastModel.lossless(transport),
-            source=f"defaults (no measured {transport} data): software costs and goodput from the RoCE "
-            f"calibration ({base.source.split(';')[0]}); lossless credit-based fabric, no incast loss",
+            model,
+            name=f"{topo.name}-roce",
+            source="RoCE defaults: " + CALIBRATED_ROCE.source + "; this fabric was not measured",
         )
-    assert topo.inter is not None
     if topo.inter.switch_buffer > 0 and model.incast.enabled:
         model = model.with_incast(replace(model.incast, buffer_bytes=topo.inter.switch_buffer))
     return model

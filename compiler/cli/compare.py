@@ -47,12 +47,12 @@ SYCCL_DEFAULT_MAX_GPUS = 64
 
 def default_algorithms(topo: Topology) -> list[str]:
     """compare's planners when ``-a`` is not given: fast, spreadout, direct, hierarchical, and syccl where the
-    topology's symmetry is verified (:class:`a2acc.planners.syccl.symmetry.Symmetry`)."""
+    topology's symmetry is verified (:func:`a2acc.planners.syccl.symmetry`, cached: the planner reuses it)."""
     algos = DEFAULT_ALGOS.split(",")
     if topo.direct is None and 1 < topo.nranks <= SYCCL_DEFAULT_MAX_GPUS:
-        from a2acc.planners.syccl.symmetry import Symmetry
+        from a2acc.planners.syccl import symmetry
 
-        if Symmetry(topo).server_symmetric:
+        if symmetry(topo).server_symmetric:
             algos.append("syccl")
     return algos
 

@@ -48,7 +48,7 @@ from a2acc.planners.syccl.sketch import Pruning, SearchStats, Sketch, search
 from a2acc.planners.syccl.symmetry import Symmetry, invert
 from a2acc.planners.syccl.synth import GroupNet, SubSolution, direct_solution, group_net, hop_distance, solve
 
-__all__ = ["Options", "Pruning", "plan", "sketch_times"]
+__all__ = ["Options", "Pruning", "plan", "sketch_times", "symmetry"]
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,8 @@ _SYN: dict[tuple[object, ...], Synthesis] = {}
 _CACHE_SIZE = 16
 
 
-def _symmetry(topo: Topology) -> Symmetry:
+def symmetry(topo: Topology) -> Symmetry:
+    """The verified symmetry of ``topo``, cached per topology fingerprint (shared with ``compare``'s default list)."""
     sym = _SYM.get(topo.fingerprint)
     if sym is None:
         sym = Symmetry(topo)
@@ -204,7 +205,7 @@ def plan(req: PlanRequest) -> Program:
             "server/rail structure of scale-up + scale-out clusters: use -a mcf for direct-connect topologies"
         )
     clock = _Clock(opts.time_limit)
-    sym = _symmetry(topo)
+    sym = symmetry(topo)
     if topo.nranks == 1:
         return _trivial(req, sym)
     key: tuple[object, ...] = (topo.fingerprint, opts.candidates, opts.evaluate, opts.epoch_ratio)
@@ -485,7 +486,7 @@ def sketch_times(
     from a2acc.ir.quantize import choose_unit, quantize
 
     opts = options if options is not None else Options()
-    sym = _symmetry(topo)
+    sym = symmetry(topo)
     clock = _Clock(0.0)
     syn = _explore(topo, sym, pruning, opts, clock)
     unit = choose_unit(traffic)
