@@ -143,18 +143,18 @@ def _run(args: argparse.Namespace) -> int:
             f"no rows of these algorithms in the logs (they hold "
             f"{', '.join(sorted({m.algorithm for m in fit_meas}))})",
         )
+    fitted_algs = ", ".join(sorted({m.algorithm for m in fitted}))
     print(
         f"# a2acc calibrate {__version__}: {topo.name} ({topo.nranks} GPUs, transport "
         f"{(topo.inter.transport if topo.inter is not None else '') or 'not given'})",
         flush=True,
     )
     print(
-        f"# fit on   : {len(fitted)} configurations from {_logs(len(args.logs))} (algorithms {', '.join(fit_on)})"
+        f"# fit on   : {len(fitted)} configurations from {_logs(len(args.logs))} (algorithms {fitted_algs})"
     )
-    print(
-        f"# held back: {len(test_meas)} configurations from {_logs(len(args.test))} (never fitted)",
-        flush=True,
-    )
+    if args.test:
+        print(f"# held back: {len(test_meas)} configurations from {_logs(len(args.test))} (never fitted)")
+    sys.stdout.flush()
     fit_cases = build_cases(fit_meas, topo)
     test_cases = build_cases(test_meas, topo, seed=10_000) if test_meas else []
     base = base_model(topo)
@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
         res.model,
         name=name,
         source=f"calibrated by a2acc calibrate {__version__} on {topo.name} x{topo.servers} from {srcs} "
-        f"(fitted: {', '.join(res.params)}; rows of {', '.join(fit_on)})",
+        f"(fitted: {', '.join(res.params)}; rows of {fitted_algs})",
     )
     fit_preds = evaluate(fit_cases, model)
     test_preds = evaluate(test_cases, model)
