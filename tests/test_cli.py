@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from a2acc.cli import main
+from a2acc.model.traffic import generate
 
 
 def test_pipe_runs_end_to_end(tmp_path, capsys):
@@ -89,3 +90,30 @@ def test_unknown_algorithm_and_topology(tmp_path, capsys):
     assert "known planners" in capsys.readouterr().err
     assert main(["topo", "show", "nope"]) == 2
     assert "presets" in capsys.readouterr().err
+
+
+def _a2acc_stdout(tmp_path, *argv: str) -> list[str]:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "a2acc", *argv], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    return out.stdout.splitlines()
+
+
+def test_solver_text_never_reaches_stdout(tmp_path):
+    """HiGHS >= 1.12 prints a banner from its constructor; a2acc's stdout must hold only a2acc's lines."""
+    import re
+
+    m = generate("zipf", 16, 16 << 20, seed=1)
+    np.save(tmp_path / "m.npy", m)
+    topo = ["-t", "dgx-h100", "-n", "2"]
+    lines = _a2acc_stdout(tmp_path, "bounds", *topo, "-m", "m.npy", "--mcf")
+    terms = ("term", "flash-thm1", "gpu-cut", "self", "mcf", "peak-model", "lower", "nic-cut")
+    assert lines and all(ln.split()[0] in terms for ln in lines), lines
+    assert any(ln.startswith("mcf ") for ln in lines)
+    lines = _a2acc_stdout(tmp_path, "compare", *topo, "--traffic", "m.npy", "-a", "syccl,mcf")
+    row = re.compile(r"^\s+\d+\s+\d+\s+\w+\s+none\s+-1\s")
+    assert lines and all(ln.startswith("#") or row.match(ln) for ln in lines), lines
+    assert sum(bool(row.match(ln)) for ln in lines) == 2

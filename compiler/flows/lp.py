@@ -7,6 +7,11 @@ repeated with a new objective and extra bounds (:func:`resolve`, the second phas
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,10 +50,48 @@ class Lp:
         return start, self.rows[order].astype(np.int32), self.vals[order].astype(np.float64)
 
 
+_FD1_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _stdout_fd_silenced() -> Iterator[None]:
+    """Point file descriptor 1 at /dev/null for the duration (C-level writes included), then restore it.
+
+    highspy >= 1.12 prints its banner ("Running HiGHS ... Copyright") from the C++ constructor, before any
+    option can switch output off; a2acc's stdout carries tables and plans, so the banner must not reach it.
+    The window is one constructor call; a lock keeps concurrent constructions from restoring each other's fd.
+    """
+    with _FD1_LOCK:
+        try:
+            sys.stdout.flush()
+            saved = os.dup(1)
+        except (OSError, ValueError, AttributeError):  # no fd 1 (e.g. a closed or replaced stdout)
+            yield
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+            yield
+        finally:
+            _flush_c_stdio()
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
+
+
+def _flush_c_stdio() -> None:
+    """Flush the C library's stdout buffer (text the solver printed but libc has not written yet)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        ctypes.CDLL(None).fflush(None)
+
+
 def _highs(time_limit: float | None):  # type: ignore[no-untyped-def]
     import highspy
 
-    h = highspy.Highs()
+    with _stdout_fd_silenced():
+        h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
     h.setOptionValue("random_seed", 0)
