@@ -9,21 +9,29 @@ RUN_DIR := build/run
 
 .PHONY: run test lint typecheck unit install bench clean
 
-$(STAMP): pyproject.toml setup.py
+PIP_LOG := build/pip-install.log
+# install quietly, errors loud: pip's output goes to $(PIP_LOG) and is shown only when a step fails
+PIP = $(BIN)/pip install --disable-pip-version-check -c constraints.txt
+
+$(STAMP): pyproject.toml setup.py constraints.txt
 	@mkdir -p build
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip "setuptools>=69" wheel
-	$(BIN)/pip install -q -e ".[dev,plot]" --config-settings editable_mode=strict
-	# the CPU build of torch 2.13.0 is what this machine provides (a wheel beside pip's find-links); the
-	# package itself accepts any torch >= 2.1 (extra "torch")
-	$(BIN)/pip install -q "torch==2.13.0" || echo "warning: torch 2.13.0 could not be installed; runtime tests will be skipped"
-	touch $(STAMP)
+	@echo "a2acc: creating $(VENV) and installing the pinned dependencies (constraints.txt; log: $(PIP_LOG))"
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "a2acc needs Python >= 3.10 (PY=$(PY))")'
+	@$(PY) -m venv $(VENV)
+	@$(PIP) -q --upgrade pip setuptools wheel >$(PIP_LOG) 2>&1 || { cat $(PIP_LOG); exit 1; }
+	@$(PIP) -q -e ".[dev,plot]" --config-settings editable_mode=strict >>$(PIP_LOG) 2>&1 \
+		|| { cat $(PIP_LOG); exit 1; }
+	@# the CPU build of torch 2.13.0 is what this machine provides (a wheel beside pip's find-links); the
+	@# package itself accepts torch >= 2.1, < 3 (extra "torch")
+	@$(PIP) -q "torch==2.13.0" >>$(PIP_LOG) 2>&1 \
+		|| echo "a2acc: warning: torch 2.13.0 could not be installed; the runtime tests will be skipped ($(PIP_LOG))"
+	@touch $(STAMP)
 
 # strict editable installs link files present at install time: refresh the link tree (fast, no downloads)
 install: $(STAMP)
 	@mkdir -p build
-	@$(BIN)/pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=strict 2>build/pip-install.log \
-		|| { cat build/pip-install.log; exit 1; }
+	@$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . \
+		--config-settings editable_mode=strict >build/pip-refresh.log 2>&1 || { cat build/pip-refresh.log; exit 1; }
 	@$(BIN)/python -m a2acc.runtime.activate --install-hook >/dev/null
 
 run: install

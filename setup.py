@@ -1,7 +1,10 @@
-"""Build hook: the package layout (four top-level folders -> ``a2acc``) and the JIT's start-up ``.pth`` file.
+"""Build hook: the package layout (four top-level folders -> ``a2acc``), the compiled cores and the JIT's
+start-up ``.pth`` file.
 
 Project metadata lives in pyproject.toml. The packages are discovered from the folders, so a new module or
-subpackage needs no edit here or in pyproject.toml. ``a2acc-jit.pth`` goes to the root of a built wheel
+subpackage needs no edit here or in pyproject.toml; likewise every ``compiler/native/NAME.c`` is built as the
+optional extension ``a2acc._NAME`` (without a C compiler the install goes on and the pure-Python references
+run; :mod:`a2acc.native` loads whichever cores exist). ``a2acc-jit.pth`` goes to the root of a built wheel
 (so ``pip install a2acc`` puts it into site-packages); editable installs get it from
 ``python -m a2acc.runtime.activate --install-hook`` (``make`` runs it), because setuptools' editable wheels
 have no public hook for files outside the package.
@@ -9,10 +12,11 @@ have no public hook for files outside the package.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 PTH = os.path.join("runtime_patches", "a2acc-jit.pth")
@@ -46,5 +50,22 @@ class BuildPyWithPth(build_py):
         return [*super().get_outputs(include_bytecode), *extra]
 
 
+def native_extensions() -> list[Extension]:
+    return [
+        Extension(
+            f"a2acc._{os.path.splitext(os.path.basename(src))[0]}",
+            [src],
+            optional=True,
+            extra_compile_args=["-O2"],
+        )
+        for src in sorted(glob.glob(os.path.join("compiler", "native", "*.c")))
+    ]
+
+
 DIRS = package_dirs()
-setup(packages=list(DIRS), package_dir=DIRS, cmdclass={"build_py": BuildPyWithPth})
+setup(
+    packages=list(DIRS),
+    package_dir=DIRS,
+    ext_modules=native_extensions(),
+    cmdclass={"build_py": BuildPyWithPth},
+)

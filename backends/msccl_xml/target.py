@@ -43,11 +43,7 @@ from a2acc.ir.layout import (
 )
 from a2acc.ir.program import Program
 from a2acc.model.units import parse_size
-
-try:  # the compiled fast path of the check (compiler/native/xmlinterp.c); optional
-    from a2acc import _xmlinterp as _native  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - no C compiler at install time
-    _native = None
+from a2acc.native import xmlinterp as _native
 
 CALL = (
     "ncclAllToAll(send, recv, count, dtype) with count = buffer_chunks * chunk_bytes / (ngpus * sizeof(dtype)) "

@@ -61,11 +61,7 @@ from a2acc.backends.msccl_xml.model import (
 from a2acc.errors import LoweringError
 from a2acc.ir.dag import levels
 from a2acc.ir.program import Buf, Program
-
-try:  # the compiled lowering (compiler/native/xmlinterp.c); optional, this module is the reference
-    from a2acc import _xmlinterp as _native  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - no C compiler at install time
-    _native = None
+from a2acc.native import xmlinterp as _native
 
 TB_LAYOUTS = ("auto", "split", "combined")
 

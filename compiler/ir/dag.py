@@ -15,7 +15,8 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.ir.program import Op, OpTable, _native
+from a2acc.ir.program import Op, OpTable
+from a2acc.native import verify as _native
 
 
 def order_errors(ops: Sequence[Op], limit: int = 200) -> list[str]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -42,10 +42,7 @@ from a2acc.ir.layout import ChunkLayout
 if TYPE_CHECKING:
     from a2acc.model.topology import Topology
 
-try:  # pragma: no cover - depends on whether the C extension was built
-    from a2acc import _verify as _native  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover
-    _native = None
+from a2acc.native import verify as _native
 
 LINK_CLASSES = ("local", "intra", "inter", "direct", "")
 
@@ -231,7 +228,7 @@ class OpTable:
     def deps(self, i: int) -> tuple[int, ...]:
         return tuple(self.dep_ids[int(self.dep_ptr[i]) : int(self.dep_ptr[i + 1])].tolist())
 
-    def native_args(self) -> tuple[object, ...]:
+    def native_args(self) -> tuple[Any, ...]:
         """The columns in the order the compiled helpers (``a2acc._verify``) take them (contiguous int64,
         link codes uint8; a no-op for tables built here)."""
         cols = [_i64(getattr(self, c)) for c in _COLUMNS]

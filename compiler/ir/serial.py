@@ -34,9 +34,9 @@ from a2acc.ir.program import (
     MachineMap,
     OpTable,
     Program,
-    _native,
     normalise_deps,
 )
+from a2acc.native import verify as _native
 
 IR_FORMAT = "a2acc.program"
 IR_VERSION = 2

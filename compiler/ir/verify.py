@@ -40,11 +40,7 @@ import numpy.typing as npt
 from a2acc.errors import InternalError, VerificationError
 from a2acc.ir.dag import HappensBefore, order_errors
 from a2acc.ir.program import Buf, Program
-
-try:  # pragma: no cover - depends on whether the C extension was built
-    from a2acc import _verify as _native  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover
-    _native = None
+from a2acc.native import verify as _native
 
 _BUF_NAME = ("input", "output", "scratch")
 ENGINE_ENV = "A2ACC_VERIFY"  # "python" forces the reference verifier

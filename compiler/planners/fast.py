@@ -55,17 +55,10 @@ import numpy.typing as npt
 from a2acc.errors import InternalError
 from a2acc.ir import Buf, Program, ProgramBuilder
 from a2acc.model.topology import Topology
+from a2acc.native import stageplan as _native_emit
 from a2acc.planners import PlanRequest
 from a2acc.planners.birkhoff import Stage, decompose, stage_bound
 from a2acc.planners.stageplan import stage_plan, tile_shares
-
-try:  # pragma: no cover - depends on whether the C extension was built (and is this version)
-    from a2acc import _stageplan as _native_emit  # type: ignore[attr-defined]
-
-    if not hasattr(_native_emit, "fast_steps"):
-        _native_emit = None
-except ImportError:  # pragma: no cover
-    _native_emit = None
 
 
 @dataclass

@@ -16,12 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.native import stageplan as _native
 from a2acc.planners.birkhoff import METHODS, Decomposition, Stage, decompose
-
-try:  # pragma: no cover - depends on whether the C extension was built
-    from a2acc import _stageplan as _native  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover
-    _native = None
 
 BALANCE_MODES = ("auto", "always", "never")
 

@@ -1,0 +1,44 @@
+"""The compiled cores, loaded in one place.
+
+Every ``compiler/native/NAME.c`` is built at install time as the optional extension ``a2acc._NAME`` (``setup.py``
+discovers them); each has a pure-Python reference that gives identical results, so a machine without a C
+compiler runs a2acc unchanged, only slower. Modules take a core from here (``from a2acc.native import verify``)
+and test it against ``None``; the ``.pyi`` stubs beside the package (``a2acc/_NAME.pyi``) give mypy their
+signatures.
+
+- ``stageplan``: FAST's stage plan (balancing, Birkhoff stages) and fast's op emission;
+- ``verify``: the verifier's symbolic execution and race checks, op-column helpers (levels, plan JSON rows,
+  Op tuples);
+- ``xmlinterp``: MSCCL XML lowering and the strict check of a2acc's own XML.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+NAMES = ("stageplan", "verify", "xmlinterp")
+
+
+def load(name: str) -> ModuleType | None:
+    """The compiled core ``a2acc._<name>``, or None when it was not built."""
+    try:
+        return importlib.import_module(f"a2acc._{name}")
+    except ImportError:
+        return None
+
+
+def built() -> dict[str, bool]:
+    """Which cores this install has (``a2acc --version`` and the docs' figures say which path ran)."""
+    return {name: load(name) is not None for name in NAMES}
+
+
+if TYPE_CHECKING:
+    from a2acc import _stageplan as stageplan
+    from a2acc import _verify as verify
+    from a2acc import _xmlinterp as xmlinterp
+else:
+    stageplan = load("stageplan")
+    verify = load("verify")
+    xmlinterp = load("xmlinterp")
