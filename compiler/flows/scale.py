@@ -1,0 +1,330 @@
+"""Max-concurrent flow at N ~ 1000 without a monolithic LP: a first-order path flow and a certified bound.
+
+The monolithic link LP has N x E variables (8.4 M for GenKautz n=1024, d=8); HiGHS does not solve it on a small
+machine. Here the flow is restricted to **candidate paths** (one per first hop of the source, each continued
+along a shortest path, :func:`candidates`: the path formulation's set, built with arrays), which loses nothing
+measurable on the 64-node graphs (the path LP over them equals the link LP optimum on the 4x4x4 torus, the
+hypercube 2^6 and GenKautz 64, d=4).
+
+**Primal** (:func:`path_flow`): minimise a smooth maximum of the link utilisations, ``Phi(x) = max_e u_e`` over
+``log-sum-exp`` with sharpness ``beta = ln E / (eps T)``, ``eps`` lowered from 0.2 to 0.002 (continuation), by
+**gradient projection** on each pair's path split (the path-equilibration method of traffic assignment,
+Jayakrishnan et al. 1994): every pair moves flow from its dearer paths to its cheapest one (cost: the path's sum
+of ``dPhi/dL_e``), by the Newton step of the diagonal second derivative; all pairs move together and a line
+search on ``Phi`` scales the move. Every iterate is a feasible flow: its completion time ``max_e L_e / c_e`` is
+an upper bound on the optimum, and the best iterate is kept.
+
+**Bound** (:func:`dual_bound`): for any edge lengths ``l >= 0``, ``sum_sd D_sd dist_l(s, d) / sum_e c_e l_e`` is a
+lower bound on the optimum (LP duality; each pair's bytes cross at least ``dist_l`` of length, and the links can
+absorb at most ``sum c l`` per second). Lengths come from exponentiated-gradient ascent on the same bound over
+the candidate paths (soft minimum per pair), and from the primal's saturated links (a cut: tight on tori and
+hypercubes, where the optimum is a bisection); each is certified with exact all-pairs distances (vectorised
+Bellman-Ford over blocks of sources, run through :mod:`.parallel`), and the best is kept. The bound and the
+primal bracket the optimum: ``time / bound`` says how loose either can be.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from a2acc.flows.decompose import next_hops
+from a2acc.flows.mcf import _offdiag, hop_distances
+from a2acc.flows.network import FlowNetwork
+from a2acc.flows.parallel import run_all
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+#: primal iterations (continuation from eps 0.2 to EPS_FINAL), dual ascent iterations
+ITERATIONS = 200
+EPS_FINAL = 0.002
+DUAL_ITERATIONS = 300
+#: sources per all-pairs-distance task (a block's work array is block x nodes x in-degree floats)
+BLOCK = 128
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Paths ``p`` of pair ``pair[p]`` (pairs ``pairs`` (P', 2), each pair's paths consecutive), edges in CSR."""
+
+    pairs: I64
+    pair: I64
+    ptr: I64
+    edges: I64
+    length: I64
+
+    @property
+    def npaths(self) -> int:
+        return int(self.pair.shape[0])
+
+
+@dataclass(frozen=True)
+class ScaleFlow:
+    time_s: float  # completion time of the best flow found (an upper bound on the optimum)
+    cand: Candidates
+    amount: F64  # bytes per candidate path
+    iterations: int
+    seconds: float
+    status: str  # "converged", "iterations" or "time_limit"
+
+
+def _out_table(net: FlowNetwork) -> I64:
+    deg = max((len(o) for o in net.out_edges), default=0)
+    out = np.full((net.nnodes, max(deg, 1)), -1, dtype=np.int64)
+    for v, o in enumerate(net.out_edges):
+        out[v, : len(o)] = o
+    return out
+
+
+def candidates(net: FlowNetwork, demand: F64, k: int) -> Candidates:
+    """Up to ``k`` paths per pair with demand: for every edge out of the source, that edge then a shortest path
+    (ties rotate with destination and node, as :func:`a2acc.flows.mcf.candidate_paths`), shortest first; paths
+    that come back through the source are dropped. Built for all pairs at once, one first hop at a time."""
+    dist = hop_distances(net)
+    nh = next_hops(net, dist)
+    rn = net.rank_node
+    n = len(rn)
+    s_all, t_all = np.nonzero(demand > 0)
+    out = _out_table(net)
+    maxh = int(dist.max()) + 1
+    parts: list[tuple[I64, I64, I64, I64]] = []
+    for j in range(out.shape[1]):
+        e0 = out[rn[s_all], j]
+        ok = e0 >= 0
+        s, t, e0 = s_all[ok], t_all[ok], e0[ok]
+        tn = rn[t]
+        x = net.head[e0]
+        reach = dist[x, tn] >= 0
+        s, t, e0, x, tn = s[reach], t[reach], e0[reach], x[reach], tn[reach]
+        walk = np.full((len(s), maxh), -1, dtype=np.int64)
+        walk[:, 0] = e0
+        back = x == rn[s]
+        for h in range(1, maxh):
+            live = np.flatnonzero(x != tn)
+            if not len(live):
+                break
+            e = nh[x[live], tn[live]]
+            walk[live, h] = e
+            x[live] = net.head[e]
+            back[live] |= x[live] == rn[s[live]]
+        keep = ~back
+        parts.append((s[keep], t[keep], walk[keep], 1 + dist[net.head[e0[keep]], tn[keep]]))
+    s = np.concatenate([p[0] for p in parts])
+    t = np.concatenate([p[1] for p in parts])
+    walk = np.concatenate([p[2] for p in parts])
+    length = np.concatenate([p[3] for p in parts])
+    key = s * n + t
+    order = np.lexsort((length, key))  # stable: equal lengths keep first-hop order
+    key, walk, length = key[order], walk[order], length[order]
+    first = np.concatenate([[True], key[1:] != key[:-1]])
+    start = np.maximum.accumulate(np.where(first, np.arange(len(key)), 0))
+    keep = (np.arange(len(key)) - start) < k
+    key, walk, length = key[keep], walk[keep], length[keep]
+    first = np.concatenate([[True], key[1:] != key[:-1]])
+    pairs = np.stack([key[first] // n, key[first] % n], axis=1)
+    valid = walk >= 0
+    ptr = np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int64)
+    return Candidates(pairs, np.cumsum(first) - 1, ptr, walk[valid], length.astype(np.int64))
+
+
+class _Incidence:
+    """Path-edge incidence of the candidates with the per-pair reductions the flow loop needs."""
+
+    def __init__(self, net: FlowNetwork, cand: Candidates, demand: F64) -> None:
+        self.E = net.nedges
+        self.cap = net.cap
+        self.entry_path = np.repeat(np.arange(cand.npaths), np.diff(cand.ptr))
+        self.entry_edge = cand.edges
+        self.pair = cand.pair
+        self.starts = np.flatnonzero(np.concatenate([[True], cand.pair[1:] != cand.pair[:-1]]))
+        self.dem = demand[cand.pairs[:, 0], cand.pairs[:, 1]]
+
+    def loads(self, x: F64) -> F64:
+        return np.asarray(np.bincount(self.entry_edge, weights=x[self.entry_path], minlength=self.E), np.float64)
+
+    def per_path(self, per_edge: F64, npaths: int) -> F64:
+        out = np.bincount(self.entry_path, weights=per_edge[self.entry_edge], minlength=npaths)
+        return np.asarray(out, dtype=np.float64)
+
+    def pair_min(self, v: F64) -> tuple[F64, I64]:
+        """Per pair: the smallest value and the index of the first path attaining it."""
+        m = np.minimum.reduceat(v, self.starts)
+        at = np.flatnonzero(v <= m[self.pair])
+        first = np.concatenate([[True], self.pair[at][1:] != self.pair[at][:-1]])
+        return m, at[first]
+
+
+def _lse(u: F64, beta: float) -> float:
+    m = float(u.max())
+    return m + float(np.log(np.exp(beta * (u - m)).sum())) / beta
+
+
+def _line_search(load: F64, step: F64, cap: F64, beta: float) -> float:
+    """Golden-section search of theta in [0, 1] minimising the smooth maximum of (load + theta step) / cap."""
+    lo, hi = 0.0, 1.0
+    for _ in range(25):
+        a, b = lo + 0.382 * (hi - lo), lo + 0.618 * (hi - lo)
+        if _lse((load + a * step) / cap, beta) < _lse((load + b * step) / cap, beta):
+            hi = b
+        else:
+            lo = a
+    return (lo + hi) / 2
+
+
+def _projection_step(inc: _Incidence, x: F64, load: F64, eps: float) -> tuple[F64, float]:
+    """One gradient-projection move (module docstring): the direction and the smooth maximum's sharpness."""
+    cap = inc.cap
+    u = load / cap
+    top = float(u.max())
+    beta = np.log(inc.E) / (eps * top)
+    w = np.exp(beta * (u - top))
+    w /= w.sum()
+    npaths = len(x)
+    g = inc.per_path(w / cap, npaths)
+    h = inc.per_path(beta * w * (1 - w) / cap**2 + 1e-300, npaths)
+    gmin, mi = inc.pair_min(g)
+    is_min = np.zeros(npaths, dtype=bool)
+    is_min[mi] = True
+    hm = h[mi][inc.pair]
+    delta = np.where(is_min, 0.0, np.minimum(x, (g - gmin[inc.pair]) / (h + hm)))
+    dx = -delta
+    dx[mi] += np.bincount(inc.pair, weights=delta, minlength=len(mi))
+    return dx, float(beta)
+
+
+def path_flow(
+    net: FlowNetwork,
+    demand: npt.NDArray[np.float64] | npt.NDArray[np.int64],
+    *,
+    k: int = 8,
+    iterations: int = ITERATIONS,
+    time_limit: float | None = None,
+    progress: bool = True,
+) -> ScaleFlow:
+    """The best flow over :func:`candidates` that ``iterations`` gradient-projection moves reach (module
+    docstring); ``time_limit`` (seconds) stops earlier with the best flow so far."""
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    d = _offdiag(demand)
+    cand = candidates(net, d, k)
+    inc = _Incidence(net, cand, d)
+    short = cand.length == np.minimum.reduceat(cand.length, inc.starts)[cand.pair]
+    x = short * inc.dem[cand.pair] / np.bincount(cand.pair, weights=short)[cand.pair]
+    load = inc.loads(x)
+    best_t, best_x = float((load / net.cap).max()), x
+    status, it = "iterations", 0
+    bar = tqdm(total=iterations, desc="mcf path flow", disable=None, leave=False)
+    try:
+        for it in range(1, iterations + 1):
+            eps = max(EPS_FINAL, 0.2 * 0.97 ** (it - 1))
+            dx, beta = _projection_step(inc, x, load, eps)
+            theta = _line_search(load, inc.loads(dx), net.cap, beta)
+            x = np.maximum(x + theta * dx, 0.0)
+            load = inc.loads(x)
+            t_now = float((load / net.cap).max())
+            if t_now < best_t:
+                best_t, best_x = t_now, x
+            bar.update()
+            if time_limit is not None and time.perf_counter() - t0 > time_limit:
+                status = "time_limit"
+                break
+    finally:
+        bar.close()
+    return ScaleFlow(best_t, cand, best_x, it, time.perf_counter() - t0, status)
+
+
+# ---------------------------------------------------------------------- the bound
+def _in_table(net: FlowNetwork) -> tuple[I64, I64]:
+    """(V, K) in-edges of every node, padded with edge E (length +inf), and their tails."""
+    ins: list[list[int]] = [[] for _ in range(net.nnodes)]
+    for e, v in enumerate(net.head.tolist()):
+        ins[v].append(e)
+    width = max((len(x) for x in ins), default=0)
+    ie = np.full((net.nnodes, max(width, 1)), net.nedges, dtype=np.int64)
+    for v, x in enumerate(ins):
+        ie[v, : len(x)] = x
+    return ie, np.append(net.tail, 0)[ie]
+
+
+def distances(net: FlowNetwork, length: F64, sources: I64) -> F64:
+    """(len(sources), V) shortest distances under ``length`` (> 0) from the nodes ``sources``: Bellman-Ford
+    rounds over all sources at once until nothing improves."""
+    ie, it = _in_table(net)
+    lx = np.append(length, np.inf)[ie]
+    dist = np.full((len(sources), net.nnodes), np.inf)
+    dist[np.arange(len(sources)), sources] = 0.0
+    for _ in range(net.nnodes):
+        new = np.minimum(dist, (dist[:, it] + lx[None]).min(axis=2))
+        if np.array_equal(new, dist):
+            break
+        dist = new
+    return dist
+
+
+def _bound_block(net: FlowNetwork, length: F64, demand: F64, first: int, last: int) -> float:
+    """``sum_{s in [first, last)} sum_d D_sd dist(s, d)`` (one task of :func:`certify`)."""
+    dist = distances(net, length, net.rank_node[first:last])
+    return float((demand[first:last] * dist[:, net.rank_node]).sum())
+
+
+def certify(net: FlowNetwork, demand: F64, weights: F64, workers: str | int = 1) -> float:
+    """The lower bound of edge weights ``weights`` (``w_e = c_e l_e``, normalised): exact distances per block of
+    sources, through ``workers``; blocks summed in order, so the bound is the same wherever they ran."""
+    w = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
+    w = w / w.sum()
+    length = np.maximum(w, 1e-9 / len(w)) / net.cap  # strictly positive: every edge costs something
+    n = len(net.rank_node)
+    args = [(net, length, demand, b, min(n, b + BLOCK)) for b in range(0, n, BLOCK)]
+    parts = run_all(_bound_block, args, workers, desc="mcf bound distances")
+    return float(sum(parts)) / float((net.cap * length).sum())
+
+
+def _restricted_ascent(inc: _Incidence, npaths: int, iterations: int) -> list[F64]:
+    """Exponentiated-gradient ascent of the bound over the candidate paths (soft minimum per pair): the
+    weights at a few checkpoints, for :func:`certify` to choose from."""
+    w = np.full(inc.E, 1.0 / inc.E)
+    dem = inc.dem[inc.pair]
+    keep: list[F64] = []
+    for it in range(iterations):
+        lp = inc.per_path(w / inc.cap, npaths)
+        lmin = np.minimum.reduceat(lp, inc.starts)[inc.pair]
+        pi = np.exp(-(lp - lmin) / (1e-2 * lmin))
+        pi /= np.bincount(inc.pair, weights=pi)[inc.pair]
+        u = np.bincount(inc.entry_edge, weights=(dem * pi)[inc.entry_path], minlength=inc.E) / inc.cap
+        step = u - float((w * u).sum())
+        w = w * np.exp(0.3 / np.sqrt(1 + it / 10) * step / np.abs(step).max())
+        w = np.maximum(w / w.sum(), 1e-15)
+        if (it + 1) % (iterations // 3) == 0:
+            keep.append(w / w.sum())
+    return keep
+
+
+def dual_bound(
+    net: FlowNetwork,
+    demand: npt.NDArray[np.float64] | npt.NDArray[np.int64],
+    flow: ScaleFlow | None = None,
+    *,
+    workers: str | int = 1,
+    iterations: int = DUAL_ITERATIONS,
+) -> tuple[float, str]:
+    """The best certified lower bound (module docstring) and which lengths gave it: uniform (hop-bytes), the
+    saturated links of ``flow`` (cuts), or the ascent's weights."""
+    d = _offdiag(demand)
+    tries: list[tuple[str, F64]] = [("hop-bytes", np.asarray(net.cap, dtype=np.float64).copy())]
+    if flow is not None:
+        inc = _Incidence(net, flow.cand, d)
+        u = inc.loads(flow.amount) / net.cap
+        for slack in (0.001, 0.01):
+            tries.append((f"cut {slack:g}", (u >= (1 - slack) * u.max()).astype(np.float64)))
+        tries += [("ascent", w) for w in _restricted_ascent(inc, flow.cand.npaths, iterations)]
+    best, name = 0.0, ""
+    for label, w in tries:
+        lb = certify(net, d, w, workers)
+        if lb > best:
+            best, name = lb, label
+    return best, name
