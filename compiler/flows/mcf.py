@@ -132,8 +132,20 @@ def aggregated_mcf(
     best = second if second is not None else first
     if best.x is None:
         return first, None, float("nan")
-    x = best.x
-    return first, np.maximum(x[: S * E].reshape(S, E), 0.0) * scale, float(x[t_col])
+    flow = np.maximum(best.x[: S * E].reshape(S, E), 0.0) * scale
+    if best.status != "optimal" and not _conserves(net, flow, sup):
+        return first, None, float("nan")  # a time-limited interior point that does not route the demand
+    return first, flow, max(float(best.x[t_col]), float((flow.sum(axis=0) / c).max()))
+
+
+def _conserves(net: FlowNetwork, flow: npt.NDArray[np.float64], sup: npt.NDArray[np.float64]) -> bool:
+    """Does every commodity's flow (K, E) meet its net supplies (K, V) to within 1e-6 of the largest?"""
+    out = np.zeros_like(sup)
+    for k in range(flow.shape[0]):
+        out[k] = np.bincount(net.tail, weights=flow[k], minlength=net.nnodes) - np.bincount(
+            net.head, weights=flow[k], minlength=net.nnodes
+        )
+    return bool(np.abs(out - sup).max() <= 1e-6 * max(float(np.abs(sup).max()), 1.0))
 
 
 def link_mcf(
@@ -273,12 +285,18 @@ def path_mcf(
     if best.x is None:
         return None
     x = best.x
+    amount = np.maximum(x[:P], 0.0)
+    if best.status != "optimal":  # a time-limited point: usable only if it routes every pair's demand
+        got = np.bincount(np.array(pair_of), weights=amount, minlength=Q)
+        if np.abs(got - dem).max() > 1e-6 * max(float(dem.max()), 1.0):
+            return None
+    load = np.bincount(path_edges, weights=np.repeat(amount, plen), minlength=E) * scale
     pair_arr = np.array(pairs, dtype=np.int64)[np.array(pair_of)]
     return PathFlow(
-        float(x[t_col]),
+        max(float(x[t_col]), float((load / c).max())),
         pair_arr,
         tuple(paths),
-        np.maximum(x[:P], 0.0) * scale,
+        amount * scale,
         "optimal" if first.status == "optimal" else first.status,
         first.seconds + (second.seconds if second else 0.0),
     )
@@ -352,7 +370,7 @@ def time_stepped_mcf(
     )
     first, second = _solve_two_phase(lp, tau_col, time_limit)
     best = second if second is not None else first
-    if best.x is None:
+    if best.x is None or first.status != "optimal":  # epochs make a partial point hard to repair: refuse it
         return None
     x = best.x
     tau = float(x[tau_col])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import socket
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,20 +22,50 @@ from a2acc.errors import InputError
 T = TypeVar("T")
 
 
+#: seconds to wait for a Dask scheduler's TCP port, then for its handshake
+PROBE_TIMEOUT = 3.0
+CONNECT_TIMEOUT = 10.0
+#: local worker processes (each holds a copy of the network and its share of the work)
+MAX_LOCAL_WORKERS = 256
+
+
+def probe(workers: str | int) -> None:
+    """Fail fast, naming the option and the address, when a ``dask://HOST:PORT`` scheduler does not accept a TCP
+    connection within :data:`PROBE_TIMEOUT` seconds (a Dask client would wait its whole timeout, then report
+    neither); nothing to do for local workers."""
+    w = parse_workers(workers)
+    if not isinstance(w, str):
+        return
+    host, _, port = w[len("dask://") :].rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT):
+            pass
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        raise InputError(
+            "--opt", "workers", w, f"no Dask scheduler answers at {host}:{port} ({why})"
+        ) from None
+
+
 def parse_workers(spec: str | int) -> str | int:
     if isinstance(spec, int):
         if spec < 1:
-            raise InputError("", "workers", spec, "an integer >= 1 or dask://HOST:PORT")
+            raise InputError("--opt", "workers", spec, "an integer >= 1 or dask://HOST:PORT")
+        if spec > MAX_LOCAL_WORKERS:
+            raise InputError("--opt", "workers", spec, f"at most {MAX_LOCAL_WORKERS} local processes")
         return spec
     s = str(spec).strip()
     if s.startswith("dask://"):
-        if ":" not in s[len("dask://") :]:
-            raise InputError("", "workers", spec, "dask://HOST:PORT (the scheduler's address)")
+        host, colon, port = s[len("dask://") :].rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InputError(
+                "--opt", "workers", spec, "dask://HOST:PORT (the scheduler's address, port 1-65535)"
+            )
         return s
     try:
         return parse_workers(int(s))
     except ValueError:
-        raise InputError("", "workers", spec, "an integer >= 1 or dask://HOST:PORT") from None
+        raise InputError("--opt", "workers", spec, "an integer >= 1 or dask://HOST:PORT") from None
 
 
 @contextmanager
@@ -54,7 +85,13 @@ def executor(workers: str | int) -> Iterator[cf.Executor | None]:
         raise InputError(
             "", "workers", w, "dask://... needs the 'distributed' extra: pip install 'a2acc[distributed]'"
         ) from None
-    client = Client("tcp://" + w[len("dask://") :], timeout=30)
+    probe(w)
+    try:
+        client = Client("tcp://" + w[len("dask://") :], timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        raise InputError(
+            "--opt", "workers", w, f"cannot connect to the Dask scheduler at {w[len('dask://') :]} ({exc})"
+        ) from None
     try:
         yield client.get_executor()
     finally:

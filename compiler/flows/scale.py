@@ -43,6 +43,10 @@ F64 = npt.NDArray[np.float64]
 ITERATIONS = 200
 EPS_FINAL = 0.002
 DUAL_ITERATIONS = 300
+#: source blocks the flow moves one at a time (Gauss-Seidel: pairs of one block rarely compete for a link, so
+#: the line search takes near-full Newton steps; all pairs at once: 1.3 % above the LP optimum on GenKautz 64
+#: after 300 sweeps, 16 blocks: 0.3 %)
+BLOCKS = 16
 #: sources per all-pairs-distance task (a block's work array is block x nodes x in-degree floats)
 BLOCK = 128
 
@@ -80,10 +84,11 @@ def _out_table(net: FlowNetwork) -> I64:
     return out
 
 
-def candidates(net: FlowNetwork, demand: F64, k: int) -> Candidates:
+def candidates(net: FlowNetwork, demand: F64, k: int, blocks: int = 1) -> Candidates:
     """Up to ``k`` paths per pair with demand: for every edge out of the source, that edge then a shortest path
     (ties rotate with destination and node, as :func:`a2acc.flows.mcf.candidate_paths`), shortest first; paths
-    that come back through the source are dropped. Built for all pairs at once, one first hop at a time."""
+    that come back through the source are dropped. Built for all pairs at once, one first hop at a time.
+    Pairs are ordered by source block (``source % blocks``), then by source and destination."""
     dist = hop_distances(net)
     nh = next_hops(net, dist)
     rn = net.rank_node
@@ -117,7 +122,7 @@ def candidates(net: FlowNetwork, demand: F64, k: int) -> Candidates:
     t = np.concatenate([p[1] for p in parts])
     walk = np.concatenate([p[2] for p in parts])
     length = np.concatenate([p[3] for p in parts])
-    key = s * n + t
+    key = (s % blocks) * n * n + s * n + t  # pairs grouped by source block, then by (source, destination)
     order = np.lexsort((length, key))  # stable: equal lengths keep first-hop order
     key, walk, length = key[order], walk[order], length[order]
     first = np.concatenate([[True], key[1:] != key[:-1]])
@@ -125,7 +130,7 @@ def candidates(net: FlowNetwork, demand: F64, k: int) -> Candidates:
     keep = (np.arange(len(key)) - start) < k
     key, walk, length = key[keep], walk[keep], length[keep]
     first = np.concatenate([[True], key[1:] != key[:-1]])
-    pairs = np.stack([key[first] // n, key[first] % n], axis=1)
+    pairs = np.stack([key[first] % (n * n) // n, key[first] % n], axis=1)
     valid = walk >= 0
     ptr = np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int64)
     return Candidates(pairs, np.cumsum(first) - 1, ptr, walk[valid], length.astype(np.int64))
@@ -144,18 +149,13 @@ class _Incidence:
         self.dem = demand[cand.pairs[:, 0], cand.pairs[:, 1]]
 
     def loads(self, x: F64) -> F64:
-        return np.asarray(np.bincount(self.entry_edge, weights=x[self.entry_path], minlength=self.E), np.float64)
+        return np.asarray(
+            np.bincount(self.entry_edge, weights=x[self.entry_path], minlength=self.E), np.float64
+        )
 
     def per_path(self, per_edge: F64, npaths: int) -> F64:
         out = np.bincount(self.entry_path, weights=per_edge[self.entry_edge], minlength=npaths)
         return np.asarray(out, dtype=np.float64)
-
-    def pair_min(self, v: F64) -> tuple[F64, I64]:
-        """Per pair: the smallest value and the index of the first path attaining it."""
-        m = np.minimum.reduceat(v, self.starts)
-        at = np.flatnonzero(v <= m[self.pair])
-        first = np.concatenate([[True], self.pair[at][1:] != self.pair[at][:-1]])
-        return m, at[first]
 
 
 def _lse(u: F64, beta: float) -> float:
@@ -175,25 +175,46 @@ def _line_search(load: F64, step: F64, cap: F64, beta: float) -> float:
     return (lo + hi) / 2
 
 
-def _projection_step(inc: _Incidence, x: F64, load: F64, eps: float) -> tuple[F64, float]:
-    """One gradient-projection move (module docstring): the direction and the smooth maximum's sharpness."""
+def _block_step(
+    inc: _Incidence, x: F64, load: F64, eps: float, paths: slice, entries: slice
+) -> tuple[F64, F64, float]:
+    """One gradient-projection move of the pairs whose paths are ``paths`` (entries ``entries``; module
+    docstring): the paths' change, the links' change and the smooth maximum's sharpness."""
     cap = inc.cap
     u = load / cap
     top = float(u.max())
-    beta = np.log(inc.E) / (eps * top)
+    beta = float(np.log(inc.E) / (eps * top))
     w = np.exp(beta * (u - top))
     w /= w.sum()
-    npaths = len(x)
-    g = inc.per_path(w / cap, npaths)
-    h = inc.per_path(beta * w * (1 - w) / cap**2 + 1e-300, npaths)
-    gmin, mi = inc.pair_min(g)
+    p0 = int(paths.start)
+    ep = inc.entry_path[entries] - p0
+    ee = inc.entry_edge[entries]
+    xb = x[paths]
+    npaths = len(xb)
+    g = np.bincount(ep, weights=(w / cap)[ee], minlength=npaths)
+    h = np.bincount(ep, weights=(beta * w * (1 - w) / cap**2 + 1e-300)[ee], minlength=npaths)
+    pair = inc.pair[paths] - inc.pair[p0]
+    starts = np.flatnonzero(np.concatenate([[True], pair[1:] != pair[:-1]]))
+    gmin = np.minimum.reduceat(g, starts)
+    at = np.flatnonzero(g <= gmin[pair])
+    mi = at[np.concatenate([[True], pair[at][1:] != pair[at][:-1]])]  # first cheapest path of each pair
     is_min = np.zeros(npaths, dtype=bool)
     is_min[mi] = True
-    hm = h[mi][inc.pair]
-    delta = np.where(is_min, 0.0, np.minimum(x, (g - gmin[inc.pair]) / (h + hm)))
+    delta = np.where(is_min, 0.0, np.minimum(xb, (g - gmin[pair]) / (h + h[mi][pair])))
     dx = -delta
-    dx[mi] += np.bincount(inc.pair, weights=delta, minlength=len(mi))
-    return dx, float(beta)
+    dx[mi] += np.bincount(pair, weights=delta, minlength=len(mi))
+    return dx, np.asarray(np.bincount(ee, weights=dx[ep], minlength=inc.E), dtype=np.float64), beta
+
+
+def _blocks(cand: Candidates, blocks: int) -> list[tuple[slice, slice]]:
+    """(paths, entries) slices of each source block (candidates are ordered by block)."""
+    blk = cand.pairs[cand.pair, 0] % blocks
+    cut = np.searchsorted(blk, np.arange(blocks + 1))
+    return [
+        (slice(int(cut[b]), int(cut[b + 1])), slice(int(cand.ptr[cut[b]]), int(cand.ptr[cut[b + 1]])))
+        for b in range(blocks)
+        if cut[b + 1] > cut[b]
+    ]
 
 
 def path_flow(
@@ -203,7 +224,6 @@ def path_flow(
     k: int = 8,
     iterations: int = ITERATIONS,
     time_limit: float | None = None,
-    progress: bool = True,
 ) -> ScaleFlow:
     """The best flow over :func:`candidates` that ``iterations`` gradient-projection moves reach (module
     docstring); ``time_limit`` (seconds) stops earlier with the best flow so far."""
@@ -211,24 +231,28 @@ def path_flow(
 
     t0 = time.perf_counter()
     d = _offdiag(demand)
-    cand = candidates(net, d, k)
+    cand = candidates(net, d, k, BLOCKS)
     inc = _Incidence(net, cand, d)
     short = cand.length == np.minimum.reduceat(cand.length, inc.starts)[cand.pair]
     x = short * inc.dem[cand.pair] / np.bincount(cand.pair, weights=short)[cand.pair]
     load = inc.loads(x)
-    best_t, best_x = float((load / net.cap).max()), x
+    best_t, best_x = float((load / net.cap).max()), x.copy()
     status, it = "iterations", 0
+    parts = _blocks(cand, BLOCKS)
     bar = tqdm(total=iterations, desc="mcf path flow", disable=None, leave=False)
     try:
         for it in range(1, iterations + 1):
             eps = max(EPS_FINAL, 0.2 * 0.97 ** (it - 1))
-            dx, beta = _projection_step(inc, x, load, eps)
-            theta = _line_search(load, inc.loads(dx), net.cap, beta)
-            x = np.maximum(x + theta * dx, 0.0)
-            load = inc.loads(x)
+            for paths, entries in parts:
+                dx, dload, beta = _block_step(inc, x, load, eps, paths, entries)
+                theta = _line_search(load, dload, net.cap, beta)
+                x[paths] += theta * dx
+                load += theta * dload
+            np.maximum(x, 0.0, out=x)
+            load = inc.loads(x)  # afresh each sweep: no drift from the incremental updates
             t_now = float((load / net.cap).max())
             if t_now < best_t:
-                best_t, best_x = t_now, x
+                best_t, best_x = t_now, x.copy()
             bar.update()
             if time_limit is not None and time.perf_counter() - t0 > time_limit:
                 status = "time_limit"
@@ -284,10 +308,10 @@ def certify(net: FlowNetwork, demand: F64, weights: F64, workers: str | int = 1)
     return float(sum(parts)) / float((net.cap * length).sum())
 
 
-def _restricted_ascent(inc: _Incidence, npaths: int, iterations: int) -> list[F64]:
-    """Exponentiated-gradient ascent of the bound over the candidate paths (soft minimum per pair): the
-    weights at a few checkpoints, for :func:`certify` to choose from."""
-    w = np.full(inc.E, 1.0 / inc.E)
+def _restricted_ascent(inc: _Incidence, npaths: int, iterations: int, start: F64) -> list[F64]:
+    """Exponentiated-gradient ascent of the bound over the candidate paths (soft minimum per pair) from the
+    weights ``start``: the weights at a few checkpoints, for :func:`certify` to choose from."""
+    w = np.maximum(start / start.sum(), 1e-15)
     dem = inc.dem[inc.pair]
     keep: list[F64] = []
     for it in range(iterations):
@@ -313,15 +337,18 @@ def dual_bound(
     iterations: int = DUAL_ITERATIONS,
 ) -> tuple[float, str]:
     """The best certified lower bound (module docstring) and which lengths gave it: uniform (hop-bytes), the
-    saturated links of ``flow`` (cuts), or the ascent's weights."""
+    saturated links of ``flow`` (cuts), the gradient of its smooth maximum, or the ascent's weights."""
     d = _offdiag(demand)
     tries: list[tuple[str, F64]] = [("hop-bytes", np.asarray(net.cap, dtype=np.float64).copy())]
     if flow is not None:
         inc = _Incidence(net, flow.cand, d)
         u = inc.loads(flow.amount) / net.cap
+        top = float(u.max())
         for slack in (0.001, 0.01):
-            tries.append((f"cut {slack:g}", (u >= (1 - slack) * u.max()).astype(np.float64)))
-        tries += [("ascent", w) for w in _restricted_ascent(inc, flow.cand.npaths, iterations)]
+            tries.append((f"cut {slack:g}", (u >= (1 - slack) * top).astype(np.float64)))
+        tries.append(("flow gradient", np.exp(np.log(net.nedges) / (EPS_FINAL * top) * (u - top))))
+        uniform = np.ones(net.nedges)
+        tries += [("ascent", w) for w in _restricted_ascent(inc, flow.cand.npaths, iterations, uniform)]
     best, name = 0.0, ""
     for label, w in tries:
         lb = certify(net, d, w, workers)

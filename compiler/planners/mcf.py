@@ -25,7 +25,6 @@ ideal model (``schedule_us``), ``optimal`` and the formulation used.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,7 +36,7 @@ from a2acc.flows import routes as rt
 from a2acc.flows.decompose import decomposed_mcf
 from a2acc.flows.mcf import LinkFlow, SteppedFlow, hop_distances, link_mcf, path_mcf, time_stepped_mcf
 from a2acc.flows.network import FlowNetwork
-from a2acc.flows.parallel import parse_workers
+from a2acc.flows.parallel import parse_workers, probe
 from a2acc.flows.scale import dual_bound, path_flow
 from a2acc.flows.schedule import Pieces, Timed, cut_pieces, schedule
 from a2acc.ir.builder import ProgramBuilder
@@ -118,8 +117,7 @@ def plan(req: PlanRequest) -> Program:
     np.fill_diagonal(demand, 0.0)
     nsrc = int((demand.sum(axis=1) > 0).sum())
     _check_size(opts, net, req.nranks, nsrc)
-    if opts.groups or (opts.formulation != "time" and _lp_vars(opts, net, req.nranks, nsrc) > opts.max_vars):
-        probe_workers(opts.workers)
+    probe(opts.workers)  # a Dask scheduler that does not answer fails now, not after the LP
     routes, meta = _flow(req, net, opts, demand, nsrc)
     routes, repaired = rt.complete(net, routes, req.counts)
     if repaired:
@@ -152,22 +150,6 @@ def _check_size(opts: Options, net: FlowNetwork, n: int, nsrc: int) -> None:
             )
     if opts.groups > max(nsrc, 1):
         raise InputError("--opt", "groups", opts.groups, f"at most one group per sending GPU ({nsrc} here)")
-
-
-def probe_workers(workers: str) -> None:
-    """A ``dask://HOST:PORT`` scheduler must accept a connection within a few seconds, before any work."""
-    w = parse_workers(workers)
-    if not isinstance(w, str):
-        return
-    host, _, port = w[len("dask://") :].rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=3.0):
-            pass
-    except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
-        raise InputError(
-            "--opt", "workers", workers, f"no Dask scheduler answers at {host}:{port} ({reason})"
-        ) from None
 
 
 # ---------------------------------------------------------------------- flows
