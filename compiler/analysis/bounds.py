@@ -25,7 +25,6 @@ detail ``B_near(n) = (n - 1) * 150 GB/s`` (:func:`alps_b_near`) and the 2D trans
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,12 +123,12 @@ def peak_model_per_gpu(traffic: npt.NDArray[np.int64], topo: Topology) -> float:
 
 def mcf_bound(traffic: npt.NDArray[np.int64], topo: Topology, max_vars: int = 600_000) -> float | None:
     """Max-concurrent-flow lower bound (seconds): the link-based MCF optimum (:func:`a2acc.flows.mcf.link_mcf`)
-    when it has at most ``max_vars`` variables, else the relaxed master LP of the decomposition
-    (:func:`a2acc.flows.decompose.master`, sources merged into groups: still a valid lower bound). Local copies
-    are excluded (no edge carries them). None if HiGHS finds no solution."""
-    from a2acc.flows.decompose import group_sources, master
+    when it has at most ``max_vars`` variables, else the certified dual bound of :func:`a2acc.flows.scale.scale_bound`
+    (edge lengths from a first-order flow, exact distances: still a valid lower bound). Local copies are
+    excluded (no edge carries them). None if HiGHS finds no solution."""
     from a2acc.flows.mcf import link_mcf
     from a2acc.flows.network import FlowNetwork
+    from a2acc.flows.scale import scale_bound
 
     net = FlowNetwork.of(topo)
     t = traffic.astype(np.float64).copy()
@@ -140,9 +139,7 @@ def mcf_bound(traffic: npt.NDArray[np.int64], topo: Topology, max_vars: int = 60
     if srcs.size * net.nedges <= max_vars:
         flow = link_mcf(net, t, acyclic=False)
         return None if flow is None else flow.time_s
-    groups = max(2, -(-srcs.size * net.nedges // max_vars))
-    bound, _secs = master(net, t, group_sources(srcs, groups), None)
-    return None if math.isnan(bound) else bound
+    return scale_bound(net, t)
 
 
 def lower_bounds(traffic: npt.NDArray[np.int64], topo: Topology, *, mcf: bool = False) -> BoundsReport:

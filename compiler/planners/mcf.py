@@ -59,7 +59,7 @@ LIMITS: dict[str, tuple[int, str]] = {
     ),
 }
 #: the largest time-stepped LP built (sources x edges x epochs variables)
-MAX_STEPPED_VARS = 2_000_000
+MAX_STEPPED_VARS = 300_000
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ def _at_scale(
     """The first-order path flow over candidate paths and its certified bound (:mod:`a2acc.flows.scale`)."""
     k = max(opts.k, int(np.bincount(net.tail, minlength=net.nnodes).max()))  # one path per first hop
     flow = path_flow(net, demand, k=k, iterations=opts.iterations, time_limit=limit)
-    bound, how = dual_bound(net, demand, flow, workers=opts.workers)
+    bound, how = dual_bound(net, demand, flow, k=k, workers=opts.workers)
     npair = flow.cand.pairs.shape[0]
     pc = counts[flow.cand.pairs[:, 0], flow.cand.pairs[:, 1]]
     chunks = rt.split_chunks(flow.cand.pair, flow.amount, pc)

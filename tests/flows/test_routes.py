@@ -16,7 +16,8 @@ from a2acc.model.traffic import generate
 
 def _net(dims):
     t = parse_topology(
-        {"version": 1, "name": "t", "direct": {"kind": "torus", "dims": dims, "bandwidth": 1, "latency": 0}}, "t"
+        {"version": 1, "name": "t", "direct": {"kind": "torus", "dims": dims, "bandwidth": 1, "latency": 0}},
+        "t",
     )
     return FlowNetwork.of(t)
 
@@ -58,5 +59,7 @@ def test_complete_reroutes_pairs_a_partial_flow_misses():
     # every route is a walk from its source to its destination
     for r in range(len(fixed)):
         e = fixed.edges[fixed.ptr[r] : fixed.ptr[r + 1]]
-        assert net.tail[e[0]] == net.rank_node[fixed.src[r]] and net.head[e[-1]] == net.rank_node[fixed.dst[r]]
+        assert (
+            net.tail[e[0]] == net.rank_node[fixed.src[r]] and net.head[e[-1]] == net.rank_node[fixed.dst[r]]
+        )
         assert (net.head[e[:-1]] == net.tail[e[1:]]).all()

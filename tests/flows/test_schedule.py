@@ -69,7 +69,9 @@ def test_cut_pieces_tile_every_route():
         assert pc.off[mine[0]] == 0 and pc.off[mine[-1]] + pc.cnt[mine[-1]] == chunks[r]
         assert (pc.off[mine[1:]] == pc.off[mine[:-1]] + pc.cnt[mine[:-1]]).all()
         for p in mine:
-            assert pc.hop_edge[pc.hop_ptr[p] : pc.hop_ptr[p + 1]].tolist() == edges[ptr[r] : ptr[r + 1]].tolist()
+            assert (
+                pc.hop_edge[pc.hop_ptr[p] : pc.hop_ptr[p + 1]].tolist() == edges[ptr[r] : ptr[r + 1]].tolist()
+            )
     assert np.allclose(pc.done[pc.route == 4][-1], 1.0)
 
 
