@@ -41,6 +41,7 @@ from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import Routes, routes
 from a2acc.errors import InputError
 from a2acc.model.topology import Topology
+from a2acc.model.traffic import MAX_RANK_BYTES
 
 FAST_COLUMNS = 16
 #: FAST's column -> (planner, column index of its time in ms)
@@ -91,17 +92,28 @@ class Measurement:
 
 
 # ---------------------------------------------------------------------------------------------- readers
+Warn = Callable[[str], None]
+
+
 def read_logs(
-    paths: Sequence[str], topo: Topology, *, traffic: npt.NDArray[np.int64] | None = None
+    paths: Sequence[str],
+    topo: Topology,
+    *,
+    traffic: npt.NDArray[np.int64] | None = None,
+    warn: Warn | None = None,
 ) -> list[Measurement]:
-    """Every measurement in ``paths`` (format recognised by content), grouped and reduced to medians."""
+    """Every measurement in ``paths`` (format recognised by content), grouped and reduced to medians.
+
+    A row that is no measurement (nccl-tests' ``#wrong`` column non-zero, a time of ``N/A`` or 0) is left out
+    and ``warn`` is told the file, the line and why; a file with nothing left is an error."""
+    say: Warn = warn if warn is not None else (lambda _msg: None)
     raw: list[tuple[str, str, Traffic, float, float]] = []
     for p in paths:
         text = _read(p)
         if _is_nccl_tests(text):
-            raw += _nccl_tests(text, p, topo, traffic)
+            raw += _nccl_tests(text, p, topo, traffic, say)
         else:
-            raw += _fast(text, p, topo)
+            raw += _fast(text, p, topo, say)
     return _group(raw)
 
 
@@ -121,7 +133,7 @@ def _is_nccl_tests(text: str) -> bool:
 _SERVERS_RE = re.compile(r"(?:^|[^0-9])(\d+)n_")
 
 
-def _fast(text: str, path: str, topo: Topology) -> list[tuple[str, str, Traffic, float, float]]:
+def _fast(text: str, path: str, topo: Topology, warn: Warn) -> list[tuple[str, str, Traffic, float, float]]:
     name = Path(path).name
     m = _SERVERS_RE.search(name)
     if m and int(m.group(1)) != topo.servers:
@@ -162,12 +174,14 @@ def _fast(text: str, path: str, topo: Topology) -> list[tuple[str, str, Traffic,
                 path, f"line {no}", line.strip()[:60], "every column must be a number"
             ) from None
         total, skew = vals[0], vals[1]
-        if not (math.isfinite(total) and total > 0) or not (math.isfinite(skew) and 0 <= skew < 10):
+        if not (math.isfinite(total) and 0 < total <= MAX_RANK_BYTES * n) or not (
+            math.isfinite(skew) and 0 <= skew < 10
+        ):
             raise LogFormatError(
                 path,
                 f"line {no}",
                 line.strip()[:60],
-                "column 1 is total bytes > 0, column 2 a skew in [0, 10)",
+                f"column 1 is total bytes in (0, {MAX_RANK_BYTES} x GPUs], column 2 a skew in [0, 10)",
             )
         k = kind or ("zipf" if skew > 0 else "")
         if not k:
@@ -180,8 +194,16 @@ def _fast(text: str, path: str, topo: Topology) -> list[tuple[str, str, Traffic,
         tr = Traffic(k, skew if k == "zipf" else 0.0)
         for alg, col in FAST_TIMES.items():
             t = vals[col]
-            if not (math.isfinite(t) and t > 0):
-                raise LogFormatError(path, f"line {no}, column {col + 1}", parts[col], "times are ms > 0")
+            if t == 0:
+                warn(f"{path}: line {no}: {alg} time is 0: left out (no measurement)")
+                continue
+            if not (math.isfinite(t) and 0 < t <= MAX_TIME_S * 1e3):
+                raise LogFormatError(
+                    path,
+                    f"line {no}, column {col + 1}",
+                    parts[col],
+                    f"times are ms in (0, {MAX_TIME_S * 1e3:g}]",
+                )
             out.append((path, alg, tr, total / n, t * 1e-3))
     if not out:
         raise LogFormatError(path, "", name, "no measurements in the file")
@@ -192,7 +214,7 @@ _RANK_RE = re.compile(r"^#\s*Rank\s+\d+\s")
 
 
 def _nccl_tests(
-    text: str, path: str, topo: Topology, traffic: npt.NDArray[np.int64] | None
+    text: str, path: str, topo: Topology, traffic: npt.NDArray[np.int64] | None, warn: Warn
 ) -> list[tuple[str, str, Traffic, float, float]]:
     lines = text.splitlines()
     ranks = sum(1 for line in lines if _RANK_RE.match(line))
@@ -209,29 +231,64 @@ def _nccl_tests(
         )
     tr = Traffic("matrix", 0.0, traffic) if alltoallv else Traffic("balanced")
     out: list[tuple[str, str, Traffic, float, float]] = []
+    left_out = 0
     for no, line in enumerate(lines, 1):
         s = line.strip()
         if not s or s.startswith("#"):
             continue
-        parts = s.split()
-        try:
-            size = int(parts[0])
-            time_us = float(parts[5])
-        except (ValueError, IndexError):
-            raise LogFormatError(
-                path,
-                f"line {no}",
-                s[:60],
-                "nccl-tests rows are: size count type redop root time(us) algbw busbw ...",
-            ) from None
-        if size <= 0:
+        row = _nccl_row(s.split(), path, no, topo.nranks)
+        if isinstance(row, str):
+            warn(f"{path}: line {no}: {row}: left out")
+            left_out += 1
             continue
-        if not (math.isfinite(time_us) and time_us > 0):
-            raise LogFormatError(path, f"line {no}, time", parts[5], "a time in us > 0")
-        out.append((path, "direct", tr, float(size), time_us * 1e-6))
+        if row is not None:
+            out.append((path, "direct", tr, float(row[0]), row[1]))
     if not out:
-        raise LogFormatError(path, "", Path(path).name, "no data rows (size count type redop root time ...)")
+        why = f" ({left_out} rows left out: wrong results, N/A or zero times)" if left_out else ""
+        raise LogFormatError(
+            path, "", Path(path).name, f"no usable data rows (size count type redop root time ...){why}"
+        )
     return out
+
+
+#: the longest measured time a log may report (a day): larger values are corrupt, not slow
+MAX_TIME_S = 86400.0
+_NCCL_ROW = "nccl-tests rows are: size count type redop root time(us) algbw busbw #wrong ..."
+
+
+def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, float] | str | None:
+    """One nccl-tests data row as (bytes, seconds); a string says why a row is no measurement; None: size 0."""
+    if len(parts) < 6:
+        raise LogFormatError(path, f"line {no}", " ".join(parts)[:60], _NCCL_ROW)
+    try:
+        size = int(parts[0])
+    except ValueError:
+        raise LogFormatError(path, f"line {no}, size", parts[0], _NCCL_ROW) from None
+    if size <= 0:
+        return None
+    if size > MAX_RANK_BYTES:
+        raise LogFormatError(path, f"line {no}, size", parts[0], f"bytes per rank <= {MAX_RANK_BYTES}")
+    wrong = parts[8] if len(parts) > 8 else "0"
+    if wrong != "N/A":  # N/A: the run did not check (-c 0), not a wrong result
+        try:
+            nwrong = int(wrong)
+        except ValueError:
+            raise LogFormatError(
+                path, f"line {no}, #wrong", wrong, "a count of wrong results or N/A"
+            ) from None
+        if nwrong != 0:
+            return f"{nwrong} wrong results (#wrong)"
+    if parts[5] == "N/A":
+        return "time is N/A"
+    try:
+        time_us = float(parts[5])
+    except ValueError:
+        raise LogFormatError(path, f"line {no}, time", parts[5], "a time in us, or N/A") from None
+    if time_us == 0:
+        return "time is 0"
+    if not (math.isfinite(time_us) and 0 < time_us <= MAX_TIME_S * 1e6):
+        raise LogFormatError(path, f"line {no}, time", parts[5], f"a time in us in (0, {MAX_TIME_S * 1e6:g}]")
+    return size, time_us * 1e-6
 
 
 def _group(raw: list[tuple[str, str, Traffic, float, float]]) -> list[Measurement]:

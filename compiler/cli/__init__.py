@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import FrameType
 
 from a2acc import __version__
@@ -116,10 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _quietly_flush() -> None:
     """Flush stdout before the last line (a closed pipe must not turn the message into a traceback)."""
-    try:
+    with suppress(OSError, ValueError):
         sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -132,8 +132,12 @@ def _run(args: argparse.Namespace) -> int:
         bad = [p for p in params if p not in PARAMS]
         if bad:
             raise InputError("", "--fit", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
-    fit_meas = read_logs(args.logs, topo, traffic=traffic)
-    test_meas = read_logs(args.test, topo, traffic=traffic) if args.test else []
+
+    def warn(msg: str) -> None:
+        print(f"a2acc: warning: {msg}", file=sys.stderr, flush=True)
+
+    fit_meas = read_logs(args.logs, topo, traffic=traffic, warn=warn)
+    test_meas = read_logs(args.test, topo, traffic=traffic, warn=warn) if args.test else []
     fitted = [m for m in fit_meas if m.algorithm in fit_on]
     if not fitted:
         raise InputError(

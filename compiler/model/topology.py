@@ -48,6 +48,7 @@ import networkx as nx
 import yaml
 
 from a2acc.errors import TopologyError
+from a2acc.fileio import loads_json
 from a2acc.model.units import parse_bandwidth, parse_latency, parse_size
 
 
@@ -689,8 +690,10 @@ def _read_mapping(path: Path) -> Any:
         ) from exc
     try:
         if path.suffix.lower() == ".json":
-            return json.loads(text)
+            return loads_json(text)
         return yaml.safe_load(text)
+    except RecursionError:
+        raise TopologyError(src, "", path.name, "nested too deeply to read") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise TopologyError(
             src, "", path.name, f"not valid {path.suffix.lstrip('.') or 'YAML'}: {_one_line(exc)}"

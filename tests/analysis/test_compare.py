@@ -187,7 +187,7 @@ def test_outputs_never_destroy_inputs_or_foreign_files(tmp_path, capsys):
     cases = [
         (["-J", str(m)], "an input of this command"),
         (["-J", str(tmp_path / "o.out"), "--csv", str(tmp_path / "o.out")], "writes there too"),
-        (["-J", str(foreign)], "not written by a2acc"),
+        (["-J", str(foreign)], "cannot prove it wrote"),
         (["-J", "-"], "stdout"),
         (["--csv", str(tmp_path / "nodir" / "x.csv")], "does not exist"),
     ]

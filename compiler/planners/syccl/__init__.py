@@ -41,6 +41,7 @@ from a2acc.flows.parallel import parse_workers, run_all
 from a2acc.ir.builder import ProgramBuilder
 from a2acc.ir.program import Buf, MetaValue, Program
 from a2acc.model.topology import Topology
+from a2acc.options import bounded
 from a2acc.planners import PlanRequest
 from a2acc.planners.syccl import combine as comb
 from a2acc.planners.syccl.emit import Route, SubRoutes, build, rounds
@@ -65,49 +66,56 @@ class Options:
         default="1",
         metadata={"help": "sub-demand LPs and simulations: 1, N local processes, or dask://HOST:PORT"},
     )
-    candidates: int = field(
-        default=6, metadata={"help": "sketches (besides the LP mix) whose sub-demands get coarse-epoch LPs"}
+    candidates: int = bounded(
+        6,
+        1,
+        64,
+        "sketches (besides the LP mix) whose sub-demands get coarse-epoch LPs",
+        "an LP per sub-demand each",
     )
-    evaluate: int = field(
-        default=3,
-        metadata={
-            "help": "top-K candidates solved with fine epochs, emitted and simulated (+ the direct tree)"
-        },
+    evaluate: int = bounded(
+        3,
+        1,
+        16,
+        "top-K candidates solved with fine epochs, emitted and simulated (+ the direct tree)",
+        "each is a fine-epoch LP, a Program and a simulation",
     )
-    epoch_ratio: float = field(
-        default=0.2, metadata={"help": "fine epoch length / coarse epoch length (the slides' E)"}
+    epoch_ratio: float = bounded(
+        0.2,
+        1e-3,
+        1.0,
+        "fine epoch length / coarse epoch length (the slides' E)",
+        "a share of the coarse epoch",
     )
-    max_epochs: int = field(default=8, metadata={"help": "at most this many fine epochs per sub-demand"})
-    pipeline: int = field(
-        default=1, metadata={"help": "cut each relayed route's chunks into up to this many pipeline pieces"}
+    max_epochs: int = bounded(
+        8, 1, 64, "at most this many fine epochs per sub-demand", "epochs multiply the fine LP's variables"
     )
-    max_depth: int = field(
-        default=0, metadata={"help": "relay depth limit (Pruning 3); 0: the number of dimensions"}
+    pipeline: int = bounded(
+        1,
+        1,
+        64,
+        "cut each relayed route's chunks into up to this many pipeline pieces",
+        "pieces multiply ops",
+    )
+    max_depth: int = bounded(
+        0, 0, 16, "relay depth limit (Pruning 3); 0: the number of dimensions", "sketch trees grow with depth"
     )
     prune: bool = field(default=True, metadata={"help": "Prunings 1 and 2 (isomorphism, ratio consistency)"})
-    search_limit: int = field(default=20000, metadata={"help": "partial sketches the search may expand"})
-    image_cap: int = field(default=512, metadata={"help": "most symmetric images replicated per sketch"})
-    eval_ops: int = field(
-        default=24000,
-        metadata={"help": "simulate further candidates only while their ops total at most this"},
+    search_limit: int = bounded(
+        20000, 1, 1_000_000, "partial sketches the search may expand", "each is held in memory"
+    )
+    image_cap: int = bounded(
+        512, 1, 65536, "most symmetric images replicated per sketch", "images multiply LP columns"
+    )
+    eval_ops: int = bounded(
+        24000,
+        1,
+        10_000_000,
+        "simulate further candidates only while their ops total at most this",
+        "simulation time grows with ops",
     )
 
     def check(self) -> None:
-        for name in (
-            "candidates",
-            "evaluate",
-            "max_epochs",
-            "pipeline",
-            "search_limit",
-            "image_cap",
-            "eval_ops",
-        ):
-            if getattr(self, name) < 1:
-                raise InputError("--opt", name, getattr(self, name), "must be an integer >= 1")
-        if self.max_depth < 0:
-            raise InputError("--opt", "max_depth", self.max_depth, "must be an integer >= 0")
-        if not 0 < self.epoch_ratio <= 1:
-            raise InputError("--opt", "epoch_ratio", self.epoch_ratio, "a number in (0, 1]")
         if not self.time_limit >= 0:
             raise InputError("--opt", "time_limit", self.time_limit, "seconds >= 0")
         parse_workers(self.workers)
