@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from a2acc.backends import get_target
 from a2acc.backends.target import CheckReport, Lowered, Target
-from a2acc.errors import InputError, InternalError, LoweringError, VerificationError
+from a2acc.errors import InputError, InternalError, LoweringError, PlannerError, VerificationError
 from a2acc.ir.passes import run_passes
 from a2acc.ir.program import Program
 from a2acc.ir.quantize import UnitPolicy, quantize
@@ -35,7 +35,7 @@ from a2acc.ir.verify import VerifyReport, verify_program
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import validate_matrix
 from a2acc.options import parse_options
-from a2acc.planners import DEFAULT_ALGORITHM, PlanRequest, get_planner, options_type
+from a2acc.planners import DEFAULT_ALGORITHM, PlanRequest, applies, get_planner, options_type
 
 PHASES = ("quantize", "plan", "passes", "verify", "lower", "check")
 
@@ -103,6 +103,9 @@ def compile(request: Request) -> Result:
     m = validate_matrix(request.traffic, "traffic", expect_ranks=topo.nranks)
     popts = parse_options(options_type(request.algorithm), request.planner_options, where="planner option")
     planner = get_planner(request.algorithm)
+    why = applies(request.algorithm, topo)
+    if why is not None:
+        raise PlannerError(f"planner '{request.algorithm}' does not apply here: {why}")
     target: Target | None = None
     topts: Any = None
     if request.target is not None:

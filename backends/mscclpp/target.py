@@ -379,11 +379,10 @@ class _MscclppTarget:
         return dataclasses.replace(rep, notes=(*notes, *rep.notes))
 
 
-TARGETS = {
-    "mscclpp-json": _MscclppTarget(
-        "mscclpp-json", "MSCCL++ JSON execution plan for mscclpp.Executor (--opt target=nvidia|amd)", "json"
-    ),
-    "mscclpp-dsl": _MscclppTarget(
-        "mscclpp-dsl", "MSCCL++ DSL program (mscclpp.language) from the same lowering as mscclpp-json", "dsl"
-    ),
-}
+JSON_TARGET = _MscclppTarget(
+    "mscclpp-json", "MSCCL++ JSON execution plan for mscclpp.Executor (--opt target=nvidia|amd)", "json"
+)
+DSL_TARGET = _MscclppTarget(
+    "mscclpp-dsl", "MSCCL++ DSL program (mscclpp.language) from the same lowering as mscclpp-json", "dsl"
+)
+TARGETS = {t.name: t for t in (JSON_TARGET, DSL_TARGET)}

@@ -49,7 +49,7 @@ from a2acc.planners.syccl.sketch import Pruning, SearchStats, Sketch, search
 from a2acc.planners.syccl.symmetry import Symmetry, invert
 from a2acc.planners.syccl.synth import GroupNet, SubSolution, direct_solution, group_net, hop_distance, solve
 
-__all__ = ["Options", "Pruning", "plan", "sketch_times", "symmetry"]
+__all__ = ["Options", "Pruning", "applies", "plan", "sketch_times", "symmetry"]
 
 
 @dataclass(frozen=True)
@@ -204,14 +204,22 @@ def symmetry(topo: Topology) -> Symmetry:
 
 
 # ---------------------------------------------------------------------- plan
+def applies(topo: Topology) -> str | None:
+    """SyCCL's symmetry is the server/rail structure of scale-up + scale-out clusters (tiered topologies)."""
+    if topo.direct is not None:
+        return (
+            f"'{topo.name}' is a direct-connect graph ({topo.direct.kind}); SyCCL's symmetry is the server/rail "
+            "structure of scale-up + scale-out clusters: use mcf for direct-connect topologies"
+        )
+    return None
+
+
 def plan(req: PlanRequest) -> Program:
     opts: Options = req.options if isinstance(req.options, Options) else Options()
     topo = req.topology
-    if topo.direct is not None:
-        raise PlannerError(
-            f"syccl: '{topo.name}' is a direct-connect graph ({topo.direct.kind}); SyCCL's symmetry is the "
-            "server/rail structure of scale-up + scale-out clusters: use -a mcf for direct-connect topologies"
-        )
+    why = applies(topo)
+    if why is not None:
+        raise PlannerError(f"syccl: {why}")
     clock = _Clock(opts.time_limit)
     sym = symmetry(topo)
     if topo.nranks == 1:

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from a2acc.analysis.compare import size_label
 from a2acc.cli import main
+from a2acc.studies.compare import size_label
 
 KEYS = {"time_s", "algbw_GBps", "busbw_GBps", "bound_s", "schedule_s", "stages", "algorithm", "size"}
 ARGS = [

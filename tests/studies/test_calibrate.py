@@ -8,19 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from a2acc.analysis.calibrate import (
-    LogFormatError,
-    Measurement,
-    Traffic,
-    build_cases,
-    get_param,
-    matrix_for,
-    read_logs,
-    start_model,
-)
 from a2acc.analysis.model import load_model
 from a2acc.cli import main
 from a2acc.model.topology import load_topology
+from a2acc.studies.calibrate import build_cases, get_param, start_model
+from a2acc.studies.logs import LogFormatError, Measurement, Traffic, matrix_for, read_logs
 
 SHARED = Path(os.environ.get("A2ACC_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 FAST_LOGS = SHARED / "reference" / "peers" / "FAST" / "amd-result"
