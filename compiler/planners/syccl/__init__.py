@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.analysis.fastsim import simulate_fast
 from a2acc.errors import InputError, PlannerError
 from a2acc.flows.parallel import parse_workers, run_all
 from a2acc.ir.builder import ProgramBuilder
@@ -517,14 +518,8 @@ def sketch_times(
 
 
 def _simulate(prog: Program, topo: Topology) -> float:
-    """Completion time under the topology's default simulator model (the fast engine when present: the same
-    model, organised for speed; else the event-driven reference)."""
-    try:
-        from a2acc.analysis.fastsim import simulate_fast
-    except ImportError:  # pragma: no cover - the reference engine is always there
-        from a2acc.analysis.simulate import simulate
-
-        return simulate(prog, topo, record_timeline=False).time_s
+    """Completion time under the topology's default simulator model (the fast engine: the reference
+    engine's model, organised for speed)."""
     return simulate_fast(prog, topo).time_s
 
 
