@@ -55,6 +55,7 @@ from a2acc.analysis.simulate import Episodes, Setup, SimResult, incast_capacity,
 from a2acc.errors import InternalError
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
+from a2acc.native import maxmin as _native_maxmin
 
 #: batching tolerance (module docstring, 5-6); 0 takes every event on time
 DEFAULT_TOLERANCE = 3e-3
@@ -291,7 +292,23 @@ def max_min(
 
     Local-bottleneck progressive filling: in each round every link whose fair share is the smallest share on
     every flow crossing it fixes all its flows at that share. Such a link cannot be undercut later (fixing
-    flows elsewhere only raises other links' shares), so this is exact progressive filling, in fewer rounds."""
+    flows elsewhere only raises other links' shares), so this is exact progressive filling, in fewer rounds.
+    The compiled core ``a2acc._maxmin`` runs the same arithmetic (the same floats) when it was built;
+    :func:`max_min_py` is the reference."""
+    if _native_maxmin is not None and bind.shape[0] and bind.shape[1]:
+        rows = np.ascontiguousarray(bind, dtype=np.int64)
+        w = None if weight is None else np.ascontiguousarray(weight, dtype=np.float64)
+        raw = _native_maxmin.max_min(rows, bind.shape[1], np.ascontiguousarray(cap, dtype=np.float64), w)
+        return np.frombuffer(raw, dtype=np.float64).copy()
+    return max_min_py(bind, cap, weight)
+
+
+def max_min_py(
+    bind: npt.NDArray[np.int64],
+    cap: npt.NDArray[np.float64],
+    weight: npt.NDArray[np.float64] | None = None,
+) -> npt.NDArray[np.float64]:
+    """:func:`max_min` in numpy (the reference of the compiled core)."""
     nf, k = bind.shape
     if nf == 0:
         return np.zeros(0)
