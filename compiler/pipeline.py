@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.analysis.model import SimModel
 from a2acc.backends import get_target
 from a2acc.backends.target import CheckReport, Lowered, Target
 from a2acc.errors import InputError, InternalError, LoweringError, PlannerError, VerificationError
@@ -58,6 +59,9 @@ class Request:
     passes: tuple[str, ...] = ()
     name: str | None = None
     verify: bool = True
+    #: the simulator's model cost-aware planners (fast, auto, syccl) price their choices with; None: the
+    #: topology's default (its transport's parameters)
+    model: SimModel | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ def compile(request: Request) -> Result:
         with clock.phase("quantize"):
             c = counts if counts is not None else quantize(m, unit)
         with clock.phase("plan"):
-            prog = planner(PlanRequest(topo, m, c, unit, popts))
+            prog = planner(PlanRequest(topo, m, c, unit, popts, request.model))
         if request.passes:
             with clock.phase("passes"):
                 prog = run_passes(prog, request.passes)

@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.analysis.model import SimModel
+from a2acc.defaults import DEFAULT_ALGORITHM as DEFAULT_ALGORITHM
 from a2acc.ir.program import Program
 from a2acc.model.topology import Topology
 from a2acc.options import NoOptions
 from a2acc.registry import Entry, Registry
 
-#: the planner of ``plan``, ``compile``, ``compare``'s first row and the JIT when none is named
-DEFAULT_ALGORITHM = "fast"
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class PlanRequest:
     counts: npt.NDArray[np.int64]
     unit_bytes: int
     options: Any = field(default_factory=NoOptions)
+    #: the simulator's model a cost-aware planner prices its choices with (None: the topology's default)
+    model: SimModel | None = None
 
     @property
     def nranks(self) -> int:

@@ -112,7 +112,8 @@ def test_degenerate_inputs():
 
 
 def _ideal_ratio(topo, m, **opts):
-    prog = plan(topo, m, "fast", **opts)
+    opts.setdefault("shape", "staged")
+    prog = plan(topo, m, "fast", model=SimModel(), **opts)
     return simulate_fast(prog, topo, model=SimModel()).time_s / lower_bounds(m, topo).seconds, prog
 
 
