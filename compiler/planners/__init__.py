@@ -27,7 +27,6 @@ from a2acc.options import NoOptions
 from a2acc.registry import Entry, Registry
 
 
-
 @dataclass(frozen=True)
 class PlanRequest:
     """Everything a planner gets: topology, byte matrix, its chunk layout and the planner's options."""
@@ -74,6 +73,12 @@ PLANNERS: Registry[PlannerFn] = Registry(
             "plan",
         ),
         Entry("mcf", "a2acc.planners.mcf", "max-concurrent multi-commodity flow LP (HiGHS), relays", "plan"),
+        Entry(
+            "auto",
+            "a2acc.planners.auto",
+            "the fastest verified plan of every planner that applies, under the simulator's model",
+            "plan",
+        ),
         Entry(
             "syccl",
             "a2acc.planners.syccl",
