@@ -18,8 +18,8 @@ from a2acc.analysis.model import default_model
 from a2acc.model.topology import load_topology
 from a2acc.model.traffic import generate
 from a2acc.model.units import parse_size_range
-from a2acc.studies.compare import size_label
 from a2acc.pipeline import Request, compile
+from a2acc.studies.compare import size_label
 
 
 def main() -> None:
@@ -31,7 +31,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     planners = args.planners.split(",")
-    print("| case | traffic | size/GPU | " + " | ".join(planners) + " | best | fast/best | fast/direct | fast shape |")
+    print(
+        "| case | traffic | size/GPU | "
+        + " | ".join(planners)
+        + " | best | fast/best | fast/direct | fast shape |"
+    )
     print("|---|---|---|" + "---|" * (len(planners) + 4))
     worst = 0.0
     for case in args.cases.split(","):
