@@ -93,6 +93,13 @@ class Options:
     groups: int = bounded(
         1, 1, 64, "shape=grouped: concurrent groups of steps", "at most one per step anyway"
     )
+    phases: Literal["pipelined", "sequential"] = field(
+        default="pipelined",
+        metadata={
+            "help": "pipelined: balancing, steps and redistribution overlap (a2acc); sequential: one after "
+            "another, as FAST's own implementation runs them (for predicting its measurements)"
+        },
+    )
     search_ops: int = bounded(
         60_000,
         0,

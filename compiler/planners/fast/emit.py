@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import InternalError
-from a2acc.ir import Buf, Program, ProgramBuilder
+from a2acc.ir import Buf, Program, ProgramBuilder, replace_ops
 from a2acc.native import stageplan as _native_emit
 from a2acc.planners import PlanRequest
 from a2acc.planners.birkhoff import decompose, stage_bound
@@ -127,7 +127,8 @@ def build(
             "server_matrix": server.tolist(),
         }
     )
-    return b.build()
+    prog = b.build()
+    return sequential_phases(prog, m) if opts.phases == "sequential" else prog
 
 
 # ---------------------------------------------------------------------------------------------- compiled path
@@ -432,3 +433,32 @@ def _balance_tile(
                     surplus[i] -= p.cnt
                     moved += p.cnt
     return moved
+
+
+def sequential_phases(prog: Program, m: int) -> Program:
+    """FAST's own implementation's phases, one after another: balancing, then the network steps (with their
+    pipelined redistribution), then the last step's redistribution (the "restore"). Its published logs time
+    the three separately and they add up to the total (FAST repository, ``amd-result/``: columns lb, cross,
+    restore), i.e. the host synchronises all GPUs between them; a2acc's own fast overlaps them instead.
+
+    Barriers become dependencies: every op of the first network step waits for every balancing op, and every
+    redistribution op of the last step waits for every network op of that step."""
+    ops = prog.ops
+    server = [o.src_rank // m for o in ops], [o.dst_rank // m for o in ops]
+    net = [i for i, o in enumerate(ops) if server[0][i] != server[1][i]]
+    if not net:
+        return prog
+    net_set = set(net)
+    balance = [i for i, o in enumerate(ops) if o.stage == 0 and o.dst_buf == Buf.SCRATCH]
+    first, last = min(ops[i].stage for i in net), max(ops[i].stage for i in net)
+    last_net = [i for i in net if ops[i].stage == last]
+    last_net_set = set(last_net)
+    out = []
+    for i, o in enumerate(ops):
+        extra: list[int] = []
+        if i in net_set and o.stage == first:
+            extra = balance
+        elif o.stage == last and i not in last_net_set and any(d in last_net_set for d in o.deps):
+            extra = last_net
+        out.append(o._replace(deps=tuple(sorted({*o.deps, *(x for x in extra if x < i)}))) if extra else o)
+    return replace_ops(prog, out)
