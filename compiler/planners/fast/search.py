@@ -58,7 +58,7 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     staged = emit.build(req, opts, native=native)
     weights = staged.meta.get("stage_weights")
     nsteps = len(weights) if isinstance(weights, list) else 0
-    if nsteps <= 1 or opts.search_ops <= 0:
+    if nsteps == 0 or opts.search_ops <= 0:  # no network step (one server, or nothing crosses): no choice
         return staged
     model = model_of(req)
     makers = [(f"grouped:{g}", g) for g in GROUPS if g < nsteps]
