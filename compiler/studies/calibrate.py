@@ -141,6 +141,8 @@ def get_param(model: SimModel, name: str) -> float:
         "alpha_us": model.alpha_s * 1e6,
         "stage_us": model.stage_s * 1e6,
         "eager_bytes": model.eager_bytes,
+        "fill_bytes": model.fill_bytes,
+        "intra_efficiency": model.intra_efficiency,
         "buffer_bytes": inc.buffer_bytes,
         "retransmit": inc.retransmit,
         "storm_ms": inc.storm_s * 1e3,
@@ -160,6 +162,10 @@ def set_params(model: SimModel, values: dict[str, float]) -> SimModel:
             m = replace(m, stage_s=v * 1e-6)
         elif k == "eager_bytes":
             m = replace(m, eager_bytes=v)
+        elif k == "fill_bytes":
+            m = replace(m, fill_bytes=v)
+        elif k == "intra_efficiency":
+            m = replace(m, intra_efficiency=min(v, 1.0))
         elif k == "buffer_bytes":
             inc = replace(inc, buffer_bytes=v)
         elif k == "retransmit":
@@ -183,6 +189,7 @@ BOUNDS = {
     "alpha_us": (0.1, 1e4),
     "stage_us": (0.1, 1e5),
     "eager_bytes": (4096.0, 2.0**30),
+    "fill_bytes": (4096.0, 2.0**30),
     "buffer_bytes": (2.0**16, 2.0**34),
     "retransmit": (1e-3, 100.0),
     "storm_ms": (1e-2, 1e9),
@@ -191,7 +198,7 @@ BOUNDS = {
 
 
 def _to_x(name: str, v: float) -> float:
-    if name == "inter_efficiency":
+    if name in ("inter_efficiency", "intra_efficiency"):
         p = min(max(v, 1e-3), 1 - 1e-6)
         return math.log(p / (1 - p))
     lo, hi = BOUNDS[name]
@@ -200,7 +207,7 @@ def _to_x(name: str, v: float) -> float:
 
 
 def _from_x(name: str, x: float) -> float:
-    if name == "inter_efficiency":
+    if name in ("inter_efficiency", "intra_efficiency"):
         return 1.0 / (1.0 + math.exp(-x))
     lo, hi = BOUNDS[name]
     u = 1.0 / (1.0 + math.exp(-max(min(x, 50.0), -50.0)))
