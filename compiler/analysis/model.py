@@ -67,9 +67,9 @@ class SimModel:
     alpha_s: float = 0.0
     stage_s: float = 0.0
     eager_bytes: float = 4.0 * 2**20
-    fill_bytes: float = 0.0
     incast: IncastModel = field(default_factory=IncastModel.off)
     source: str = "ideal fabric: line rate, no software costs, no incast"
+    fill_bytes: float = 0.0
 
     def with_incast(self, incast: IncastModel) -> SimModel:
         return replace(self, incast=incast)
