@@ -468,10 +468,10 @@ def simulate_setup(
     nl = len(st.cap)
     cap0 = st.cap
     bind = st.bind
-    excl = exclusive_links(st)
+    excl = st.derived("exclusive", lambda: exclusive_links(st))
     solo_arr = np.asarray(excl[bind].all(axis=1) | (st.size <= 0), dtype=bool)
     solo: list[bool] = solo_arr.tolist()
-    grp: list[int] = route_groups(st, solo_arr).tolist()
+    grp: list[int] = st.derived("groups", lambda: route_groups(st, solo_arr)).tolist()
     ext0 = np.append(cap0, np.inf)
     route_rate = ext0[bind].min(axis=1)
     solo_time: list[float] = np.where(st.size > 0, st.size / route_rate, 0.0).tolist()
@@ -492,6 +492,7 @@ def simulate_setup(
     size = st.size
     succ_ptr: list[int] = st.succ_ptr.tolist()
     succ_ids: list[int] = st.succ_ids.tolist()
+    delay: list[float] = st.succ_delay.tolist() if st.succ_delay is not None else []
     missing: list[int] = np.diff(st.dep_ptr).tolist()
     start: list[float] = [math.nan] * n_ops
     ready: list[float] = [0.0] * n_ops  # the latest end among an op's finished dependencies
@@ -513,10 +514,12 @@ def simulate_setup(
         while stack:
             o, te = stack.pop()
             dur = te - act_t[o]
-            for s in succ_ids[succ_ptr[o] : succ_ptr[o + 1]]:
+            lo = succ_ptr[o]
+            for k, s in enumerate(succ_ids[lo : succ_ptr[o + 1]], lo):
                 missing[s] -= 1
-                if te >= ready[s]:
-                    ready[s] = te
+                t_e = te + delay[k] if delay else te
+                if t_e >= ready[s]:
+                    ready[s] = t_e
                     scale[s] = dur
                 if missing[s] == 0:
                     t_ready = ready[s]
@@ -692,7 +695,8 @@ def simulate_setup(
         f_deadline, f_window = _next_retirement(f_val[:, _PROJ], f_val[:, _GRACE], f_val[:, _RATE])
     end_arr = np.array(end, dtype=np.float64)
     makespan = float(np.nanmax(end_arr)) if n_ops else 0.0
-    expected, p_to = timeout_penalty(mdl.incast, makespan, episodes.finish(makespan))
+    eps = tuple(episodes.finish(makespan))
+    expected, p_to = timeout_penalty(mdl.incast, makespan, eps)
     total = payload_bytes if payload_bytes is not None else round(float(st.size.sum()))
     return SimResult(
         time_s=expected,
@@ -708,4 +712,5 @@ def simulate_setup(
         timeout_probability=p_to,
         model=mdl,
         engine="fast",
+        episodes=eps,
     )

@@ -122,6 +122,7 @@ def _incast_doc(inc: IncastModel) -> dict[str, Any]:
         "storm_ms": inc.storm_s * 1e3 if math.isfinite(inc.storm_s) else None,
         "shape": inc.shape,
         "fanin_power": inc.fanin_power,
+        "fanin_loss": inc.fanin_loss,
     }
 
 
@@ -215,6 +216,7 @@ _INCAST = (
     "storm_ms",
     "shape",
     "fanin_power",
+    "fanin_loss",
 )
 
 
@@ -286,6 +288,7 @@ def parse_model(data: Any, source: str) -> SimModel:
         fanin_power=_req_num(
             src, "incast.fanin_power", inc_raw.get("fanin_power", bi.fanin_power), 0.0, 10.0
         ),
+        fanin_loss=_req_num(src, "incast.fanin_loss", inc_raw.get("fanin_loss", bi.fanin_loss), 0.0, 4.0),
     )
     source_txt = data.get("source", f"model file {source}")
     return SimModel(

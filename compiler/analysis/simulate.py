@@ -23,17 +23,20 @@ unless ``payload_bytes`` is given.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.analysis.incast import IncastModel, timeout_penalty
+from a2acc.analysis.incast import Episode, IncastModel, timeout_penalty
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.errors import InputError, InternalError
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
 
+T = TypeVar("T")
 #: links at least this fast never bind (the topology's PCIe/C2C attachment and non-blocking core: 1e15 B/s)
 UNBOUNDED = 1e14
 Timeline = tuple[tuple[float, float, npt.NDArray[np.int64], npt.NDArray[np.float64]], ...]
@@ -56,6 +59,8 @@ class SimResult:
     timeout_probability: float = 0.0
     model: SimModel = field(default_factory=SimModel)
     engine: str = "reference"
+    #: the incast overload episodes the timeout expectation was computed from
+    episodes: tuple[Episode, ...] = field(default=(), repr=False)
 
     @property
     def algbw_GBps(self) -> float:
@@ -111,10 +116,27 @@ class Setup:
     succ_ptr: npt.NDArray[np.int64]
     succ_ids: npt.NDArray[np.int64]
     model: SimModel
+    #: per successor edge (aligned with ``succ_ids``): how long after its dependency ends the successor may start
+    #: (None: 0 everywhere). A synchronised op waits ``fill`` after its sender's side and the rendezvous after its
+    #: receiver's side (:meth:`Routes.setup`); both engines take an op's ready time as the latest of these.
+    succ_delay: npt.NDArray[np.float64] | None = None
+    #: what an engine derives from the routes and the DAG alone (model-independent), shared by every Setup of
+    #: one :class:`Routes`: calibration simulates one Program under many models
+    cache: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def n_ops(self) -> int:
         return len(self.size)
+
+    def derived(self, key: str, make: Callable[[], T]) -> T:
+        """``make()``, remembered in :attr:`cache` under ``key`` when there is one (it depends only on the routes
+        and the DAG: the exclusive links, the route groups)."""
+        if self.cache is None:
+            return make()
+        got = self.cache.get(key)
+        if got is None:
+            got = self.cache[key] = make()
+        return cast(T, got)
 
     def busy_bytes(self) -> npt.NDArray[np.float64]:
         """Bytes each link carries over the whole run (every op's bytes cross every link of its route)."""
@@ -169,6 +191,8 @@ class Routes:
     _sync: list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]] = field(
         default_factory=list, compare=False, repr=False
     )
+    _sides: list[npt.NDArray[np.bool_]] = field(default_factory=list, compare=False, repr=False)
+    _derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def synchronised(self) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
         if not self._sync:
@@ -178,6 +202,17 @@ class Routes:
     def rendezvous(self, eager_bytes: float) -> npt.NDArray[np.bool_]:
         sync, msg = self.synchronised()
         return sync & (msg > eager_bytes)
+
+    def sender_side(self) -> npt.NDArray[np.bool_]:
+        """Per successor edge (aligned with ``succ_ids``): does the dependency involve the successor's sender (it
+        sent or received it)? The other edges are the successor's receiver side (:func:`synchronised`)."""
+        if not self._sides:
+            n = len(self.size)
+            dst = np.fromiter((op.dst_rank for op in self.prog.ops), dtype=np.int64, count=n)
+            owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.succ_ptr))
+            sender = self.src[self.succ_ids]
+            self._sides.append((self.src[owner] == sender) | (dst[owner] == sender))
+        return self._sides[0]
 
     def fill_time(self, cap: npt.NDArray[np.float64], fill_bytes: float) -> npt.NDArray[np.float64]:
         """Per op, the pipeline fill a synchronised message pays: ``min(message, fill_bytes)`` at its route's
@@ -191,15 +226,28 @@ class Routes:
             out[ids] = np.minimum(msg[ids], fill_bytes) / rate
         return out
 
+    def step_delays(self, cap: npt.NDArray[np.float64], model: SimModel) -> npt.NDArray[np.float64] | None:
+        """Per successor edge, the delay :attr:`Setup.succ_delay` (None when there is none): a synchronised op
+        (it starts in step with its receiver) may start ``fill`` after its sender's side is done - the sender
+        stages the message's first ``min(message, fill_bytes)`` bytes through its pipeline while it waits - and
+        ``stage_s`` after its receiver's side is done when the message is larger than the eager window (the
+        receiver's clear-to-send of a rendezvous). The later of the two counts: whichever side arrives first
+        hides its part (docs/simulator.md)."""
+        if not len(self.succ_ids) or (model.fill_bytes <= 0 and model.stage_s <= 0):
+            return None
+        sync, _msg = self.synchronised()
+        if not sync.any():
+            return None
+        fill = self.fill_time(cap, model.fill_bytes) if model.fill_bytes > 0 else np.zeros(len(sync))
+        hand = model.stage_s * self.rendezvous(model.eager_bytes)
+        succ = self.succ_ids
+        return np.where(self.sender_side(), fill[succ], hand[succ])
+
     def setup(self, model: SimModel) -> Setup:
         """Capacities and latencies under ``model``."""
         factor = np.array([1.0, model.inter_efficiency, model.intra_efficiency])
         cap = self.raw_cap * factor[self.eff_class]
         lat = self.route_alpha + model.alpha_s
-        if model.stage_s > 0 and len(self.dep_ids):
-            lat = lat + model.stage_s * self.rendezvous(model.eager_bytes)
-        if model.fill_bytes > 0 and len(self.dep_ids):
-            lat = lat + self.fill_time(cap, model.fill_bytes)
         return Setup(
             nranks=self.nranks,
             cap=cap,
@@ -217,6 +265,8 @@ class Routes:
             succ_ptr=self.succ_ptr,
             succ_ids=self.succ_ids,
             model=model,
+            succ_delay=self.step_delays(cap, model),
+            cache=self._derived,
         )
 
 
@@ -478,33 +528,40 @@ def incast_capacity(
     if not over.any():
         return cap, none, none
     out = cap.copy()
-    eta = 1.0 / (1.0 + inc.retransmit * (1.0 - q[over] / inflight[over]))
+    waste = inc.retransmit * np.maximum(k[over] - 1, 1).astype(np.float64) ** inc.fanin_loss
+    eta = 1.0 / (1.0 + waste * (1.0 - q[over] / inflight[over]))
     out[ulinks[over]] *= eta
     return out, ulinks[over].astype(np.int64), k[over].astype(np.int64)
 
 
 class Episodes:
-    """Overload episodes per receive link: (start, exposure) of every maximal overloaded interval, the
-    exposure accruing at ``incast.exposure_rate(k)`` per second while the link has ``k`` senders."""
+    """Overload episodes per receive link (:class:`~a2acc.analysis.incast.Episode`): every maximal overloaded
+    interval's start, its exposure (accruing at ``incast.exposure_rate(k)`` per second while the link has ``k``
+    senders) and its time at each ``k`` (so a fit can re-weigh the exposure without simulating again)."""
 
     def __init__(self, model: IncastModel) -> None:
         self.model = model
-        self.open: dict[int, list[float]] = {}  # link -> [start, exposure, rate, since]
-        self.closed: list[tuple[float, float]] = []
+        # link -> [start, exposure, rate, since, k, {k: seconds}]
+        self.open: dict[int, list[Any]] = {}
+        self.closed: list[Episode] = []
 
     def update(self, now: float, links: npt.NDArray[np.int64], k: npt.NDArray[np.int64]) -> None:
         for ep in self.open.values():
-            ep[1] += ep[2] * (now - ep[3])
+            dt = now - ep[3]
+            ep[1] += ep[2] * dt
+            spans = ep[5]
+            spans[ep[4]] = spans.get(ep[4], 0.0) + dt
             ep[3] = now
         cur = dict(zip(links.tolist(), k.tolist()))
         for link in [lk for lk in self.open if lk not in cur]:
-            start, exposure, _r, _t = self.open.pop(link)
-            self.closed.append((start, exposure))
+            start, exposure, _r, _t, _k, spans = self.open.pop(link)
+            self.closed.append(Episode(start, exposure, tuple(sorted(spans.items()))))
         for link, kk in cur.items():
-            ep = self.open.setdefault(link, [now, 0.0, 0.0, now])
+            ep = self.open.setdefault(link, [now, 0.0, 0.0, now, kk, {}])
             ep[2] = self.model.exposure_rate(kk)
+            ep[4] = kk
 
-    def finish(self, now: float) -> list[tuple[float, float]]:
+    def finish(self, now: float) -> list[Episode]:
         none = np.zeros(0, dtype=np.int64)
         self.update(now, none, none)
         return self.closed
@@ -542,6 +599,29 @@ def _max_min_rates(
     return rates
 
 
+def _release(
+    st: Setup,
+    f: int,
+    now: float,
+    missing: npt.NDArray[np.int64],
+    ready_at: npt.NDArray[np.float64],
+    start: npt.NDArray[np.float64],
+    pending: list[tuple[float, int]],
+) -> None:
+    """``f`` ended at ``now``: each successor is ready at the latest of its dependencies' ends plus their edge
+    delays (:attr:`Setup.succ_delay`) and starts streaming its latency later."""
+    delay = st.succ_delay
+    for e in range(int(st.succ_ptr[f]), int(st.succ_ptr[f + 1])):
+        s = int(st.succ_ids[e])
+        t = now + (float(delay[e]) if delay is not None else 0.0)
+        if t > ready_at[s]:
+            ready_at[s] = t
+        missing[s] -= 1
+        if missing[s] == 0:
+            start[s] = ready_at[s]
+            heapq.heappush(pending, (float(ready_at[s]) + float(st.lat[s]), s))
+
+
 def simulate(
     prog: Program,
     topo: Topology,
@@ -569,6 +649,7 @@ def simulate(
     for i in np.flatnonzero(missing == 0).tolist():
         start[i] = 0.0
         heapq.heappush(pending, (float(st.lat[i]), i))
+    ready_at = np.zeros(n_ops)
     active: list[int] = []
     timeline: list[tuple[float, float, npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []
     episodes = Episodes(mdl.incast)
@@ -628,27 +709,20 @@ def simulate(
                 end[f] = now
                 remaining[f] = 0.0
                 done += 1
-                for s in st.succ_ids[st.succ_ptr[f] : st.succ_ptr[f + 1]].tolist():
-                    missing[s] -= 1
-                    if missing[s] == 0:
-                        start[s] = now
-                        heapq.heappush(pending, (now + float(st.lat[s]), s))
+                _release(st, f, now, missing, ready_at, start, pending)
             dirty = True
         while pending and pending[0][0] <= now * (1 + 1e-15) + 1e-18:
             _, f = heapq.heappop(pending)
             if st.size[f] <= 0:
                 end[f] = now
                 done += 1
-                for s in st.succ_ids[st.succ_ptr[f] : st.succ_ptr[f + 1]].tolist():
-                    missing[s] -= 1
-                    if missing[s] == 0:
-                        start[s] = now
-                        heapq.heappush(pending, (now + float(st.lat[s]), s))
+                _release(st, f, now, missing, ready_at, start, pending)
                 continue
             active.append(f)
             dirty = True
     makespan = float(np.nanmax(end)) if n_ops else 0.0
-    expected, p_to = timeout_penalty(mdl.incast, makespan, episodes.finish(makespan))
+    eps = tuple(episodes.finish(makespan))
+    expected, p_to = timeout_penalty(mdl.incast, makespan, eps)
     total = payload_bytes if payload_bytes is not None else int(prog.counts.sum()) * prog.unit_bytes
     return SimResult(
         time_s=expected,
@@ -664,4 +738,5 @@ def simulate(
         timeout_probability=p_to,
         model=mdl,
         engine="reference",
+        episodes=eps,
     )

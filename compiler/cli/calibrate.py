@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from a2acc import __version__
 from a2acc.analysis.model import SimModel
@@ -18,6 +21,7 @@ from a2acc.model.traffic import load_matrix
 from a2acc.studies.calibrate import (
     PARAMS,
     Prediction,
+    band_summaries,
     build_cases,
     evaluate,
     fit,
@@ -27,7 +31,7 @@ from a2acc.studies.calibrate import (
 )
 from a2acc.studies.logs import read_logs
 
-DEFAULT_FIT_ON = "spreadout,direct"
+DEFAULT_FIT_ON = "fast,spreadout,direct"
 ACCURACY_FROM = 8_000_000  # bytes per GPU: the accuracy summary covers sizes from 8 MB up
 
 
@@ -67,14 +71,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--fit",
         default=None,
         metavar="P1,P2",
-        help=f"parameters to fit (default: what the logs identify); any of {', '.join(PARAMS)}",
+        help=f"parameters to fit (default: what the logs identify); any of {', '.join(PARAMS)}. eager_bytes is "
+        "a threshold fitted on a grid (9 times the work of the others)",
     )
     p.add_argument(
         "--fit-on",
         default=DEFAULT_FIT_ON,
         metavar="ALGS",
-        help=f"algorithms whose rows are fitted (default {DEFAULT_FIT_ON}: FAST's own FLASH implementation "
-        "balances in a separate phase, unlike a2acc's fast planner, so its rows are reported, not fitted)",
+        help=f"algorithms whose rows are fitted (default {DEFAULT_FIT_ON}; FAST's FLASH column is planned as FAST's "
+        "own implementation runs it: its steps in FAST's order, balancing, steps and last redistribution one "
+        "after another)",
     )
     p.add_argument("--name", default=None, help="name of the fitted model (default: TOPOLOGY-calibrated)")
     p.add_argument(
@@ -159,38 +165,33 @@ def _run(args: argparse.Namespace) -> int:
     if args.test:
         print(f"# held back: {len(test_meas)} configurations from {_logs(len(args.test))} (never fitted)")
     sys.stdout.flush()
-    fit_cases = build_cases(fit_meas, topo)
-    test_cases = build_cases(test_meas, topo, seed=10_000) if test_meas else []
-    base = base_model(topo)
-    res = fit(
-        [c for c in fit_cases if c.meas.algorithm in fit_on],
-        base,
-        params,
-        tolerance=1e-2,
-        progress=lambda s: print(f"# {s}", file=sys.stderr, flush=True),
-    )
-    name = args.name or f"{topo.name}-calibrated"
-    srcs = ", ".join(Path(p).name for p in args.logs)
-    model = replace(
-        res.model,
-        name=name,
-        source=f"calibrated by a2acc calibrate {__version__} on {topo.name} x{topo.servers} from {srcs} "
-        f"(fitted: {', '.join(res.params)}; rows of {fitted_algs})",
-    )
-    fit_preds = evaluate(fit_cases, model)
-    test_preds = evaluate(test_cases, model)
-    print(
-        _table(fit_preds, "fit", fit_on) + ("\n" + _table(test_preds, "test", fit_on) if test_preds else "")
-    )
-    for label, preds in (("fit", fit_preds), ("test", test_preds)):
-        for s in summarise(preds, ACCURACY_FROM):
-            print(
-                f"# {label:4s} {s.algorithm:9s}: {s.runs:3d} sizes >= 8 MB/GPU, median |pred/meas - 1| "
-                f"{100 * s.median_abs_error:5.1f}%, worst {100 * s.worst_abs_error:5.1f}%"
-            )
-    print("# parameters:")
-    for p in PARAMS:
-        print(f"#   {p:18s} {get_param(model, p):.6g}{'  (fitted)' if p in res.params else ''}")
+    clock = (time.perf_counter(), _cpu())
+    bar = BarProgress()
+    try:
+        fit_cases = build_cases(fit_meas, topo, progress=bar)
+        test_cases = build_cases(test_meas, topo, seed=10_000, progress=bar) if test_meas else []
+        res = fit(
+            [c for c in fit_cases if c.meas.algorithm in fit_on],
+            base_model(topo),
+            params,
+            tolerance=1e-2,
+            progress=bar,
+        )
+        srcs = ", ".join(Path(p).name for p in args.logs)
+        model = replace(
+            res.model,
+            name=args.name or f"{topo.name}-calibrated",
+            source=f"calibrated by a2acc calibrate {__version__} on {topo.name} x{topo.servers} from {srcs} "
+            f"(fitted: {', '.join(res.params)}; rows of {fitted_algs})",
+        )
+        bar.phase("predicting", 2)
+        fit_preds = evaluate(fit_cases, model)
+        bar.advance()
+        test_preds = evaluate(test_cases, model)
+        bar.advance()
+    finally:
+        bar.close()
+    _report(fit_preds, test_preds, fit_on, model, res.params)
     header = (
         f"a2acc simulator parameters (a2acc calibrate {__version__})\n"
         f"topology: {topo.name} ({topo.nranks} GPUs), fingerprint {topo.fingerprint}\n"
@@ -200,7 +201,74 @@ def _run(args: argparse.Namespace) -> int:
     )
     atomic_write_text(out, model.to_yaml(header))
     print(f"# wrote {out}")
+    wall, cpu = time.perf_counter() - clock[0], _cpu() - clock[1]
+    print(f"# calibrated in {wall:.1f} s ({cpu:.1f} s of CPU)", file=sys.stderr, flush=True)
     return 0
+
+
+def _cpu() -> float:
+    """CPU seconds of this process (user + system)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+class BarProgress:
+    """The fit's progress on standard error: a tqdm bar per phase on a terminal (none otherwise), and a line per
+    finished phase either way."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+
+    def phase(self, name: str, total: int) -> None:
+        from tqdm import tqdm
+
+        self.close()
+        self.bar = tqdm(
+            total=total, desc=name, file=sys.stderr, leave=False, dynamic_ncols=True, disable=None
+        )
+
+    def advance(self, steps: int = 1) -> None:
+        if self.bar is not None:
+            if self.bar.total is not None and self.bar.n + steps > self.bar.total:
+                self.bar.total = self.bar.n + steps  # the optimiser ran longer than estimated
+            self.bar.update(steps)
+
+    def note(self, text: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(f"# {text}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _report(
+    fit_preds: list[Prediction],
+    test_preds: list[Prediction],
+    fit_on: list[str],
+    model: SimModel,
+    fitted: tuple[str, ...],
+) -> None:
+    """The tables and summaries on standard output."""
+    print(
+        _table(fit_preds, "fit", fit_on) + ("\n" + _table(test_preds, "test", fit_on) if test_preds else "")
+    )
+    for label, preds in (("fit", fit_preds), ("test", test_preds)):
+        for s in summarise(preds, ACCURACY_FROM):
+            print(
+                f"# {label:4s} {s.algorithm:9s}: {s.runs:3d} sizes >= 8 MB/GPU, median |pred/meas - 1| "
+                f"{100 * s.median_abs_error:5.1f}%, worst {100 * s.worst_abs_error:5.1f}%"
+            )
+        for band, s in band_summaries(preds):
+            print(
+                f"# {label:4s} {s.algorithm:9s}: {s.runs:3d} sizes in {band:16s} median "
+                f"{100 * s.median_abs_error:5.1f}%, worst {100 * s.worst_abs_error:5.1f}%"
+            )
+    print("# parameters:")
+    for p in PARAMS:
+        print(f"#   {p:18s} {get_param(model, p):.6g}{'  (fitted)' if p in fitted else ''}")
 
 
 def _logs(n: int) -> str:

@@ -1,28 +1,43 @@
 """Fit the simulator's few parameters to measured all-to-all runs (``a2acc calibrate``).
 
-The runs come from :mod:`a2acc.studies.logs` (FAST's logs, nccl-tests output).
+The runs come from :mod:`a2acc.studies.logs` (FAST's logs, nccl-tests output). Repeated runs of one
+configuration are reduced to their median; a run of random traffic is predicted as the median over matrices
+drawn like its own (the logs keep no matrix). The objective is the mean squared log error
+``log(predicted / measured)^2``.
 
-Fit (:func:`fit`): repeated runs of one configuration are reduced to their median; the objective is the mean
-squared log error ``log(predicted / measured)^2``. Parameters are fitted in two phases so each phase sees the
-data that identifies it: staged schedules (SpreadOut by default; FAST's rows with ``--fit-on``) fix goodput, per-message cost, rendezvous cost and
-eager window; fan-out rows then fix the incast parameters (RoCE only: a lossless fabric has none). The
-optimiser is Nelder-Mead on log-transformed parameters (no SciPy dependency). What to fit on and what to hold
-back is the caller's choice: ``--test`` logs are predicted with the fitted parameters and never used to fit.
+Two phases, each on the rows that identify its parameters (docs/simulator.md):
+
+1. **staged** rows (SpreadOut, and FAST's FLASH column, planned as FAST runs it): goodput of the NIC and of
+   the scale-up links, per-message cost, the rendezvous cost beyond the eager window and the pipeline fill
+   (:mod:`a2acc.analysis.model`). The eager window stays at the collective library's per-connection buffer
+   (``NCCL_BUFFSIZE``, 4 MiB) unless asked for: it is a threshold, which the logs only bracket.
+2. **fan-out** rows (lossy transports only): the incast parameters. The timeout hazard (``storm_ms``,
+   ``fanin_power``) only re-weighs the overload episodes a simulation records, so it is solved for every
+   simulation in closed form (no new simulation, :class:`FluidRun`); only the switch buffer and the
+   go-back-N waste need simulating.
+
+The optimiser is Levenberg-Marquardt (Marquardt, J. SIAM 1963) on the log errors, the parameters mapped to an
+unbounded scale (logit of the log inside their bounds), the Jacobian by forward differences: a few dozen
+evaluations of the rows where a simplex search needs hundreds. Every fit starts from the same neutral values
+(:func:`start_model`), so a fit is reproducible. What to fit on and what to hold back is the caller's choice:
+``--test`` logs are predicted with the fitted parameters and never used to fit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from a2acc.analysis.incast import DEFAULT_DT_ALPHA, DEFAULT_WINDOW_BYTES, ROCE_RTO_S, IncastModel
 from a2acc.analysis.model import SimModel
-from a2acc.analysis.simulate import Routes, routes
+from a2acc.analysis.simulate import Routes, SimResult, routes
 from a2acc.errors import InputError
 from a2acc.model.topology import Topology
 from a2acc.studies.logs import Measurement, matrix_for
@@ -30,16 +45,47 @@ from a2acc.studies.logs import Measurement, matrix_for
 #: the parameters :func:`fit` can fit, in the order they are reported
 PARAMS = (
     "inter_efficiency",
+    "intra_efficiency",
     "alpha_us",
     "stage_us",
+    "fill_bytes",
     "eager_bytes",
     "buffer_bytes",
     "retransmit",
+    "fanin_loss",
     "storm_ms",
     "fanin_power",
 )
-STAGED_PARAMS = PARAMS[:4]
-INCAST_PARAMS = PARAMS[4:]
+STAGED_PARAMS = PARAMS[:6]
+INCAST_PARAMS = PARAMS[6:]
+#: fitted by default: what the staged rows identify (``intra_efficiency`` only with FLASH rows, whose
+#: balancing and redistribution run on the scale-up links) and what fan-out rows identify (``fanin_loss`` only
+#: when asked: FAST's 3-server fan-out has 16 remote senders per port throughout, which does not separate it)
+DEFAULT_STAGED = ("inter_efficiency", "alpha_us", "stage_us", "fill_bytes")
+DEFAULT_INCAST = ("buffer_bytes", "retransmit", "storm_ms", "fanin_power")
+#: the hazard parameters solved in closed form for every simulation of the fan-out phase
+HAZARD_PARAMS = ("storm_ms", "fanin_power")
+
+
+class Progress(Protocol):
+    """Where a fit reports: phases with a (possibly revised) number of steps, and steps done."""
+
+    def phase(self, name: str, total: int) -> None: ...
+
+    def advance(self, steps: int = 1) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+
+class _Quiet:
+    def phase(self, name: str, total: int) -> None:
+        pass
+
+    def advance(self, steps: int = 1) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
 
 
 # ---------------------------------------------------------------------------------------------- cases
@@ -52,14 +98,60 @@ class Case:
     draws: tuple[Routes, ...]
     payload: int
 
-    def predict(self, model: SimModel, tolerance: float = 1e-3) -> float:
+    def results(self, model: SimModel, tolerance: float = 1e-3) -> list[SimResult]:
         from a2acc.analysis.fastsim import simulate_setup
 
-        times = [simulate_setup(r.setup(model), tolerance=tolerance).time_s for r in self.draws]
-        return float(np.median(times))
+        return [simulate_setup(r.setup(model), tolerance=tolerance) for r in self.draws]
+
+    def predict(self, model: SimModel, tolerance: float = 1e-3) -> float:
+        return float(np.median([r.time_s for r in self.results(model, tolerance)]))
 
 
-RANDOM_DRAWS = 3
+class Batch:
+    """Cases prepared for repeated prediction: draws whose ops never share a link (SpreadOut's shifts) are timed
+    together, exactly and vectorised (:class:`~a2acc.analysis.levels.SoloBatch`); the others by the fast engine."""
+
+    def __init__(self, cases: Sequence[Case]) -> None:
+        from a2acc.analysis.levels import SoloBatch, all_solo
+
+        self.cases = tuple(cases)
+        self.solo: list[tuple[int, int]] = []
+        self.fluid: list[tuple[int, int]] = []
+        solo_routes: list[Routes] = []
+        for i, c in enumerate(self.cases):
+            for j, r in enumerate(c.draws):
+                if all_solo(r):
+                    self.solo.append((i, j))
+                    solo_routes.append(r)
+                else:
+                    self.fluid.append((i, j))
+        self.batch = SoloBatch(solo_routes) if solo_routes else None
+
+    def draw_times(self, model: SimModel, tolerance: float = 1e-3) -> list[list[float]]:
+        """Per case, the predicted time of each of its draws."""
+        from a2acc.analysis.fastsim import simulate_setup
+
+        out: list[list[float]] = [[0.0] * len(c.draws) for c in self.cases]
+        if self.batch is not None:
+            for (i, j), t in zip(self.solo, self.batch.makespans(model).tolist()):
+                out[i][j] = t
+        for i, j in self.fluid:
+            out[i][j] = simulate_setup(self.cases[i].draws[j].setup(model), tolerance=tolerance).time_s
+        return out
+
+    def predict(self, model: SimModel, tolerance: float = 1e-3) -> npt.NDArray[np.float64]:
+        """Per case, the median over its draws."""
+        return np.array([float(np.median(t)) for t in self.draw_times(model, tolerance)])
+
+    def residuals(self, model: SimModel, tolerance: float = 1e-3) -> npt.NDArray[np.float64]:
+        """Per case, ``log(predicted / measured)``."""
+        return np.log(self.predict(model, tolerance) / np.array([c.meas.time_s for c in self.cases]))
+
+
+#: matrices drawn per random-traffic run, by planner: SpreadOut's time is set by its stage maxima and varies
+#: from draw to draw (a few %), its simulation is cheap; FLASH balances the traffic and fan-out's time is a sum
+#: over many entries: both vary little and cost more to simulate
+RANDOM_DRAWS = {"spreadout": 5, "fast": 1, "direct": 1}
 #: how each logged algorithm is planned: FAST's FLASH column is FAST's own implementation - its stage sequence in
 #: FAST's (ascending) order, with balancing, steps and the last redistribution one after another (its logs time
 #: the three phases separately and they add up to the total)
@@ -69,29 +161,44 @@ PLANNED_AS: dict[str, dict[str, str]] = {
 
 
 def build_cases(
-    meas: Sequence[Measurement], topo: Topology, seed: int = 0, draws: int = RANDOM_DRAWS
+    meas: Sequence[Measurement],
+    topo: Topology,
+    seed: int = 0,
+    draws: int | None = None,
+    progress: Progress | None = None,
 ) -> list[Case]:
-    """Plan every measurement's matrix (``draws`` of them for random traffic) with its planner."""
+    """Plan every measurement's matrix (``draws`` of them for random traffic, default :data:`RANDOM_DRAWS`) with
+    its planner. The draws depend on the configuration (traffic, size) and ``seed`` only: the algorithms of one
+    configuration see the same matrices, as FAST's benchmark runs them on one workload per line."""
     from a2acc.pipeline import Request, compile
 
+    prog = progress or _Quiet()
+    prog.phase("planning", len(meas))
     out = []
-    for i, m in enumerate(meas):
-        # random traffic: several draws (SpreadOut's stage maxima vary from draw to draw); fan-out's time depends
-        # on sums over many entries and varies little, and its fluid simulation costs most: one draw
-        k = (draws if m.algorithm != "direct" else 1) if m.traffic.kind in ("uniform", "zipf") else 1
+    for m in meas:
+        random = m.traffic.kind in ("uniform", "zipf")
+        k = (draws if draws is not None else RANDOM_DRAWS.get(m.algorithm, 1)) if random else 1
         rts = []
         payload = 0
+        base = _config_seed(m, seed)
         for j in range(k):
-            mat = matrix_for(m.traffic, topo.nranks, m.size, seed + 1000 * i + j)
+            mat = matrix_for(m.traffic, topo.nranks, m.size, base + j)
             opts = PLANNED_AS.get(m.algorithm)
-            prog = compile(Request(topo, mat, m.algorithm, planner_options=opts)).program
-            rts.append(routes(prog, topo))
+            program = compile(Request(topo, mat, m.algorithm, planner_options=opts)).program
+            rts.append(routes(program, topo))
             payload = int(mat.sum())
         out.append(Case(m, tuple(rts), payload))
+        prog.advance()
     return out
 
 
-# ---------------------------------------------------------------------------------------------- fitting
+def _config_seed(m: Measurement, seed: int) -> int:
+    """A seed for a configuration's draws: its traffic and size (to 1/4 octave, as the logs group runs)."""
+    key = f"{m.traffic.kind}:{m.traffic.skew:g}:{round(math.log2(max(m.size, 1)) * 4)}:{seed}"
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
+
+
+# ---------------------------------------------------------------------------------------------- parameters
 @dataclass(frozen=True)
 class Fit:
     model: SimModel
@@ -102,7 +209,8 @@ class Fit:
 
 def start_model(transport: str) -> SimModel:
     """Where every fit starts (fixed neutral values, so a fit is reproducible): line-rate-ish goodput, tens of
-    microseconds of software cost, NCCL's 4 MiB window as the eager limit; for RoCE a 64 MiB switch buffer."""
+    microseconds of software cost, a 1 MiB pipeline fill, NCCL's 4 MiB per-connection buffer (``NCCL_BUFFSIZE``)
+    as the eager window; for RoCE a 64 MiB switch buffer."""
     lossy = transport == "roce"
     inc = (
         IncastModel(
@@ -110,11 +218,12 @@ def start_model(transport: str) -> SimModel:
             float(64 << 20),
             float(DEFAULT_WINDOW_BYTES),
             DEFAULT_DT_ALPHA,
-            1.0,
+            0.3,
             ROCE_RTO_S,
-            30.0,
+            3.0e3,
             2.0,
             1.0,
+            0.0,
         )
         if lossy
         else IncastModel.lossless(transport)
@@ -125,93 +234,311 @@ def start_model(transport: str) -> SimModel:
         name="start",
         transport=transport,
         inter_efficiency=0.9,
-        intra_efficiency=1.0,
+        intra_efficiency=0.8,
         alpha_s=20e-6,
         stage_s=50e-6,
         eager_bytes=float(DEFAULT_WINDOW_BYTES),
         incast=inc,
         source="start of the fit",
+        fill_bytes=float(1 << 20),
     )
 
 
-def get_param(model: SimModel, name: str) -> float:
-    inc = model.incast
-    return {
-        "inter_efficiency": model.inter_efficiency,
-        "alpha_us": model.alpha_s * 1e6,
-        "stage_us": model.stage_s * 1e6,
-        "eager_bytes": model.eager_bytes,
-        "fill_bytes": model.fill_bytes,
-        "intra_efficiency": model.intra_efficiency,
-        "buffer_bytes": inc.buffer_bytes,
-        "retransmit": inc.retransmit,
-        "storm_ms": inc.storm_s * 1e3,
-        "fanin_power": inc.fanin_power,
-    }[name]
-
-
-def set_params(model: SimModel, values: dict[str, float]) -> SimModel:
-    m = model
-    inc = m.incast
-    for k, v in values.items():
-        if k == "inter_efficiency":
-            m = replace(m, inter_efficiency=min(v, 1.0))
-        elif k == "alpha_us":
-            m = replace(m, alpha_s=v * 1e-6)
-        elif k == "stage_us":
-            m = replace(m, stage_s=v * 1e-6)
-        elif k == "eager_bytes":
-            m = replace(m, eager_bytes=v)
-        elif k == "fill_bytes":
-            m = replace(m, fill_bytes=v)
-        elif k == "intra_efficiency":
-            m = replace(m, intra_efficiency=min(v, 1.0))
-        elif k == "buffer_bytes":
-            inc = replace(inc, buffer_bytes=v)
-        elif k == "retransmit":
-            inc = replace(inc, retransmit=v)
-        elif k == "storm_ms":
-            inc = replace(inc, storm_s=v * 1e-3)
-        elif k == "fanin_power":
-            inc = replace(inc, fanin_power=v)
-        else:
-            raise KeyError(k)
-    return replace(m, incast=inc)
-
-
-def loss(cases: Sequence[Case], model: SimModel, tolerance: float = 1e-3) -> float:
-    errs = [math.log(c.predict(model, tolerance) / c.meas.time_s) for c in cases]
-    return float(np.mean(np.square(errs))) if errs else 0.0
-
-
-#: search ranges (the optimiser works on a logistic transform of log(value) inside them)
-BOUNDS = {
-    "alpha_us": (0.1, 1e4),
-    "stage_us": (0.1, 1e5),
-    "eager_bytes": (4096.0, 2.0**30),
-    "fill_bytes": (4096.0, 2.0**30),
-    "buffer_bytes": (2.0**16, 2.0**34),
-    "retransmit": (1e-3, 100.0),
-    "storm_ms": (1e-2, 1e9),
-    "fanin_power": (0.01, 6.0),
+_GET: dict[str, Callable[[SimModel], float]] = {
+    "inter_efficiency": lambda m: m.inter_efficiency,
+    "intra_efficiency": lambda m: m.intra_efficiency,
+    "alpha_us": lambda m: m.alpha_s * 1e6,
+    "stage_us": lambda m: m.stage_s * 1e6,
+    "fill_bytes": lambda m: m.fill_bytes,
+    "eager_bytes": lambda m: m.eager_bytes,
+    "buffer_bytes": lambda m: m.incast.buffer_bytes,
+    "retransmit": lambda m: m.incast.retransmit,
+    "fanin_loss": lambda m: m.incast.fanin_loss,
+    "storm_ms": lambda m: m.incast.storm_s * 1e3,
+    "fanin_power": lambda m: m.incast.fanin_power,
+}
+_MODEL_FIELD = {
+    "inter_efficiency": ("inter_efficiency", 1.0),
+    "intra_efficiency": ("intra_efficiency", 1.0),
+    "alpha_us": ("alpha_s", 1e-6),
+    "stage_us": ("stage_s", 1e-6),
+    "fill_bytes": ("fill_bytes", 1.0),
+    "eager_bytes": ("eager_bytes", 1.0),
+}
+_INCAST_FIELD = {
+    "buffer_bytes": ("buffer_bytes", 1.0),
+    "retransmit": ("retransmit", 1.0),
+    "fanin_loss": ("fanin_loss", 1.0),
+    "storm_ms": ("storm_s", 1e-3),
+    "fanin_power": ("fanin_power", 1.0),
 }
 
 
+def get_param(model: SimModel, name: str) -> float:
+    return _GET[name](model)
+
+
+def set_params(model: SimModel, values: dict[str, float]) -> SimModel:
+    top: dict[str, Any] = {}
+    inc: dict[str, Any] = {}
+    for k, v in values.items():
+        if k in _MODEL_FIELD:
+            f, scale = _MODEL_FIELD[k]
+            top[f] = min(v, 1.0) if k.endswith("efficiency") else v * scale
+        elif k in _INCAST_FIELD:
+            f, scale = _INCAST_FIELD[k]
+            inc[f] = v * scale
+        else:
+            raise KeyError(k)
+    out = replace(model, **top) if top else model
+    return out.with_incast(replace(out.incast, **inc)) if inc else out
+
+
+#: search ranges (the optimiser works on a logistic transform of log(value) inside them; efficiencies on a
+#: logit); ``fanin_loss`` on a logit of the value itself (it may be 0)
+BOUNDS = {
+    "alpha_us": (0.1, 1e4),
+    "stage_us": (0.1, 1e5),
+    "fill_bytes": (4096.0, 2.0**30),
+    "eager_bytes": (4096.0, 2.0**30),
+    "buffer_bytes": (2.0**16, 2.0**34),
+    "retransmit": (1e-3, 100.0),
+    "fanin_loss": (0.0, 3.0),
+    "storm_ms": (1e-2, 1e9),
+    "fanin_power": (0.01, 6.0),
+}
+_LINEAR = ("fanin_loss",)
+
+
+def _squash(u: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(min(u, 50.0), -50.0)))
+
+
 def _to_x(name: str, v: float) -> float:
-    if name in ("inter_efficiency", "intra_efficiency"):
-        p = min(max(v, 1e-3), 1 - 1e-6)
+    if name.endswith("efficiency"):
+        p = min(max(v, 1e-3), 1 - 1e-4)
         return math.log(p / (1 - p))
     lo, hi = BOUNDS[name]
-    u = (math.log(min(max(v, lo * 1.0001), hi / 1.0001)) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    if name in _LINEAR:
+        u = (min(max(v, lo), hi) - lo) / (hi - lo)
+    else:
+        u = (math.log(min(max(v, lo), hi)) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    u = min(max(u, 1e-4), 1 - 1e-4)
     return math.log(u / (1 - u))
 
 
 def _from_x(name: str, x: float) -> float:
-    if name in ("inter_efficiency", "intra_efficiency"):
-        return 1.0 / (1.0 + math.exp(-x))
+    if name.endswith("efficiency"):
+        return _squash(x)
     lo, hi = BOUNDS[name]
-    u = 1.0 / (1.0 + math.exp(-max(min(x, 50.0), -50.0)))
+    u = _squash(x)
+    if name in _LINEAR:
+        return lo + u * (hi - lo)
     return math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+
+
+def _with_x(model: SimModel, names: Sequence[str], x: npt.NDArray[np.float64]) -> SimModel:
+    return set_params(model, {k: _from_x(k, float(v)) for k, v in zip(names, x)})
+
+
+# ---------------------------------------------------------------------------------------------- optimiser
+def levenberg_marquardt(
+    resid: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]],
+    x0: npt.NDArray[np.float64],
+    *,
+    step: float = 0.08,
+    iters: int = 12,
+    rtol: float = 1e-3,
+) -> tuple[npt.NDArray[np.float64], float, int]:
+    """Minimise ``|resid(x)|^2`` from ``x0`` (Levenberg-Marquardt with Marquardt's diagonal scaling; forward
+    differences of width ``step``, wide enough to see past the simulator's event batching). Returns (x, mean
+    squared residual, evaluations)."""
+    x = np.asarray(x0, dtype=np.float64).copy()
+    r = resid(x)
+    evals = 1
+    cost = float(r @ r)
+    lam = 1e-2
+    n = len(x)
+    stalls = 0
+    for _ in range(iters):
+        jac = np.empty((len(r), n))
+        for j in range(n):
+            xj = x.copy()
+            xj[j] += step
+            jac[:, j] = (resid(xj) - r) / step
+            evals += 1
+        grad = jac.T @ r
+        hess = jac.T @ jac
+        scale = np.diag(hess).copy() + 1e-9
+        improved = accepted = False
+        while lam < 1e7:
+            dx = np.linalg.solve(hess + lam * np.diag(scale), -grad)
+            big = float(np.abs(dx).max())
+            if big > 3.0:  # a trust region on the unbounded scale
+                dx *= 3.0 / big
+            r_new = resid(x + dx)
+            evals += 1
+            c_new = float(r_new @ r_new)
+            if c_new < cost:
+                improved = cost - c_new > rtol * cost
+                accepted = True
+                x, r, cost = x + dx, r_new, c_new
+                lam = max(lam / 4.0, 1e-7)
+                break
+            lam *= 4.0
+        stalls = 0 if improved else stalls + 1
+        if not accepted or stalls >= 2:
+            break
+    return x, cost / max(len(r), 1), evals
+
+
+# ---------------------------------------------------------------------------------------------- fan-out runs
+@dataclass(frozen=True)
+class FluidRun:
+    """What the timeout hazard needs from one simulation: the fluid makespan and every overload episode's start
+    and time at each fan-in degree. :meth:`expected` re-weighs it under any ``storm_ms``/``fanin_power`` - the
+    hazard adds the expected timeout to the fluid time and changes nothing else
+    (:func:`a2acc.analysis.incast.timeout_penalty`)."""
+
+    makespan: float
+    starts: npt.NDArray[np.float64]
+    span_episode: npt.NDArray[np.int64]
+    span_k: npt.NDArray[np.float64]
+    span_dt: npt.NDArray[np.float64]
+
+    @staticmethod
+    def of(res: SimResult) -> FluidRun:
+        eps = res.episodes
+        idx = [i for i, e in enumerate(eps) for _ in e.spans]
+        return FluidRun(
+            res.makespan_s,
+            np.array([e.start for e in eps], dtype=np.float64),
+            np.array(idx, dtype=np.int64),
+            np.array([k for e in eps for k, _t in e.spans], dtype=np.float64),
+            np.array([t for e in eps for _k, t in e.spans], dtype=np.float64),
+        )
+
+    def expected(self, inc: IncastModel) -> float:
+        if not len(self.starts) or inc.rto_s <= 0 or not math.isfinite(inc.storm_s):
+            return self.makespan
+        w = np.maximum(self.span_k - 1.0, 0.0) ** inc.fanin_power * self.span_dt
+        exposure = np.bincount(self.span_episode, weights=w, minlength=len(self.starts))
+        hazard = float(np.sum((exposure / inc.storm_s) ** inc.shape))
+        p = 1.0 - math.exp(-hazard)
+        start = float(self.starts[int(np.argmax(exposure))])
+        return (1.0 - p) * self.makespan + p * max(self.makespan, start + inc.rto_s)
+
+
+# ---------------------------------------------------------------------------------------------- fitting
+def loss(cases: Sequence[Case], model: SimModel, tolerance: float = 1e-3) -> float:
+    """Mean squared ``log(predicted / measured)`` over ``cases``."""
+    return float(np.mean(np.square(Batch(cases).residuals(model, tolerance)))) if cases else 0.0
+
+
+def fit(
+    cases: Sequence[Case],
+    base: SimModel,
+    params: Sequence[str] | None = None,
+    *,
+    tolerance: float = 1e-2,
+    progress: Progress | None = None,
+) -> Fit:
+    """Fit ``params`` (default: what the cases identify; module docstring) starting from ``base``."""
+    prog = progress or _Quiet()
+    staged = [c for c in cases if c.meas.algorithm != "direct"]
+    fanout = [c for c in cases if c.meas.algorithm == "direct"]
+    lossy = base.incast.rto_s > 0 or base.incast.retransmit > 0 or base.transport == "roce"
+    if params is None:
+        with_flash = any(c.meas.algorithm == "fast" for c in staged)
+        phase_a = [*DEFAULT_STAGED, *(["intra_efficiency"] if with_flash else [])] if staged else []
+        if not staged and fanout:
+            phase_a = ["inter_efficiency", "alpha_us"]
+        phase_b = list(DEFAULT_INCAST) if (fanout and lossy) else []
+    else:
+        bad = [p for p in params if p not in PARAMS]
+        if bad:
+            raise InputError("", "--fit", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
+        phase_a = [p for p in PARAMS if p in params and p in STAGED_PARAMS]
+        phase_b = [p for p in PARAMS if p in params and p in INCAST_PARAMS]
+    model = base
+    if phase_b and not model.incast.enabled:
+        model = model.with_incast(start_model("roce").incast)
+    total_evals, total_loss = 0, 0.0
+    if phase_a:
+        rows = staged or fanout
+        model, val, evals = _fit_staged(rows, model, phase_a, tolerance, prog)
+        total_evals += evals
+        total_loss += val * len(rows)
+        prog.note(
+            f"staged phase: {evals} evaluations, rms log error {math.sqrt(val):.3f} over {len(rows)} runs"
+        )
+    if phase_b and fanout:
+        model, val, evals = _fit_incast(fanout, model, phase_b, tolerance, prog)
+        total_evals += evals
+        total_loss += val * len(fanout)
+        prog.note(
+            f"fan-out phase: {evals} evaluations, rms log error {math.sqrt(val):.3f} over {len(fanout)} runs"
+        )
+    return Fit(model, tuple(phase_a + phase_b), total_loss / max(len(cases), 1), total_evals)
+
+
+def _fit_staged(
+    rows: Sequence[Case], model: SimModel, names: Sequence[str], tolerance: float, prog: Progress
+) -> tuple[SimModel, float, int]:
+    """The staged parameters in two steps: first on the rows whose transfers never share a link (SpreadOut:
+    exact and cheap, :class:`Batch`) by a simplex search polished by Levenberg-Marquardt - robust to the kinks
+    that thresholds put in the loss; then on every staged row (with FAST's FLASH rows, which identify the
+    scale-up goodput) by Levenberg-Marquardt from there. The eager window, a threshold, on a x2 grid when it is
+    fitted."""
+    cont = [k for k in names if k != "eager_bytes"]
+    fluid = {i for i, _j in Batch(rows).fluid}
+    cheap = [c for i, c in enumerate(rows) if i not in fluid]
+    first = [k for k in cont if k != "intra_efficiency"]
+    grid = [get_param(model, "eager_bytes")] if "eager_bytes" not in names else list(EAGER_GRID)
+    steps = (len(first) + 2) * 40 if cheap else 0
+    prog.phase("fit: staged rows", len(grid) * (steps + (len(cont) + 2) * 8))
+    best: tuple[SimModel, float, int] | None = None
+    evals = 0
+    for w in grid:
+        m = set_params(model, {"eager_bytes": w})
+        if cheap and first and len(cheap) < len(rows):
+            m, _v, e = _search(cheap, m, first, tolerance, prog, robust=True)
+            evals += e
+        got = _search(rows, m, cont, tolerance, prog, robust=len(cheap) == len(rows))
+        evals += got[2]
+        if best is None or got[1] < best[1]:
+            best = got
+    assert best is not None
+    return best[0], best[1], evals
+
+
+def _search(
+    rows: Sequence[Case],
+    model: SimModel,
+    names: Sequence[str],
+    tolerance: float,
+    prog: Progress,
+    *,
+    robust: bool,
+) -> tuple[SimModel, float, int]:
+    """Minimise the rows' mean squared log error over ``names`` from ``model``: Levenberg-Marquardt, after a
+    simplex search when ``robust``."""
+    batch = Batch(rows)
+    if not names:
+        return model, float(np.mean(np.square(batch.residuals(model, tolerance)))), 1
+
+    def resid(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        prog.advance()
+        return batch.residuals(_with_x(model, names, x), tolerance)
+
+    x = np.array([_to_x(k, get_param(model, k)) for k in names])
+    evals = 0
+    if robust:
+        for step in (0.5, 0.15):
+            x, _v, e = nelder_mead(lambda y: float(np.mean(np.square(resid(y)))), x, step=step, iters=80)
+            evals += e
+    x, val, e = levenberg_marquardt(resid, x, iters=30 if robust else 8, rtol=1e-6 if robust else 1e-3)
+    return _with_x(model, names, x), val, evals + e
 
 
 def nelder_mead(
@@ -259,108 +586,54 @@ def nelder_mead(
     return simplex[best], vals[best], evals
 
 
-def fit(
-    cases: Sequence[Case],
-    base: SimModel,
-    params: Sequence[str] | None = None,
-    *,
-    tolerance: float = 1e-3,
-    progress: Callable[[str], None] | None = None,
-) -> Fit:
-    """Fit ``params`` (default: what the cases identify; module docstring) starting from ``base``."""
-    staged = [c for c in cases if c.meas.algorithm != "direct"]
-    fanout = [c for c in cases if c.meas.algorithm == "direct"]
-    lossy = base.incast.rto_s > 0 or base.incast.retransmit > 0 or base.transport == "roce"
-    if params is None:
-        phase_a = list(STAGED_PARAMS) if staged else ["inter_efficiency", "alpha_us"]
-        phase_b = list(INCAST_PARAMS) if (fanout and lossy) else []
-    else:
-        bad = [p for p in params if p not in PARAMS]
-        if bad:
-            raise InputError("", "--fit", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
-        phase_a = [p for p in params if p in STAGED_PARAMS]
-        phase_b = [p for p in params if p in INCAST_PARAMS]
-    model = base
-    if phase_b and not model.incast.enabled:
-        model = set_params(
-            model, {"buffer_bytes": 64 * 2**20, "retransmit": 1.0, "storm_ms": 30000.0, "fanin_power": 1.0}
-        )
-    total_evals = 0
-    total_loss = 0.0
-    for phase, names in (("staged", phase_a), ("incast", phase_b)):
-        data = staged if (phase == "staged" and staged) else fanout if phase == "incast" else list(cases)
-        if not names or not data:
-            continue
-        model, val, evals = _fit_phase(data, model, names, tolerance)
-        total_evals += evals
-        total_loss += val * len(data)
-        if progress:
-            progress(
-                f"{phase} phase: {evals} evaluations, rms log error {math.sqrt(val):.3f} over {len(data)} runs"
-            )
-    return Fit(model, tuple(phase_a + phase_b), total_loss / max(len(cases), 1), total_evals)
-
-
+#: the eager windows tried when ``eager_bytes`` is fitted (64 KiB to 16 MiB)
 EAGER_GRID = tuple(float(64 << 10) * 2.0**i for i in range(9))
 
 
-def _fit_phase(
-    data: Sequence[Case], model: SimModel, names: Sequence[str], tolerance: float
+def _fit_incast(
+    rows: Sequence[Case], model: SimModel, names: Sequence[str], tolerance: float, prog: Progress
 ) -> tuple[SimModel, float, int]:
-    cont = [k for k in names if k != "eager_bytes"]
+    """The incast parameters that need simulations (outer Levenberg-Marquardt) and, for each of its
+    simulations, the timeout hazard in closed form (:class:`FluidRun`; inner Levenberg-Marquardt)."""
+    outer = [k for k in names if k not in HAZARD_PARAMS]
+    inner = [k for k in names if k in HAZARD_PARAMS]
+    meas = np.log([c.meas.time_s for c in rows])
+    prog.phase("fit: fan-out rows", (len(outer) + 2) * 6)
 
-    def nm(m0: SimModel) -> tuple[SimModel, float, int]:
-        if not cont:
-            return m0, loss(data, m0, tolerance), 1
+    def hazard(runs: list[list[FluidRun]], m: SimModel) -> tuple[SimModel, npt.NDArray[np.float64]]:
+        def res(y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+            inc = _with_x(m, inner, y).incast
+            return np.log([np.median([r.expected(inc) for r in rr]) for rr in runs]) - meas
 
-        def objective(x: npt.NDArray[np.float64]) -> float:
-            return loss(data, set_params(m0, {k: _from_x(k, float(v)) for k, v in zip(cont, x)}), tolerance)
+        if not inner:
+            return m, res(np.zeros(0))
+        y0 = np.array([_to_x(k, get_param(m, k)) for k in inner])
+        y, _v, _e = levenberg_marquardt(res, y0, step=0.05, iters=40, rtol=1e-6)
+        # the hazard is flat where no run times out: restart from a short storm scale and keep the better
+        y2, _v2, _e2 = levenberg_marquardt(res, np.array([-4.0] + [0.0] * (len(inner) - 1)), iters=40)
+        if float(res(y2) @ res(y2)) < float(res(y) @ res(y)):
+            y = y2
+        return _with_x(m, inner, y), res(y)
 
-        evals = 0
-        x = np.array([_to_x(k, get_param(m0, k)) for k in cont])
-        val = math.inf
-        for step in (0.5, 0.15):  # a restart from the best point, with a smaller simplex
-            x, val, e = nelder_mead(objective, x, step=step, iters=80)
-            evals += e
-        return set_params(m0, {k: _from_x(k, float(v)) for k, v in zip(cont, x)}), val, evals
+    cache: dict[bytes, SimModel] = {}
 
-    def nm_all(m0: SimModel) -> tuple[SimModel, float, int]:
-        names_all = list(names)
+    def resid(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        prog.advance()
+        m = _with_x(model, outer, x)
+        runs = [[FluidRun.of(r) for r in c.results(m, tolerance)] for c in rows]
+        fitted, r = hazard(runs, m)
+        cache[x.tobytes()] = fitted
+        return r
 
-        def objective(x: npt.NDArray[np.float64]) -> float:
-            return loss(
-                data, set_params(m0, {k: _from_x(k, float(v)) for k, v in zip(names_all, x)}), tolerance
-            )
-
-        x = np.array([_to_x(k, get_param(m0, k)) for k in names_all])
-        evals = 0
-        val = math.inf
-        for step in (0.5, 0.15):
-            x, val, e = nelder_mead(objective, x, step=step, iters=120)
-            evals += e
-        return set_params(m0, {k: _from_x(k, float(v)) for k, v in zip(names_all, x)}), val, evals
-
-    if "eager_bytes" not in names:
-        return nm(model)
-    # The window is a threshold on message sizes: the loss is flat between the sizes the logs hold and has
-    # local minima. Candidates: every parameter by Nelder-Mead together, and the window on a x2 grid (64 KiB to
-    # 16 MiB) with the others fitted at each point; then a x2^(1/4) grid around the best candidate.
-    best = nm_all(model)
-    total = best[2]
-    for w in EAGER_GRID:
-        got = nm(set_params(model, {"eager_bytes": w}))
-        total += got[2]
-        if got[1] < best[1]:
-            best = got
-    c = get_param(best[0], "eager_bytes")
-    for i in (-3, -2, -1, 1, 2, 3):
-        got = nm(set_params(best[0], {"eager_bytes": c * 2.0 ** (i / 4)}))
-        total += got[2]
-        if got[1] < best[1]:
-            best = got
-    return best[0], best[1], total
+    x0 = np.array([_to_x(k, get_param(model, k)) for k in outer])
+    x, val, evals = levenberg_marquardt(resid, x0)
+    if x.tobytes() not in cache:
+        resid(x)
+        evals += 1
+    return cache[x.tobytes()], val, evals
 
 
+# ---------------------------------------------------------------------------------------------- accuracy
 def collapse_size(sizes: Sequence[int], ratio: Sequence[float], threshold: float = 0.25) -> int | None:
     """The smallest size whose fan-out/FLASH throughput ratio falls below ``threshold`` (fan-out's collapse)."""
     for s, r in sorted(zip(sizes, ratio)):
@@ -381,7 +654,10 @@ class Prediction:
 
 
 def evaluate(cases: Sequence[Case], model: SimModel, tolerance: float = 1e-3) -> list[Prediction]:
-    return [Prediction(c, c.predict(model, tolerance)) for c in cases]
+    """Every case predicted under ``model``."""
+    if not cases:
+        return []
+    return [Prediction(c, float(t)) for c, t in zip(cases, Batch(cases).predict(model, tolerance))]
 
 
 @dataclass(frozen=True)
@@ -399,6 +675,28 @@ def summarise(preds: Sequence[Prediction], min_size: int = 0) -> list[Summary]:
         errs = [abs(p.error) for p in preds if p.case.meas.algorithm == alg and p.case.meas.size >= min_size]
         if errs:
             out.append(Summary(alg, len(errs), float(np.median(errs)), float(max(errs))))
+    return out
+
+
+#: size bands of the accuracy report (bytes per GPU, from the accuracy target's 8 MB): the middle, where
+#: per-message and per-step costs matter, then the bandwidth-bound sizes
+SIZE_BANDS = (
+    ("8 MB - 100 MiB", 8_000_000, 100 * 2**20),
+    ("100 MiB - 1 GiB", 100 * 2**20, 2**30),
+    (">= 1 GiB", 2**30, 2**62),
+)
+
+
+def band_summaries(preds: Sequence[Prediction]) -> list[tuple[str, Summary]]:
+    """(size band, summary) for every algorithm and band of :data:`SIZE_BANDS` that has rows."""
+    out = []
+    for alg in dict.fromkeys(p.case.meas.algorithm for p in preds):
+        for label, lo, hi in SIZE_BANDS:
+            errs = [
+                abs(p.error) for p in preds if p.case.meas.algorithm == alg and lo <= p.case.meas.size < hi
+            ]
+            if errs:
+                out.append((label, Summary(alg, len(errs), float(np.median(errs)), float(max(errs)))))
     return out
 
 

@@ -300,31 +300,68 @@ def _group(raw: list[tuple[str, str, Traffic, float, float]]) -> list[Measuremen
 
 
 # ---------------------------------------------------------------------------------------------- matrices
+#: FAST's benchmark counts int32 elements and aligns every entry up to 512 of them (``mem_align``, FAST repository
+#: ``amd/src/include/fast_alltoall/alltoall_define.h``): entries are multiples of 2 KiB
+FAST_ELEMENT = 4
+FAST_ALIGN = 512 * FAST_ELEMENT
+#: FAST's random workloads draw entries from 1..1024 (uniform: ``rand() % 1024``, 0..1023; Zipf: over 1..1024)
+FAST_SPAN = 1024
+
+
 def matrix_for(tr: Traffic, n: int, size: int, seed: int = 0) -> npt.NDArray[np.int64]:
-    """A matrix drawn like the measured run's (mean bytes per GPU ``size``; module docstring)."""
+    """A matrix drawn like the measured run's (mean bytes per GPU ``size``).
+
+    FAST's workloads (FAST repository ``amd/test_alltoall.cpp``, ``fixed_distribution``, ``uniform_distribution2``,
+    ``zipf_distribution2``): the diagonal is 0; random entries are weights ``w`` (uniform ``rand() % 1024``; Zipf
+    through FAST's approximate inverse CDF, :func:`fast_zipf_weights`) times the integer multiplier
+    ``floor(per_gpu * n * (n - 1) / sum(w))`` (``per_gpu`` elements per destination), aligned up to 512 elements;
+    the log records only the total, so ``per_gpu`` is taken from it (the power of two FAST used when the total
+    is within 3 % of one: the multiplier's truncation makes the logged total a little smaller). nccl-tests ``balanced``: ``size / n`` to
+    every rank including itself; ``matrix``: the given matrix rescaled."""
     rng = np.random.default_rng(seed)
     if tr.kind == "balanced":
         return np.full((n, n), max(size // n, 1), dtype=np.int64)
     if tr.kind == "matrix":
         assert tr.matrix is not None
-        w = tr.matrix.astype(np.float64)
-        mean = float(w.sum(axis=1).mean())
+        given = tr.matrix.astype(np.float64)
+        mean = float(given.sum(axis=1).mean())
         return (
-            np.asarray(np.rint(w * (size / mean) / 16) * 16, dtype=np.int64)
+            np.asarray(np.rint(given * (size / mean) / 16) * 16, dtype=np.int64)
             if mean > 0
-            else w.astype(np.int64)
+            else given.astype(np.int64)
         )
+    off = ~np.eye(n, dtype=bool)
     if tr.kind == "fixed":
-        w = np.ones((n, n))
-    elif tr.kind == "uniform":
-        w = rng.integers(0, 1024, (n, n)).astype(np.float64)
+        entry = -(-max(size // max(n - 1, 1), 1) // FAST_ALIGN) * FAST_ALIGN
+        return np.where(off, entry, 0).astype(np.int64)
+    w: npt.NDArray[np.int64]
+    if tr.kind == "uniform":
+        w = rng.integers(0, FAST_SPAN, (n, n), dtype=np.int64)
     elif tr.kind == "zipf":
-        k = np.arange(1, 1025, dtype=np.float64)
-        cdf = np.cumsum(k ** (-tr.skew))
-        w = k[np.searchsorted(cdf / cdf[-1], rng.random((n, n)))]
+        w = fast_zipf_weights(tr.skew, rng.random((n, n)))
     else:  # pragma: no cover - Traffic kinds are fixed by the readers
         raise ValueError(tr.kind)
-    np.fill_diagonal(w, 0.0)
-    total = float(w.sum())
-    scaled = w * (size * n / total) if total > 0 else w
-    return np.asarray(np.rint(scaled / 512) * 512, dtype=np.int64)  # FAST aligns entries to 512 B (mem_align)
+    w = np.where(off, w, 0).astype(np.int64)
+    per_gpu = max(size / (FAST_ELEMENT * max(n - 1, 1)), 1.0)  # elements per destination
+    pow2 = 2.0 ** round(math.log2(per_gpu))
+    if abs(per_gpu / pow2 - 1.0) < 0.03:  # FAST's runs use powers of two; the logged total is a little less
+        per_gpu = pow2
+    mult = max(int(per_gpu * n * (n - 1) // max(int(w.sum()), 1)), 1)
+    elems = -(-(w * mult) // 512) * 512  # mem_align: up to 512 elements
+    return np.asarray(elems * FAST_ELEMENT, dtype=np.int64)
+
+
+def _zipf_cdf(s: float, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """12 x the Euler-Maclaurin estimate of sum_{k<x} k^-s that FAST's ``zipf_inverse_cdf_fast`` inverts (0 at 1)."""
+    head = np.log(x) * 12.0 if abs(1.0 - s) < 1e-9 else 12.0 * (x ** (1.0 - s) - 1.0) / (1.0 - s)
+    return np.asarray(head + 6.0 * (1.0 - x**-s) + s * (1.0 - x ** (-1.0 - s)), dtype=np.float64)
+
+
+def fast_zipf_weights(s: float, p: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """Zipf weights as FAST draws them: the real ``x`` in [1, 1024] with ``cdf(x) = p cdf(1024)`` (the estimate
+    of :func:`_zipf_cdf`), truncated to an integer - so ``k`` has probability ``(cdf(k+1) - cdf(k)) / cdf(1024)``,
+    close to ``k^-s`` normalised over 1..1023. ``p`` are uniform draws in [0, 1]."""
+    grid = np.arange(1, FAST_SPAN + 1, dtype=np.float64)
+    cdf = _zipf_cdf(s, grid)
+    k = np.searchsorted(cdf / cdf[-1], np.clip(p, 0.0, 1.0), side="right")
+    return np.asarray(np.clip(k, 1, FAST_SPAN), dtype=np.int64)
