@@ -84,10 +84,11 @@ class SimModel:
             if inc.enabled
             else f"incast {'off' if inc.name == 'off' else 'none (lossless)'}"
         )
+        fill = f", fill {self.fill_bytes / 2**20:.3g} MiB per step" if self.fill_bytes > 0 else ""
         return (
             f"model {self.name} ({self.transport}): goodput {self.inter_efficiency:.3f} x NIC, "
-            f"alpha {self.alpha_s * 1e6:.3g} us/message, rendezvous {self.stage_s * 1e6:.3g} us per stage above "
-            f"{self.eager_bytes / 2**20:.3g} MiB, {incast}"
+            f"{self.intra_efficiency:.3f} x scale-up, alpha {self.alpha_s * 1e6:.3g} us/message, rendezvous "
+            f"{self.stage_s * 1e6:.3g} us per stage above {self.eager_bytes / 2**20:.3g} MiB{fill}, {incast}"
         )
 
     def params(self) -> dict[str, Any]:
@@ -129,37 +130,43 @@ def _incast_doc(inc: IncastModel) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- defaults
 #: Fitted by ``.venv/bin/python benchmarks/calibration.py --fit`` (the same fit as ``a2acc calibrate``) on the
 #: fit part of FAST's MI300X logs (FAST repository, ``amd-result/``: 3n_random_sz_*, 3n_random_cdf_*,
-#: 3n_skewed_sz_*, 3n_skewed_cdf_*, 3n_skewness_*; 64 configurations): goodput, alpha, rendezvous cost and eager
-#: window from the SpreadOut column, the incast parameters from the fan-out column; rounded to 4 digits. The
-#: fixed-size runs (3n_fixed_sz_*) were held back and test it (tests/analysis/test_accuracy.py).
+#: 3n_skewed_sz_*, 3n_skewed_cdf_*, 3n_skewness_*; 96 configurations): NIC and scale-up goodput, per-message
+#: cost, rendezvous cost and pipeline fill from the FLASH and SpreadOut columns, the incast parameters from the
+#: fan-out column; rounded to 4 digits. Not fitted: the eager window (NCCL's ``NCCL_BUFFSIZE``, 4 MiB), the
+#: connection window (the same), the timeout (4.096 us x 2^19), ``shape`` and ``fanin_power`` (2: the logs do
+#: not separate them from ``storm``), ``fanin_loss`` (0: fitted, it stays 0). The fixed-size runs (3n_fixed_sz_*)
+#: were held back and test it (tests/studies/test_accuracy.py).
 CALIBRATED_ROCE = SimModel(
     name="mi300x-roce",
     transport="roce",
-    inter_efficiency=0.9164,
-    intra_efficiency=1.0,
-    alpha_s=26.71e-6,
-    stage_s=56.63e-6,
-    eager_bytes=2.785e6,
+    inter_efficiency=0.9508,
+    intra_efficiency=0.4532,
+    alpha_s=0.3551e-6,
+    stage_s=137.2e-6,
+    eager_bytes=float(DEFAULT_WINDOW_BYTES),
     incast=IncastModel(
         name="roce",
-        buffer_bytes=99.55e6,
+        buffer_bytes=42.21e6,
         window_bytes=float(DEFAULT_WINDOW_BYTES),
         dt_alpha=DEFAULT_DT_ALPHA,
-        retransmit=0.2787,
+        retransmit=0.3769,
         rto_s=ROCE_RTO_S,
-        storm_s=1610.0,
+        storm_s=291.9,
         shape=2.0,
-        fanin_power=2.658,
+        fanin_power=2.0,
+        fanin_loss=0.0,
     ),
     source="calibrated on FAST's published MI300X logs (FAST repository, amd-result/: random- and skewed-size "
     "runs); the fixed-size runs are held back for testing",
+    fill_bytes=1.321e6,
 )
 
 
 def transport_defaults(transport: str) -> SimModel:
     """The shipped parameters of a transport: what a model file's missing fields take. ``ideal``: line rate,
-    no costs; ``roce``: :data:`CALIBRATED_ROCE`; lossless transports: its software costs and goodput, no
-    incast loss."""
+    no costs; ``roce``: :data:`CALIBRATED_ROCE`; lossless transports: its software costs and NIC goodput, no
+    incast loss, and line-rate scale-up links (the calibrated scale-up goodput is MI300X Infinity Fabric's under
+    RCCL, not a property of other scale-up fabrics)."""
     if transport in ("", "ideal"):
         return SimModel()
     if transport == "roce":
@@ -169,9 +176,11 @@ def transport_defaults(transport: str) -> SimModel:
         base,
         name=f"{transport}-default",
         transport=transport,
+        intra_efficiency=1.0,
         incast=IncastModel.lossless(transport),
-        source=f"defaults (no measured {transport} data): software costs and goodput from the RoCE "
-        f"calibration ({base.source.split(';')[0]}); lossless credit-based fabric, no incast loss",
+        source=f"defaults (no measured {transport} data): software costs and NIC goodput from the RoCE "
+        f"calibration ({base.source.split(';')[0]}); scale-up links at line rate; lossless credit-based "
+        "fabric, no incast loss",
     )
 
 

@@ -66,7 +66,15 @@ class Measurement:
     size: int  # mean bytes one GPU sends (FAST: total / N; nccl-tests: the size column)
     time_s: float
     runs: int
+    #: iterations each run averages (FAST: 10; nccl-tests: its ``iters``); 0 when unknown. A run that times out
+    #: in some iterations reports their mean, and the median over runs is what a prediction is compared with
+    iterations: int = 0
 
+
+#: FAST's benchmark times ``perf_iters = 10`` back-to-back iterations per logged run, after 10 warm-up ones
+#: (FAST repository ``amd/test_alltoall.cpp``, ``perftest_*``)
+FAST_ITERATIONS = 10
+_ITERS_RE = re.compile(r"\biters:\s*(\d+)")
 
 # ---------------------------------------------------------------------------------------------- readers
 Warn = Callable[[str], None]
@@ -85,13 +93,17 @@ def read_logs(
     and ``warn`` is told the file, the line and why; a file with nothing left is an error."""
     say: Warn = warn if warn is not None else (lambda _msg: None)
     raw: list[tuple[str, str, Traffic, float, float]] = []
+    iterations: dict[str, int] = {}
     for p in paths:
         text = _read(p)
         if _is_nccl_tests(text):
             raw += _nccl_tests(text, p, topo, traffic, say)
+            got = _ITERS_RE.search(text)
+            iterations[p] = int(got.group(1)) if got else 0
         else:
             raw += _fast(text, p, topo, say)
-    return _group(raw)
+            iterations[p] = FAST_ITERATIONS
+    return _group(raw, iterations)
 
 
 def _read(path: str) -> str:
@@ -268,7 +280,9 @@ def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, f
     return size, time_us * 1e-6
 
 
-def _group(raw: list[tuple[str, str, Traffic, float, float]]) -> list[Measurement]:
+def _group(
+    raw: list[tuple[str, str, Traffic, float, float]], iterations: dict[str, int]
+) -> list[Measurement]:
     """Runs of one (algorithm, traffic, size within 1 %) configuration -> one median measurement."""
     groups: dict[tuple[str, str, float, int, int], list[tuple[str, float, float]]] = {}
     for src, alg, tr, size, t in raw:
@@ -293,6 +307,7 @@ def _group(raw: list[tuple[str, str, Traffic, float, float]]) -> list[Measuremen
                 size=round(float(np.median([r[1] for r in rows]))),
                 time_s=float(np.median([r[2] for r in rows])),
                 runs=len(rows),
+                iterations=min(iterations.get(s, 0) for s in srcs),
             )
         )
     out.sort(key=lambda m: (m.algorithm, m.traffic.kind, m.traffic.skew, m.size))
