@@ -208,10 +208,8 @@ class Routes:
         sent or received it)? The other edges are the successor's receiver side (:func:`synchronised`)."""
         if not self._sides:
             n = len(self.size)
-            dst = np.fromiter((op.dst_rank for op in self.prog.ops), dtype=np.int64, count=n)
             owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.succ_ptr))
-            sender = self.src[self.succ_ids]
-            self._sides.append((self.src[owner] == sender) | (dst[owner] == sender))
+            self._sides.append(dep_sender_side(self.src, self.prog.table.dst_rank, self.succ_ids, owner))
         return self._sides[0]
 
     def fill_time(self, cap: npt.NDArray[np.float64], fill_bytes: float) -> npt.NDArray[np.float64]:
@@ -364,23 +362,52 @@ def rendezvous(prog: Program, eager_bytes: float) -> npt.NDArray[np.bool_]:
 def synchronised(prog: Program) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
     """Per op: does it start in step with its receiver (it waits for an op not involving its sender), and the
     bytes of the message it belongs to (concurrent ops between one pair with the same dependencies are one
-    message on one connection). What :func:`rendezvous` and the pipeline fill of ``fill_bytes`` charge."""
-    ops = prog.ops
-    sync = np.zeros(len(ops), dtype=bool)
-    msg = np.zeros(len(ops), dtype=np.float64)
-    groups: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
-    for op in ops:
-        if not op.deps or op.src_rank == op.dst_rank:
-            continue
-        s = op.src_rank
-        if all(ops[d].src_rank == s or ops[d].dst_rank == s for d in op.deps):
-            continue
-        groups.setdefault((s, op.dst_rank, op.deps), []).append(op.id)
-    unit = prog.unit_bytes
-    for ids in groups.values():
-        sync[ids] = True
-        msg[ids] = float(sum(ops[i].cnt for i in ids) * unit)
+    message on one connection). What :func:`rendezvous` and the pipeline fill of ``fill_bytes`` charge.
+    Array passes over the op table (no object per op: Programs reach millions of ops)."""
+    t = prog.table
+    n = len(t)
+    src, dst = t.src_rank, t.dst_rank
+    ndeps = np.diff(t.dep_ptr)
+    owner = np.repeat(np.arange(n, dtype=np.int64), ndeps)
+    d = t.dep_ids
+    side = dep_sender_side(src, dst, owner, d)
+    sync = (ndeps > 0) & (src != dst) & (np.bincount(owner[~side], minlength=n) > 0)
+    msg = np.zeros(n, dtype=np.float64)
+    ids = np.flatnonzero(sync)
+    if len(ids):
+        # one message: the same pair and the same dependency set (an order-free 64-bit hash of the set)
+        mixed = _mix64(d.astype(np.uint64))
+        has = ndeps > 0
+        sig = np.zeros(n, dtype=np.uint64)
+        sig[has] = np.add.reduceat(mixed, t.dep_ptr[:-1][has])
+        key = np.stack([src[ids], dst[ids], ndeps[ids], sig[ids].view(np.int64)], axis=1)
+        _u, inv = np.unique(key, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        total = np.bincount(inv, weights=t.cnt[ids].astype(np.float64))
+        msg[ids] = total[inv] * float(prog.unit_bytes)
     return sync, msg
+
+
+def dep_sender_side(
+    src: npt.NDArray[np.int64],
+    dst: npt.NDArray[np.int64],
+    op: npt.NDArray[np.int64],
+    dep: npt.NDArray[np.int64],
+) -> npt.NDArray[np.bool_]:
+    """Per dependency edge (``op`` waits for ``dep``): does ``dep`` involve ``op``'s sender (it sent or received
+    it)? The other edges are ``op``'s receiver side."""
+    sender = src[op]
+    return np.asarray((src[dep] == sender) | (dst[dep] == sender), dtype=bool)
+
+
+def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """splitmix64's finaliser (Steele, Lea and Flood, OOPSLA 2014): well-spread 64-bit values whose sums
+    identify sets of small integers."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return np.asarray(z ^ (z >> np.uint64(31)), dtype=np.uint64)
 
 
 def _routes(

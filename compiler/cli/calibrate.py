@@ -29,7 +29,7 @@ from a2acc.studies.calibrate import (
     start_model,
     summarise,
 )
-from a2acc.studies.logs import read_logs
+from a2acc.studies.logs import Measurement, read_logs
 
 DEFAULT_FIT_ON = "fast,spreadout,direct"
 ACCURACY_FROM = 8_000_000  # bytes per GPU: the accuracy summary covers sizes from 8 MB up
@@ -119,14 +119,61 @@ def base_model(topo: Topology) -> SimModel:
 
 def _run(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
-    out = Path(args.output)
     check_outputs(
         [Output("-o/--output", args.output, owned_params)],
         [*args.logs, *args.test, args.traffic or "", args.topology],
         force=args.force,
     )
     _distinct_logs(args.logs, args.test)
-    traffic = load_matrix(args.traffic, expect_ranks=topo.nranks) if args.traffic else None
+    fit_on, params = _choices(args)
+    fit_meas, test_meas = _read(args, topo, fit_on)
+    start = time.perf_counter()
+    bar = BarProgress()
+    try:
+        fit_cases = build_cases(fit_meas, topo, progress=bar)
+        test_cases = build_cases(test_meas, topo, seed=10_000, progress=bar) if test_meas else []
+        res = fit(
+            [c for c in fit_cases if c.meas.algorithm in fit_on],
+            base_model(topo),
+            params,
+            tolerance=1e-2,
+            progress=bar,
+        )
+        fitted_algs = ", ".join(sorted({m.algorithm for m in fit_meas if m.algorithm in fit_on}))
+        model = replace(
+            res.model,
+            name=args.name or f"{topo.name}-calibrated",
+            source=f"calibrated by a2acc calibrate {__version__} on {topo.name} x{topo.servers} from "
+            f"{_names(args.logs)} (fitted: {', '.join(res.params)}; rows of {fitted_algs})",
+        )
+        bar.phase("predicting", 2)
+        fit_preds = evaluate(fit_cases, model)
+        bar.advance()
+        test_preds = evaluate(test_cases, model)
+        bar.advance()
+    finally:
+        bar.close()
+    _report(fit_preds, test_preds, fit_on, model, res.params)
+    header = (
+        f"a2acc simulator parameters (a2acc calibrate {__version__})\n"
+        f"topology: {topo.name} ({topo.nranks} GPUs), fingerprint {topo.fingerprint}\n"
+        f"fitted on: {_names(args.logs)}\n"
+        + (f"held back: {_names(args.test)}\n" if args.test else "")
+        + "use: a2acc simulate PLAN -t TOPO --model THIS_FILE; a2acc compare ... --model THIS_FILE"
+    )
+    atomic_write_text(Path(args.output), model.to_yaml(header))
+    print(f"# wrote {args.output}")
+    wall = time.perf_counter() - start
+    print(f"# calibrated in {wall:.1f} s ({_cpu():.1f} s of CPU in all)", file=sys.stderr, flush=True)
+    return 0
+
+
+def _names(paths: list[str]) -> str:
+    return ", ".join(Path(p).name for p in paths)
+
+
+def _choices(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
+    """The algorithms to fit on and the parameters to fit (None: what the logs identify), checked."""
     fit_on = [a.strip() for a in args.fit_on.split(",") if a.strip()]
     for a in fit_on:
         if a not in ("fast", "spreadout", "direct"):
@@ -138,6 +185,14 @@ def _run(args: argparse.Namespace) -> int:
         bad = [p for p in params if p not in PARAMS]
         if bad:
             raise InputError("", "--fit", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
+    return fit_on, params
+
+
+def _read(
+    args: argparse.Namespace, topo: Topology, fit_on: list[str]
+) -> tuple[list[Measurement], list[Measurement]]:
+    """The fit and held-back measurements; the header lines saying what they are."""
+    traffic = load_matrix(args.traffic, expect_ranks=topo.nranks) if args.traffic else None
 
     def warn(msg: str) -> None:
         print(f"a2acc: warning: {msg}", file=sys.stderr, flush=True)
@@ -153,57 +208,14 @@ def _run(args: argparse.Namespace) -> int:
             f"no rows of these algorithms in the logs (they hold "
             f"{', '.join(sorted({m.algorithm for m in fit_meas}))})",
         )
-    fitted_algs = ", ".join(sorted({m.algorithm for m in fitted}))
-    print(
-        f"# a2acc calibrate {__version__}: {topo.name} ({topo.nranks} GPUs, transport "
-        f"{(topo.inter.transport if topo.inter is not None else '') or 'not given'})",
-        flush=True,
-    )
-    print(
-        f"# fit on   : {len(fitted)} configurations from {_logs(len(args.logs))} (algorithms {fitted_algs})"
-    )
+    algs = ", ".join(sorted({m.algorithm for m in fitted}))
+    transport = (topo.inter.transport if topo.inter is not None else "") or "not given"
+    print(f"# a2acc calibrate {__version__}: {topo.name} ({topo.nranks} GPUs, transport {transport})")
+    print(f"# fit on   : {len(fitted)} configurations from {_logs(len(args.logs))} (algorithms {algs})")
     if args.test:
         print(f"# held back: {len(test_meas)} configurations from {_logs(len(args.test))} (never fitted)")
     sys.stdout.flush()
-    clock = (time.perf_counter(), _cpu())
-    bar = BarProgress()
-    try:
-        fit_cases = build_cases(fit_meas, topo, progress=bar)
-        test_cases = build_cases(test_meas, topo, seed=10_000, progress=bar) if test_meas else []
-        res = fit(
-            [c for c in fit_cases if c.meas.algorithm in fit_on],
-            base_model(topo),
-            params,
-            tolerance=1e-2,
-            progress=bar,
-        )
-        srcs = ", ".join(Path(p).name for p in args.logs)
-        model = replace(
-            res.model,
-            name=args.name or f"{topo.name}-calibrated",
-            source=f"calibrated by a2acc calibrate {__version__} on {topo.name} x{topo.servers} from {srcs} "
-            f"(fitted: {', '.join(res.params)}; rows of {fitted_algs})",
-        )
-        bar.phase("predicting", 2)
-        fit_preds = evaluate(fit_cases, model)
-        bar.advance()
-        test_preds = evaluate(test_cases, model)
-        bar.advance()
-    finally:
-        bar.close()
-    _report(fit_preds, test_preds, fit_on, model, res.params)
-    header = (
-        f"a2acc simulator parameters (a2acc calibrate {__version__})\n"
-        f"topology: {topo.name} ({topo.nranks} GPUs), fingerprint {topo.fingerprint}\n"
-        f"fitted on: {srcs}\n"
-        + (f"held back: {', '.join(Path(p).name for p in args.test)}\n" if args.test else "")
-        + "use: a2acc simulate PLAN -t TOPO --model THIS_FILE; a2acc compare ... --model THIS_FILE"
-    )
-    atomic_write_text(out, model.to_yaml(header))
-    print(f"# wrote {out}")
-    wall, cpu = time.perf_counter() - clock[0], _cpu() - clock[1]
-    print(f"# calibrated in {wall:.1f} s ({cpu:.1f} s of CPU)", file=sys.stderr, flush=True)
-    return 0
+    return fit_meas, test_meas
 
 
 def _cpu() -> float:
