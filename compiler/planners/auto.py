@@ -31,7 +31,7 @@ from a2acc.ir.program import Program
 from a2acc.ir.verify import verify_program
 from a2acc.model.topology import Topology
 from a2acc.options import bounded, parse_options
-from a2acc.planners import PLANNERS, PlanRequest
+from a2acc.planners import PLANNERS, PlanRequest, remembered, run
 
 #: the order candidates run in (and ties are broken by): quick planners, then the searching ones
 ORDER = ("fast", "direct", "spreadout", "hierarchical", "syccl", "mcf")
@@ -116,7 +116,15 @@ def _candidates(topo: Topology, opts: Options, skipped: dict[str, str]) -> list[
 
 
 def _plan_one(name: str, req: PlanRequest, time_limit: float | None) -> Program:
-    """Run planner ``name`` on the same request (its default options; a searching planner gets ``time_limit``)."""
-    raw = {"time_limit": str(max(time_limit, 1e-3))} if time_limit is not None else None
-    opts: object = parse_options(PLANNERS.options(name), raw, where=f"auto: {name}")
-    return PLANNERS.get(name)(dataclasses.replace(req, options=opts))
+    """Run planner ``name`` on the same request with its default options; a searching planner gets
+    ``time_limit``, unless this process already planned the request without a limit (a comparison's rows)."""
+    unlimited = dataclasses.replace(req, options=parse_options(PLANNERS.options(name), None))
+    if time_limit is None:
+        return run(name, unlimited)
+    done = remembered(name, unlimited)
+    if done is not None:
+        return done
+    opts: object = parse_options(
+        PLANNERS.options(name), {"time_limit": str(max(time_limit, 1e-3))}, where=f"auto: {name}"
+    )
+    return run(name, dataclasses.replace(req, options=opts))

@@ -608,9 +608,7 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
             progs.append(rounds(prog, topo))
     times: list[float] = []
     if len(progs) > 1 and not clock.over():
-        times = run_all(
-            _simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate"
-        )
+        times = run_all(_simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate")
     best = int(np.argmin(times)) if times else 0
     prog = progs[best]
     meta2 = dict(prog.meta)
