@@ -125,4 +125,8 @@ class SoloBatch:
                 has = np.diff(np.append(first, len(edges))) > 0
                 ready[has] = np.maximum.reduceat(vals, first[has])
             end[ops] = ready + lat[ops] + dur[ops]
-        return np.maximum.reduceat(end, self.op_start)
+        out = np.zeros(len(self.op_start))
+        busy = np.diff(np.append(self.op_start, len(end))) > 0  # a Program without ops takes no time
+        if busy.any():
+            out[busy] = np.maximum.reduceat(end, self.op_start[busy])
+        return out
