@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from a2acc.analysis.fastsim import DEFAULT_TOLERANCE, simulate_fast
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.ir import Program, ProgramBuilder
@@ -69,12 +71,17 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     model = model_of(req)
     progs: dict[str, Program] = {"staged": staged}
     budget = opts.search_ops - len(staged.table)
-    for label, g in [*((f"grouped:{g}", g) for g in GROUPS if g < nsteps), ("direct", 0)]:
-        prog = direct(req) if g == 0 else emit.build(req, opts, native=native, groups=g)
-        if len(prog.table) > budget:
+    # sizes known before building (nothing past the budget is built: a large plan keeps FAST's sequence)
+    sizes = {f"grouped:{g}": len(staged.table) for g in GROUPS if g < nsteps}
+    sizes["direct"] = int(np.count_nonzero(req.counts))
+    for label, ops in sizes.items():
+        if ops > budget:
             continue
-        budget -= len(prog.table)
-        progs[label] = prog
+        budget -= ops
+        g = int(label.split(":")[1]) if ":" in label else 0
+        progs[label] = direct(req) if g == 0 else emit.build(req, opts, native=native, groups=g)
+    if len(progs) == 1:  # nothing to choose between within the budget
+        return staged
     rough = {k: _time(p, req, model, RANK_TOLERANCE) for k, p in progs.items()}
     order = sorted(progs, key=lambda k: rough[k])  # stable: ties keep the candidates' order
     finalists = [
