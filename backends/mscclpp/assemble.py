@@ -217,8 +217,8 @@ class _TbWriter:
 
     def last_fuses(self, names: tuple[str, ...], nxt: Put) -> bool:
         """Is the last operation a put the upstream DSL would fuse ``nxt`` into (same first-source size)?"""
-        prev = self.out[-1] if self.out else None
-        return prev is not None and prev.name in names and bool(prev.src) and prev.src[0].size == nxt.src.size
+        src = self.out[-1].src if self.out and self.out[-1].name in names else None
+        return src is not None and len(src) > 0 and src[0].size == nxt.src.size
 
     def rbuf(self, rank: int, buf: str) -> int:
         g = self.remote.setdefault((rank, buf, self.ct), len(self.remote))
