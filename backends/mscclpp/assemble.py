@@ -313,6 +313,8 @@ class _TbWriter:
             j += 1
         if e.kind is Ev.REL:
             self.publish()
+            if self.wait_since and len(ids) > 1:
+                self.nop()  # threads 1.. would release before thread 0's wait is satisfied
         elif self.multi_since:
             self.nop()
         name = "sem_release" if e.kind is Ev.REL else "sem_acquire"

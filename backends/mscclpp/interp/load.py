@@ -458,14 +458,34 @@ def sync_lint(plan: Plan) -> list[str]:
     return errs
 
 
+def _items(op: Op) -> int:
+    """Threads that do a synchronisation or port operation (thread i does item i, ``tid < n``)."""
+    if op.name in ("signal", "wait", "rlxsignal", "rlxwait", "flush"):
+        return len(op.channel_ids or ())
+    if op.name in ("sem_acquire", "sem_release"):
+        return len(op.semaphore_ids or ())
+    return len(op.dst or ())
+
+
+@dataclass
+class _Lint:
+    """What the thread block did since its last nop (``__syncthreads``)."""
+
+    accesses: list[tuple[int, str, int, int, bool]] = field(default_factory=list)  # rank, buf, lo, hi, write
+    data_since: str = ""
+    wait_since: str = ""
+    wait_items: int = 0  # threads that waited (the most of any wait since the nop)
+
+    def reset(self) -> None:
+        self.accesses, self.data_since, self.wait_since, self.wait_items = [], "", "", 0
+
+
 def _lint_ops(
     r: int, k: int, ops: tuple[Op, ...], path: str, wrap: bool, rb: dict[str, list[int]], g: Gpu
 ) -> list[str]:
     errs: list[str] = []
     reported: set[int] = set()
-    accesses: list[tuple[int, str, int, int, bool]] = []  # rank, buf, lo, hi, write
-    data_since = ""
-    wait_since = ""
+    st = _Lint()
 
     def flag(i: int, msg: str) -> None:
         if i not in reported:
@@ -475,37 +495,28 @@ def _lint_ops(
     for i, op in list(enumerate(ops)) * (2 if wrap else 1):
         name = op.name
         if name in ("nop", "barrier"):
-            accesses, data_since, wait_since = [], "", ""
+            st.reset()
             continue
         if name == "pipeline":
             errs += _lint_ops(r, k, op.ops, f"{path}[{i}].ops", True, rb, g)
-            accesses, data_since, wait_since = [], "", ""
+            st.reset()
             continue
         port = op.channel_type == "port"
-        if data_since and (name in PUBLISH_OPS or (port and name in ("put", "ppkt"))):
-            flag(
-                i,
-                f"{name} follows {data_since} without a nop: threads still writing that data are not "
-                "synchronised with it (no implicit __syncthreads between operations)",
-            )
-        if port and wait_since and len(op.dst or ()) > 1 and name in ("put", "pws", "pwsf", "ppkt"):
-            flag(
-                i,
-                f"{name} with {len(op.dst or ())} destinations follows {wait_since} without a nop: threads 1.. "
-                "issue their puts before thread 0's wait is satisfied",
-            )
+        if name in PUBLISH_OPS or (port and name in ("put", "ppkt")):
+            for msg in _publish_lint(op, st, port):
+                flag(i, msg)
         if name in DATA_OPS and not port:
-            if wait_since:
+            if st.wait_since:
                 flag(
                     i,
-                    f"{name} follows {wait_since} without a nop: only threads tid < n wait, the others run "
+                    f"{name} follows {st.wait_since} without a nop: only threads tid < n wait, the others run "
                     "ahead into the data operation",
                 )
             mine = _accesses(op, r, rb, g)
             for a in mine:
                 if any(
                     a[0] == b[0] and a[1] == b[1] and a[2] < b[3] and b[2] < a[3] and (a[4] or b[4])
-                    for b in accesses
+                    for b in st.accesses
                 ):
                     flag(
                         i,
@@ -513,11 +524,35 @@ def _lint_ops(
                         "the thread block since the last nop also touches (one writes): not synchronised",
                     )
                     break
-            accesses += mine
-            data_since = f"a data operation ({name})"
+            st.accesses += mine
+            st.data_since = f"a data operation ({name})"
         if name in WAIT_OPS:
-            wait_since = f"a {name}"
+            st.wait_since = f"a {name}"
+            st.wait_items = max(st.wait_items, _items(op))
     return errs
+
+
+def _publish_lint(op: Op, st: _Lint, port: bool) -> list[str]:
+    """A signal, semaphore release or port put since the last nop: after a data operation, every thread must
+    have finished it; after a wait, the threads that publish must be the ones that waited (one thread each)."""
+    name, out = op.name, []
+    if st.data_since:
+        out.append(
+            f"{name} follows {st.data_since} without a nop: threads still writing that data are not "
+            "synchronised with it (no implicit __syncthreads between operations)"
+        )
+    n = _items(op)
+    if port and st.wait_since and len(op.dst or ()) > 1 and name in ("put", "pws", "pwsf", "ppkt"):
+        out.append(
+            f"{name} with {len(op.dst or ())} destinations follows {st.wait_since} without a nop: threads 1.. "
+            "issue their puts before thread 0's wait is satisfied"
+        )
+    elif st.wait_since and (st.wait_items > 1 or n > 1):
+        out.append(
+            f"{name} (threads 0..{max(n, 1) - 1}) follows {st.wait_since} (threads 0..{st.wait_items - 1}) without "
+            "a nop: a thread publishes before the waits of the other threads are satisfied"
+        )
+    return out
 
 
 def _accesses(op: Op, r: int, rb: dict[str, list[int]], g: Gpu) -> list[tuple[int, str, int, int, bool]]:
