@@ -42,6 +42,7 @@ class Assembled:
     lanes: int
     semaphores: int
     signals: int
+    counts: dict[Agent, int]  # operations of every thread block (pipelines flattened)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def thread_blocks(
     sch: Schedule,
 ) -> tuple[dict[int, list[TbKey]], dict[Agent, tuple[str, int]], dict[tuple[int, str], list[int]]]:
     """Per rank its thread blocks in id order, each lane end's (channel type, global channel id), and each
-    rank's flattened ``connected_to`` per channel type."""
+    rank's flattened ``connected_to`` per channel type (per peer, its lane ends in one canonical order)."""
     n = sch.pre.prog.nranks
     tbs_of: dict[int, list[TbKey]] = defaultdict(list)
     chan_of: dict[Agent, tuple[str, int]] = {}
@@ -85,7 +86,14 @@ def thread_blocks(
             for tk in ends:
                 chan_of[(r, tk)] = (t, len(peers[(r, t)]))
                 peers[(r, t)].append(p)
-                tbs_of[r].append(tk)
+                if sch.groups is None:
+                    tbs_of[r].append(tk)
+    if sch.groups is not None:
+        count: dict[int, int] = defaultdict(int)
+        for (r, _end), g in sch.groups.items():
+            count[r] = max(count[r], g + 1)
+        for r in range(n):
+            tbs_of[r] = [("k", g, 0) for g in range(count[r])]
     for r, tk in sorted(sch.events):
         if tk[0] == "c":
             tbs_of[r].append(tk)
@@ -105,37 +113,21 @@ def assemble(sch: Schedule, shape: Shape) -> Assembled:
             sem_count[w.src[0]] += 1
     gpus = []
     over: list[tuple[int, TbKey, int]] = []
-    max_ops = 0
+    counts: dict[Agent, int] = {}
     nsig = 0
     for r in range(n):
         remote: dict[tuple[int, str, str], int] = {}
         tbs = []
         for tk in tbs_of[r]:
-            ch = chan_of.get((r, tk))
-            wr = _TbWriter(sch, r, ch[0] if ch is not None else "none", remote)
+            fixed = chan_of.get((r, tk)) if sch.groups is None else None
+            wr = _TbWriter(sch, r, chan_of, remote, fixed, packed=sch.groups is not None and tk[0] == "k")
             wr.write(sorted(sch.events.get((r, tk), []), key=lambda e: (e.key, e.seq)))
             nsig += wr.nsig
-            count = sum(1 + len(x.ops) for x in wr.out)
-            max_ops = max(max_ops, count)
+            count = counts[(r, tk)] = sum(1 + len(x.ops) for x in wr.out)
             if count > MAX_OPS_PER_TB:
                 over.append((r, tk, count))
-            refs = [(t, ids) for t, ids in wr.refs.items()] if ch is not None else []
-            tbs.append(
-                ThreadBlock(
-                    tb_id[(r, tk)],
-                    tuple(wr.out),
-                    (TbTable(ch[0], (ch[1],)),) if ch is not None else (),
-                    tuple(TbTable(t, tuple(ids)) for t, ids in refs),
-                )
-            )
+            tbs.append(ThreadBlock(tb_id[(r, tk)], tuple(wr.out), *wr.tables()))
         gpus.append(_gpu(r, shape, tbs, peers, remote, sem_count[r]))
-        if len(tbs) > shape.max_threadblocks:
-            raise LoweringError(
-                f"rank {r} needs {len(tbs)} thread blocks but max_threadblocks is {shape.max_threadblocks} (all "
-                "thread blocks must be co-resident: keep them within the SMs/CUs); tb_layout=combined halves "
-                "the lane thread blocks, and a coarser layout (a larger --max-padding) or fewer stages needs "
-                "fewer lanes"
-            )
     plan = Plan(
         name=shape.name,
         collective="alltoall",
@@ -149,7 +141,21 @@ def assemble(sch: Schedule, shape: Shape) -> Assembled:
         min_message_size=shape.min_bytes,
         max_message_size=shape.max_bytes,
     )
-    return Assembled(plan, over, max_ops, len(chan_of) // 2, sum(sem_count), nsig)
+    max_ops = max(counts.values(), default=0)
+    return Assembled(plan, over, max_ops, len(chan_of) // 2, sum(sem_count), nsig, counts)
+
+
+def too_many_threadblocks(asm: Assembled, shape: Shape) -> LoweringError | None:
+    """The refusal when a rank needs more thread blocks than allowed (all must be co-resident)."""
+    for g in asm.plan.gpus:
+        if len(g.threadblocks) > shape.max_threadblocks:
+            return LoweringError(
+                f"rank {g.id} needs {len(g.threadblocks)} thread blocks but max_threadblocks is "
+                f"{shape.max_threadblocks} (all thread blocks must be co-resident: keep them within the SMs/CUs); "
+                "tb_layout=combined halves the lane thread blocks, tb_layout=packed puts several peers in one, and "
+                "a coarser layout (a larger --max-padding) or fewer stages needs fewer lanes"
+            )
+    return None
 
 
 def _gpu(
@@ -168,12 +174,27 @@ def _gpu(
 
 
 class _TbWriter:
-    """One thread block's events in key order -> operations, with fusion and the nops the kernel needs."""
+    """One thread block's events in key order -> operations, with fusion and the nops the kernel needs.
 
-    def __init__(self, sch: Schedule, r: int, ct: str, remote: dict[tuple[int, str, str], int]) -> None:
+    A thread block holds one lane end (split, combined: its only channel, index 0) or several (packed: the
+    channel table lists them in first use, as the upstream DSL numbers them, and consecutive signals or waits on
+    distinct channels of a type fuse into one operation of at most 8 channels)."""
+
+    def __init__(
+        self,
+        sch: Schedule,
+        r: int,
+        chan_of: dict[Agent, tuple[str, int]],
+        remote: dict[tuple[int, str, str], int],
+        fixed: tuple[str, int] | None,
+        packed: bool,
+    ) -> None:
         self.sch = sch
         self.r = r
-        self.ct = ct  # the thread block's channel type ("none": a copy thread block)
+        self.chan_of = chan_of
+        self.fixed = fixed  # the one channel of a split/combined lane thread block
+        self.packed = packed
+        self.table: dict[str, list[int]] = {}  # packed: channel type -> global ids in first use
         self.remote = remote  # the rank's remote buffers: (rank, buffer, channel type) -> global id
         self.refs: dict[str, list[int]] = {}
         self.out: list[Op] = []
@@ -183,6 +204,27 @@ class _TbWriter:
         self.multi_since = False
         self.nsig = 0
 
+    def tables(self) -> tuple[tuple[TbTable, ...], tuple[TbTable, ...]]:
+        """The thread block's ``channels`` and ``remote_buffer_refs`` entries."""
+        chans: tuple[TbTable, ...]
+        if self.fixed is not None:
+            chans = (TbTable(self.fixed[0], (self.fixed[1],)),)
+        else:
+            chans = tuple(TbTable(t, tuple(ids)) for t, ids in self.table.items())
+        if self.fixed is None and not self.packed:
+            return chans, ()
+        return chans, tuple(TbTable(t, tuple(ids)) for t, ids in self.refs.items())
+
+    def chan(self, end: TbKey) -> tuple[str, int]:
+        """(channel type, thread-block-local index) of a lane end's channel (registered on first use)."""
+        t, gid = self.chan_of[(self.r, end)]
+        if not self.packed:
+            return t, 0
+        ids = self.table.setdefault(t, [])
+        if gid not in ids:
+            ids.append(gid)
+        return t, ids.index(gid)
+
     def write(self, evs: list[Event]) -> None:
         i = 0
         while i < len(evs):
@@ -190,8 +232,7 @@ class _TbWriter:
             if isinstance(e, OpEvent):
                 i = self.put(evs, i) if e.kind is Ev.PUT else self.copy(e, i)
             elif e.kind in (Ev.SIG, Ev.WAIT):
-                self.channel_sync(e)
-                i += 1
+                i = self.channel_sync(evs, i)
             elif e.kind in (Ev.REL, Ev.ACQ):
                 i = self.semaphores(evs, i)
             else:
@@ -211,8 +252,10 @@ class _TbWriter:
         self.pending.extend(accesses)
         self.data_since = True
 
-    def publish(self) -> None:
-        if self.data_since or self.multi_since:
+    def publish(self, items: int = 1) -> None:
+        """Before a signal, release or port put by threads 0..items-1: a nop after a data operation or a
+        multi-thread operation, and after a wait when more than thread 0 publishes."""
+        if self.data_since or self.multi_since or (self.wait_since and items > 1):
             self.nop()
 
     def last_fuses(self, names: tuple[str, ...], nxt: Put) -> bool:
@@ -220,22 +263,26 @@ class _TbWriter:
         src = self.out[-1].src if self.out and self.out[-1].name in names else None
         return src is not None and len(src) > 0 and src[0].size == nxt.src.size
 
-    def rbuf(self, rank: int, buf: str) -> int:
-        g = self.remote.setdefault((rank, buf, self.ct), len(self.remote))
-        ids = self.refs.setdefault(self.ct, [])
+    def rbuf(self, rank: int, buf: str, ct: str) -> int:
+        g = self.remote.setdefault((rank, buf, ct), len(self.remote))
+        ids = self.refs.setdefault(ct, [])
         if g not in ids:
             ids.append(g)
         return ids.index(g)
 
     # ------------------------------------------------------------------ events
     def put(self, evs: list[Event], i: int) -> int:
-        """A put and the puts after it that fuse with it (same source buffer and size); returns the next index."""
-        sch, r, ct = self.sch, self.r, self.ct
+        """A put and the puts after it that fuse with it (same source buffer and size, same channel type);
+        returns the next index."""
+        sch, r = self.sch, self.r
         group = [sch.puts[_oid(evs[i])]]
+        ct = self.chan_of[(r, sch.send_end(group[0].lane))][0]
         j = i + 1
         while j < len(evs) and evs[j].kind is Ev.PUT and len(group) < MAX_CHANNELS_PER_OP:
             p2 = sch.puts[_oid(evs[j])]
             if p2.src.type != group[0].src.type or p2.src.size != group[0].src.size:
+                break
+            if self.chan_of[(r, sch.send_end(p2.lane))][0] != ct:
                 break
             group.append(p2)
             j += 1
@@ -252,15 +299,17 @@ class _TbWriter:
                 self.nop()
                 self.pending.extend(accesses)
                 self.data_since = True
+        dst, ids = [], []
+        for p in group:  # the DSL registers the remote buffer, then the channel
+            dst.append(BufRef(p.dst[1], p.dst[2], buffer_id=self.rbuf(p.dst_rank, p.dst[0], ct)))
+            ids.append(self.chan(sch.send_end(p.lane))[1])
         self.out.append(
             Op(
                 "ppkt" if sch.pre.ll else "put",
                 channel_type=ct,
-                channel_ids=tuple(0 for _ in group) if ct == "port" else None,
+                channel_ids=tuple(ids) if ct == "port" else None,
                 src=tuple(p.src for p in group),
-                dst=tuple(
-                    BufRef(p.dst[1], p.dst[2], buffer_id=self.rbuf(p.dst_rank, p.dst[0])) for p in group
-                ),
+                dst=tuple(dst),
             )
         )
         if ct == "port" and len(group) > 1:
@@ -287,16 +336,40 @@ class _TbWriter:
         self.out.append(Op("upkt" if e.kind is Ev.UPKT else "copy", src=(src,), dst=(dst,)))
         return i + 1
 
-    def channel_sync(self, e: SyncEvent) -> None:
+    def channel_sync(self, evs: list[Event], i: int) -> int:
+        """A signal or wait, fused (packed thread blocks) with the next ones of its kind on other channels of
+        its type; returns the next index."""
+        e = _sync(evs[i])
+        t, idx = self.chan(e.wire.src_end if e.kind is Ev.SIG else e.wire.dst_end)
+        ids = [idx]
+        j = i + 1
+        while self.packed and j < len(evs) and evs[j].kind is e.kind and len(ids) < MAX_CHANNELS_PER_OP:
+            w = _sync(evs[j]).wire
+            t2, idx2 = self.chan(w.src_end if e.kind is Ev.SIG else w.dst_end)
+            if t2 != t or idx2 in ids:
+                break
+            ids.append(idx2)
+            j += 1
+        name = "signal" if e.kind is Ev.SIG else "wait"
         if e.kind is Ev.SIG:
-            self.publish()
-            self.nsig += 1
+            self.publish(len(ids))
+            self.nsig += len(ids)
         elif self.multi_since:
             self.nop()
-        name = "signal" if e.kind is Ev.SIG else "wait"
-        self.out.append(Op(name, channel_type=self.ct, channel_ids=(0,)))
+        prev = self.out[-1] if self.out else None
+        if (
+            prev is not None
+            and prev.name == name
+            and prev.channel_type == t
+            and not set(ids) & set(prev.channel_ids or ())
+        ):
+            self.nop()  # the DSL fuses consecutive signals (waits) on distinct channels without a limit
+        self.out.append(Op(name, channel_type=t, channel_ids=tuple(sorted(ids))))
         if e.kind is Ev.WAIT:
             self.wait_since = True
+            if len(ids) > 1:
+                self.multi_since = True
+        return j
 
     def semaphores(self, evs: list[Event], i: int) -> int:
         """A release or acquire and the ones of the same kind after it (distinct semaphores, at most 16)."""
@@ -312,9 +385,7 @@ class _TbWriter:
             ids.append(_wire_sem(evs[j]))
             j += 1
         if e.kind is Ev.REL:
-            self.publish()
-            if self.wait_since and len(ids) > 1:
-                self.nop()  # threads 1.. would release before thread 0's wait is satisfied
+            self.publish(len(ids))
         elif self.multi_since:
             self.nop()
         name = "sem_release" if e.kind is Ev.REL else "sem_acquire"
@@ -326,6 +397,12 @@ class _TbWriter:
             if len(ids) > 1:
                 self.multi_since = True
         return j
+
+
+def _sync(e: Event) -> SyncEvent:
+    if not isinstance(e, SyncEvent):
+        raise InternalError(f"a {e.kind} event where a channel event was expected")
+    return e
 
 
 def _oid(e: Event) -> int:

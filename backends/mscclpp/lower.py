@@ -59,7 +59,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from a2acc.backends.mscclpp.assemble import Assembled, Shape, assemble
+from a2acc.backends.mscclpp import pack
+from a2acc.backends.mscclpp.assemble import Assembled, Shape, assemble, too_many_threadblocks
 from a2acc.backends.mscclpp.model import MAX_OPS_PER_TB, MAX_U32, Plan
 from a2acc.backends.mscclpp.schedule import Key, Prepared, Schedule, TbKey
 from a2acc.errors import LoweringError
@@ -75,7 +76,7 @@ class LowerOptions:
     name: str = "a2acc"
     target: str = "nvidia"
     protocol: str = "Simple"
-    tb_layout: str = "split"  # split | combined
+    tb_layout: str = "split"  # split | combined | packed
     output_writes: str = "scratch"  # scratch | direct
     deps: str = "data"  # data | all
     max_threadblocks: int = 108
@@ -132,7 +133,18 @@ def lower(prog: Program, opts: LowerOptions) -> tuple[Plan, LowerStats]:
     staged, scratch = stage(prog, opts, node, ll)
     needs, ordering, unroutable = find_needs(prog, opts.deps == "all")
     conn_ops, local_ops = connections(prog, key)
-    pre = Prepared(prog, node, key, ll, staged, needs, conn_ops, local_ops, opts.deps == "all")
+    pre = Prepared(
+        prog,
+        node,
+        key,
+        ll,
+        staged,
+        needs,
+        conn_ops,
+        local_ops,
+        opts.deps == "all",
+        opts.tb_layout == "packed",
+    )
     shape = Shape(
         opts.name,
         opts.protocol,
@@ -143,7 +155,10 @@ def lower(prog: Program, opts: LowerOptions) -> tuple[Plan, LowerStats]:
         opts.min_bytes,
         opts.max_bytes,
     )
-    asm, sch, it = _attempts(pre, shape, opts.tb_layout == "combined")
+    if opts.tb_layout == "packed":
+        asm, sch, it = _packed_attempts(pre, shape)
+    else:
+        asm, sch, it = _attempts(pre, shape, opts.tb_layout == "combined")
     stats = LowerStats(
         threadblocks=max(len(g.threadblocks) for g in asm.plan.gpus),
         ops_per_tb=asm.max_ops,
@@ -166,7 +181,7 @@ def check_inputs(prog: Program, o: LowerOptions) -> None:
         )
     if int(prog.counts.sum()) == 0:
         raise LoweringError("an empty all-to-all moves nothing: there is no plan to write")
-    if o.protocol not in ("Simple", "LL") or o.tb_layout not in ("split", "combined"):
+    if o.protocol not in ("Simple", "LL") or o.tb_layout not in ("split", "combined", "packed"):
         raise LoweringError(f"protocol {o.protocol!r} / tb_layout {o.tb_layout!r} not supported")
 
 
@@ -268,11 +283,52 @@ def _attempts(pre: Prepared, shape: Shape, combined: bool) -> tuple[Assembled, S
         for run in ATTEMPT_PASSES:
             run(sch)
         asm = assemble(sch, shape)
+        refusal = too_many_threadblocks(asm, shape)
+        if refusal is not None:
+            raise refusal
         if not asm.over:
             return asm, sch, it
         if not _grow(pre, asm.over, lanes, ncopy):
             break
     raise LoweringError(f"no thread block layout within {MAX_OPS_PER_TB} operations found")
+
+
+def _packed_attempts(pre: Prepared, shape: Shape) -> tuple[Assembled, Schedule, int]:
+    """Attempts of the packed layout (:mod:`.pack`): every lane end alone until none is over the operation
+    limit (more lanes where one is), then packed by the measured weights; then thread blocks over the
+    operation limit are repaired and ranks over the thread-block limit repacked, until both hold."""
+    pk = pack.start(pre)
+    ncopy = {r: max(1, -(-len(v) * 3 // 56)) for r, v in pre.local_ops.items()}
+    refusal: LoweringError | None = None
+    measuring = True
+    for it in range(1, MAX_ITERATIONS + 1):
+        sch = Schedule(pre, pk.lanes(pre), ncopy, True, pack.dense(pk))
+        for run in ATTEMPT_PASSES:
+            run(sch)
+        asm = assemble(sch, shape)
+        refusal = too_many_threadblocks(asm, shape)
+        if refusal is None and not asm.over:
+            return asm, sch, it
+        grew = False
+        for r, tbk, _count in asm.over:
+            if tbk[0] == "c":
+                ncopy[r] = ncopy.get(r, 1) + 1
+                grew = True
+        if measuring:
+            if pack.split_heavy(sch, asm.counts, pk):
+                continue
+            measuring = False
+            grew |= pack.repack(sch, asm.counts, pk, set(range(pre.prog.nranks)))
+        elif asm.over:
+            grew |= pack.repair(sch, asm.counts, pk)
+        else:
+            crowded = {g.id for g in asm.plan.gpus if len(g.threadblocks) > shape.max_threadblocks}
+            grew |= pack.repack(sch, asm.counts, pk, crowded)
+        if not grew:
+            break
+    if refusal is not None:
+        raise refusal
+    raise LoweringError(f"no packed thread block layout within {MAX_OPS_PER_TB} operations found")
 
 
 def _grow(

@@ -69,8 +69,10 @@ class Wire:
     (``sem``, one rank)."""
 
     kind: str
-    src: Agent
+    src: Agent  # the thread blocks that signal and wait
     dst: Agent
+    src_end: TbKey = ("", 0, 0)  # chan: the lane ends (channels) on each side
+    dst_end: TbKey = ("", 0, 0)
     signals: list[tuple[Key, list[Key]]] = field(default_factory=list)  # (signal key, keys that need it)
     sem_id: int = -1
 
@@ -109,6 +111,8 @@ class Hop:
     dst: Agent = (0, ("", 0, 0))
     lane: Lane = (0, 0, 0)
     idx: int = 0
+    src_end: TbKey = ("", 0, 0)  # sig: the lane ends (the channel) it signals on
+    dst_end: TbKey = ("", 0, 0)
 
 
 @dataclass
@@ -138,6 +142,13 @@ class Prepared:
     conn_ops: dict[tuple[int, int], list[int]]  # (src, dst) -> remote op ids in key order
     local_ops: dict[int, list[int]]  # rank -> local copy op ids in key order
     deps_all: bool
+    phase_major: bool = False  # packed: within a level, every phase of all its ops before the next phase
+
+    def ek(self, oid: int, phase: int) -> Key:
+        """The key of op ``oid``'s event in ``phase``: (1, level, id, phase), or (1, level, phase, id) when
+        phase-major (the level's waits, then its puts, its signals, its copies: consecutive, so they fuse)."""
+        _one, lvl, i, _z = self.key[oid]
+        return (1, lvl, phase, i) if self.phase_major else (1, lvl, i, phase)
 
     def ctype(self, a: int, b: int) -> str:
         return "memory" if self.node[a] == self.node[b] else "port"
@@ -147,10 +158,17 @@ class Schedule:
     """One attempt: lanes and copy thread blocks fixed, then events placed by the passes below, in order."""
 
     def __init__(
-        self, pre: Prepared, lanes: dict[tuple[int, int], int], ncopy: dict[int, int], combined: bool
+        self,
+        pre: Prepared,
+        lanes: dict[tuple[int, int], int],
+        ncopy: dict[int, int],
+        combined: bool,
+        groups: dict[Agent, int] | None = None,
     ) -> None:
         self.pre = pre
         self.combined = combined
+        # packed layout: (rank, lane end) -> the packed thread block holding it; None: one per lane end
+        self.groups = groups
         self.events: dict[Agent, list[Event]] = defaultdict(list)
         self.seq = 0
         self.wires: dict[tuple[int, TbKey, int, TbKey], Wire] = {}
@@ -210,19 +228,19 @@ class Schedule:
         for oid in sorted(self.puts, key=lambda x: key[x]):
             p = self.puts[oid]
             s, d, _k = p.lane
-            self.op_event(s, self.send_tb(p.lane), (*p.key[:3], PH_OP), Ev.PUT, oid)
+            self.op_event(s, self.send_tb(p.lane), pre.ek(oid, PH_OP), Ev.PUT, oid)
             if pre.ll:
-                self.op_event(d, self.recv_tb(p.lane), (*p.key[:3], PH_SC), Ev.UPKT, oid)
+                self.op_event(d, self.recv_tb(p.lane), pre.ek(oid, PH_SC), Ev.UPKT, oid)
         for r, oids in pre.local_ops.items():
             for oid in oids:
-                self.op_event(r, self.copy_tb[oid], (*key[oid][:3], PH_OP), Ev.COPY, oid)
+                self.op_event(r, self.copy_tb[oid], pre.ek(oid, PH_OP), Ev.COPY, oid)
         for oids in self.lane_puts.values():
             for i, oid in enumerate(oids):
                 self.put_index[oid] = i
         for oid, p in self.puts.items():
             if p.staged and not pre.ll:
-                self.data_needs[p.lane].append(((*p.key[:3], PH_SW), self.put_index[oid]))
-                self.op_event(p.dst_rank, self.recv_tb(p.lane), (*p.key[:3], PH_SC), Ev.SCOPY, oid)
+                self.data_needs[p.lane].append((pre.ek(oid, PH_SW), self.put_index[oid]))
+                self.op_event(p.dst_rank, self.recv_tb(p.lane), pre.ek(oid, PH_SC), Ev.SCOPY, oid)
 
     # ------------------------------------------------------------------ pass: handshakes
     def place_handshakes(self) -> None:
@@ -230,21 +248,32 @@ class Schedule:
         put), the end-of-launch data wait, and the port acknowledgement that ends a launch."""
         for lane, oids in self.lane_puts.items():
             s, d, _k = lane
-            first = self.puts[oids[0]].key
-            self.signal(self.rev_wire(lane), START, [(*first[:3], PH_READY)])
+            self.signal(self.rev_wire(lane), START, [self.pre.ek(oids[0], PH_READY)])
             if not self.pre.ll:
                 self.data_needs[lane].append((END_WAIT, len(oids) - 1))
                 if self.pre.ctype(s, d) == "port":
                     self.signal(self.rev_wire(lane), END_ACK, [END_ACKWAIT])
 
     # ------------------------------------------------------------------ thread blocks of lanes
-    def send_tb(self, lane: Lane) -> TbKey:
+    def send_end(self, lane: Lane) -> TbKey:
+        """The lane's end (its channel) on the sender: ``("s", d, k)`` (split) or ``("p", d, k)``, where lane
+        k of a pair carries both directions."""
         _s, d, k = lane
         return ("p", d, k) if self.combined else ("s", d, k)
 
-    def recv_tb(self, lane: Lane) -> TbKey:
+    def recv_end(self, lane: Lane) -> TbKey:
         s, _d, k = lane
         return ("p", s, k) if self.combined else ("r", s, k)
+
+    def phys(self, r: int, end: TbKey) -> TbKey:
+        """The thread block that holds a lane end: the end itself, or its packed thread block ``("k", g, 0)``."""
+        return end if self.groups is None else ("k", self.groups[(r, end)], 0)
+
+    def send_tb(self, lane: Lane) -> TbKey:
+        return self.phys(lane[0], self.send_end(lane))
+
+    def recv_tb(self, lane: Lane) -> TbKey:
+        return self.phys(lane[1], self.recv_end(lane))
 
     def tb_of(self, oid: int) -> Agent:
         op = self.pre.prog.ops[oid]
@@ -254,17 +283,26 @@ class Schedule:
 
     def fwd_wire(self, lane: Lane) -> Wire:
         s, d, _k = lane
-        return self.wire("chan", (s, self.send_tb(lane)), (d, self.recv_tb(lane)))
+        return self.wire(
+            "chan", (s, self.send_tb(lane)), (d, self.recv_tb(lane)), self.send_end(lane), self.recv_end(lane)
+        )
 
     def rev_wire(self, lane: Lane) -> Wire:
         s, d, _k = lane
-        return self.wire("chan", (d, self.recv_tb(lane)), (s, self.send_tb(lane)))
+        return self.wire(
+            "chan", (d, self.recv_tb(lane)), (s, self.send_tb(lane)), self.recv_end(lane), self.send_end(lane)
+        )
 
-    def wire(self, kind: str, src: Agent, dst: Agent) -> Wire:
-        k = (src[0], src[1], dst[0], dst[1])
+    def wire(
+        self, kind: str, src: Agent, dst: Agent, src_end: TbKey | None = None, dst_end: TbKey | None = None
+    ) -> Wire:
+        """The wire between two thread blocks: a semaphore, or the channel of two lane ends (one direction)."""
+        se = src[1] if src_end is None else src_end
+        de = dst[1] if dst_end is None else dst_end
+        k = (src[0], se, dst[0], de)
         w = self.wires.get(k)
         if w is None:
-            w = self.wires[k] = Wire(kind, src, dst)
+            w = self.wires[k] = Wire(kind, src, dst, se, de)
         return w
 
     def op_event(self, r: int, tb: TbKey, key: Key, kind: Ev, oid: int) -> None:
@@ -289,7 +327,6 @@ class Schedule:
             if not needs:
                 continue
             e, xt = self.tb_of(x)
-            xk = pre.key[x][:3]
             done: set[Hop] = set()
             for y, aspect in needs:
                 best: list[Hop] | None = None
@@ -305,7 +342,7 @@ class Schedule:
                 for hop in best:
                     if hop not in done:
                         done.add(hop)
-                        self.hop(xk, hop)
+                        self.hop(x, hop)
 
     def known(self, y: int, aspect: str) -> list[tuple[str, int, TbKey, int]]:
         """Where Y's effect is known: ("op", rank, tb, y) after Y's own event, ("fwd", rank, tb, y) after the
@@ -320,14 +357,14 @@ class Schedule:
             out.insert(0, ("op", op.src_rank, self.send_tb(lane), y))
         return out
 
-    def channel_tbs(self, q: int, e: int) -> list[tuple[TbKey, TbKey, Lane]]:
-        """(thread block on q, thread block on e, lane) for every lane between q and e."""
+    def channel_tbs(self, q: int, e: int) -> list[tuple[TbKey, TbKey, TbKey, TbKey]]:
+        """(thread block on q, thread block on e, lane end on q, lane end on e) for every lane between q and e."""
         out = []
         for lane in (*self.lanes_by_pair.get((q, e), ()), *self.lanes_by_pair.get((e, q), ())):
             if lane[0] == q:
-                out.append((self.send_tb(lane), self.recv_tb(lane), lane))
+                out.append((self.send_tb(lane), self.recv_tb(lane), self.send_end(lane), self.recv_end(lane)))
             else:
-                out.append((self.recv_tb(lane), self.send_tb(lane), lane))
+                out.append((self.recv_tb(lane), self.send_tb(lane), self.recv_end(lane), self.send_end(lane)))
         return out
 
     def route(self, point: tuple[str, int, TbKey, int], e: int, xt: TbKey) -> list[Hop] | None:
@@ -340,28 +377,29 @@ class Schedule:
                 hops.append(Hop("sem1", (q, t), (q, xt)))
             return hops
         best = None
-        for u, v, _lane in self.channel_tbs(q, e):
+        for u, v, eu, ev in self.channel_tbs(q, e):
             cost = (u != t) + (v != xt)
             if best is None or cost < best[0]:
-                best = (cost, u, v)
+                best = (cost, u, v, eu, ev)
         if best is None:
             return None
-        _c, u, v = best
+        _c, u, v, eu, ev = best
         if u != t:
             hops.append(Hop("sem1", (q, t), (q, u)))
-        hops.append(Hop("sig", (q, u), (e, v)))
+        hops.append(Hop("sig", (q, u), (e, v), src_end=eu, dst_end=ev))
         if v != xt:
             hops.append(Hop("sem2", (e, v), (e, xt)))
         return hops
 
-    def hop(self, xk: tuple[int, int, int], hop: Hop) -> None:
+    def hop(self, x: int, hop: Hop) -> None:
         if hop.kind == "fwdwait":
-            self.data_needs[hop.lane].append(((*xk, PH_W0), hop.idx))
+            self.data_needs[hop.lane].append((self.pre.ek(x, PH_W0), hop.idx))
         elif hop.kind in ("sem1", "sem2"):
             rel, acq = (PH_REL1, PH_ACQ1) if hop.kind == "sem1" else (PH_REL2, PH_ACQ2)
-            self.signal(self.wire("sem", hop.src, hop.dst), (*xk, rel), [(*xk, acq)])
+            self.signal(self.wire("sem", hop.src, hop.dst), self.pre.ek(x, rel), [self.pre.ek(x, acq)])
         else:
-            self.signal(self.wire("chan", hop.src, hop.dst), (*xk, PH_SIG2), [(*xk, PH_WAIT2)])
+            w = self.wire("chan", hop.src, hop.dst, hop.src_end, hop.dst_end)
+            self.signal(w, self.pre.ek(x, PH_SIG2), [self.pre.ek(x, PH_WAIT2)])
 
     # ------------------------------------------------------------------ pass: data signals
     def place_data_signals(self) -> None:
@@ -369,7 +407,7 @@ class Schedule:
         the last put it needs) has a signal after that put and before the wait (interval stabbing, left ends)."""
         for lane, needs in self.data_needs.items():
             oids = self.lane_puts[lane]
-            sig_keys: list[Key] = [(*self.puts[oid].key[:3], PH_SIG) for oid in oids]
+            sig_keys: list[Key] = [self.pre.ek(oid, PH_SIG) for oid in oids]
             chosen: list[int] = []  # put indices with a signal, ascending
             assign: dict[int, list[Key]] = defaultdict(list)
             for wkey, j in sorted(needs, key=lambda t: -t[1]):
@@ -389,13 +427,43 @@ class Schedule:
     # ------------------------------------------------------------------ pass: waits
     def place_waits(self) -> None:
         """Signals and waits as events; the m-th wait goes just before the first need of a signal >= m (same
-        key and phase as the event that needs it: that event sorts later)."""
+        key and phase as the event that needs it: that event sorts later). Packed: redundant signals are
+        merged first (:meth:`coalesce_signals`)."""
+        if self.pre.phase_major:
+            self.coalesce_signals()
         for w in self.wires.values():
             w.signals.sort(key=lambda t: t[0])
-            keys = [min(needs) for _k, needs in w.signals]
-            for m in range(len(keys) - 2, -1, -1):
-                keys[m] = min(keys[m], keys[m + 1])
             chan = w.kind == "chan"
-            for (sk, _needs), wk in zip(w.signals, keys, strict=True):
+            for (sk, _needs), wk in zip(w.signals, _wait_keys(w), strict=True):
                 self.sync_event(w.src, sk, Ev.SIG if chan else Ev.REL, w)
                 self.sync_event(w.dst, wk, Ev.WAIT if chan else Ev.ACQ, w)
+
+    def coalesce_signals(self) -> None:
+        """A signal tells its waiter what its thread block has done up to it. When the thread block does
+        nothing between two signals of a wire that adds to that (no data operation, no wait: only other signals
+        or releases), the second says nothing new: its needs move to the first and it is dropped."""
+        know: dict[Agent, list[Key]] = defaultdict(list)  # keys of data events and (future) waits per tb
+        for agent, evs in self.events.items():
+            know[agent].extend(e.key for e in evs)
+        for w in self.wires.values():
+            w.signals.sort(key=lambda t: t[0])
+            know[w.dst].extend(_wait_keys(w))
+        for keys in know.values():
+            keys.sort()
+        for w in self.wires.values():
+            kept: list[tuple[Key, list[Key]]] = []
+            keys = know[w.src]
+            for sk, needs in w.signals:
+                if kept and bisect.bisect_right(keys, kept[-1][0]) == bisect.bisect_left(keys, sk):
+                    kept[-1] = (kept[-1][0], kept[-1][1] + needs)
+                else:
+                    kept.append((sk, list(needs)))
+            w.signals = kept
+
+
+def _wait_keys(w: Wire) -> list[Key]:
+    """Where the waits of a wire go (signals sorted): the m-th just before the first need of a signal >= m."""
+    keys = [min(needs) for _k, needs in w.signals]
+    for m in range(len(keys) - 2, -1, -1):
+        keys[m] = min(keys[m], keys[m + 1])
+    return keys

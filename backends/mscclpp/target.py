@@ -64,10 +64,11 @@ class Options:
             "help": "auto: LL below 512 KiB per rank when every transfer stays in one server, else Simple"
         },
     )
-    tb_layout: Literal["auto", "split", "combined"] = field(
+    tb_layout: Literal["auto", "split", "combined", "packed"] = field(
         default="auto",
         metadata={
-            "help": "split: a sender and a receiver thread block per lane; combined: one per peer and lane"
+            "help": "split: a sender and a receiver thread block per lane; combined: one per peer and lane; "
+            "packed: several peers per thread block (many peers); auto: the first of these that fits"
         },
     )
     output_writes: Literal["scratch", "direct"] = field(
@@ -230,7 +231,7 @@ class _MscclppTarget:
         proto = opts.protocol
         if proto == "auto":
             proto = "LL" if one_server and buffer_bytes < LL_LIMIT else "Simple"
-        layouts = [opts.tb_layout] if opts.tb_layout != "auto" else ["split", "combined"]
+        layouts = [opts.tb_layout] if opts.tb_layout != "auto" else ["split", "combined", "packed"]
         last: LoweringError | None = None
         for tl in layouts:
             lo_opts = LowerOptions(

@@ -280,7 +280,7 @@ def test_dsl_target_checks_its_own_text():
     assert not DSL_T.check(dataclasses.replace(lowered, files={name: broken})).ok
 
 
-@pytest.mark.parametrize("layout", ["split", "combined"])
+@pytest.mark.parametrize("layout", ["split", "combined", "packed"])
 @pytest.mark.parametrize("writes", ["scratch", "direct"])
 def test_layouts_protocols_and_output_writes(layout, writes):
     topo = load_topology("dgx-h100", 1)
@@ -402,7 +402,7 @@ def programs(draw: st.DrawFn) -> Program:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs(), st.sampled_from(["split", "combined"]), st.sampled_from(["scratch", "direct"]))
+@given(programs(), st.sampled_from(["split", "combined", "packed"]), st.sampled_from(["scratch", "direct"]))
 def test_property_lowering_verifies_and_round_trips(prog, layout, writes):
     check_program(prog)
     c = prog.layout.buffer_chunks * prog.unit_bytes
