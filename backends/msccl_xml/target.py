@@ -29,6 +29,7 @@ from a2acc.backends.msccl_xml.interp import PROTO_K, InterpResult, run, static_c
 from a2acc.backends.msccl_xml.model import MAX_OFFSET, Algo
 from a2acc.backends.msccl_xml.reader import read_xml
 from a2acc.backends.msccl_xml.writer import LowerOptions, lower, lower_text, to_xml
+from a2acc.backends.publish import publish_dir
 from a2acc.backends.target import CheckReport, Lowered, default_name, size_window
 from a2acc.errors import InputError, InternalError
 from a2acc.fileio import atomic_write_text
@@ -374,15 +375,25 @@ class MscclXmlTarget:
                 man_path.name,
                 "exists and is not an a2acc manifest; --force to replace it",
             )
+        if dir_manifest and not foreign:  # the directory and its manifest replaced as one set
+            described = {p.name for p in present if p.name in owned and find_manifest(p) == man_path}
+            return publish_dir(
+                out, lowered.files, man_path, lowered.manifest.to_json(), owned - described, owned
+            )
+        # beside files a2acc did not write (--force), or one more file of an export: the manifest first, so
+        # that an interrupt never leaves a file of ours that no manifest names
         stale = []
-        if dir_manifest and man_path.exists():  # the previous compile's XML: replaced as a set
+        if dir_manifest and man_path.exists():  # the previous compile's XML, proven ours before the switch
             stale = [p for p in present if p.name in owned and find_manifest(p) == man_path]
-        out.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for fname, text in lowered.files.items():
-            atomic_write_text(out / fname, text)
-            paths.append(out / fname)
-        atomic_write_text(man_path, lowered.manifest.to_json())
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(man_path, lowered.manifest.to_json())
+            paths = []
+            for fname, text in lowered.files.items():
+                atomic_write_text(out / fname, text)
+                paths.append(out / fname)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from exc
         paths.append(man_path)
         for p in stale:
             if p.name not in lowered.files:
