@@ -15,6 +15,7 @@ address, so quantisation never produces a layout the target must refuse.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,13 +89,26 @@ class Target(Protocol):
 
 
 # ---------------------------------------------------------------------- helpers every target uses
-def default_name(program: Program) -> str:
-    """``a2acc_<algorithm>_<N>r_<hash>``: a lowered file's name when the caller gives none (content-addressed,
-    so the same Program always gets the same name)."""
+def default_name(program: Program, target: str = "", options: Any = None) -> str:
+    """``a2acc_<algorithm>_<N>r_<digest>``: a lowered file's name when the caller gives none. The digest covers
+    everything that shapes the lowered text: the Program, the target, its options (those marked ``check_only``
+    excepted) and the a2acc version; so files that differ in content never share a name (MSCCL++ caches executor
+    contexts by plan name, and an executor's directory holds one file per name)."""
     import hashlib
+    import json
 
-    digest = hashlib.sha256(program.to_json().encode()).hexdigest()[:10]
-    return f"a2acc_{program.algorithm}_{program.nranks}r_{digest}"
+    from a2acc import __version__
+
+    h = hashlib.sha256(program.to_json().encode())
+    h.update(f"\0{target}\0{__version__}\0".encode())
+    if options is not None and dataclasses.is_dataclass(options):
+        shaping = {
+            f.name: getattr(options, f.name)
+            for f in dataclasses.fields(options)
+            if not f.metadata.get("check_only", False)
+        }
+        h.update(json.dumps(shaping, sort_keys=True, default=str).encode())
+    return f"a2acc_{program.algorithm}_{program.nranks}r_{h.hexdigest()[:10]}"
 
 
 def size_window(size_range: tuple[int, int] | None, text: str, buffer_bytes: int) -> tuple[int, int]:

@@ -275,7 +275,7 @@ class MscclXmlTarget:
         buffer_bytes = c * program.unit_bytes
         lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes)
         if name is None:
-            name = default_name(program)
+            name = default_name(program, self.name, opts)
         xml_name = f"{opts.priority:02d}-{name}-{opts.dialect}.xml"
         lopts = LowerOptions(
             name=name,

@@ -91,7 +91,9 @@ class Options:
         default="",
         metadata={"help": "MIN:MAX message bytes the plan accepts (default: exactly C x chunk bytes)"},
     )
-    launches: int = field(default=2, metadata={"help": "back-to-back launches the check interprets (>= 2)"})
+    launches: int = field(
+        default=2, metadata={"help": "back-to-back launches the check interprets (>= 2)", "check_only": True}
+    )
 
     def check(self) -> None:
         if self.max_threadblocks < 0:
@@ -226,7 +228,7 @@ class _MscclppTarget:
         buffer_bytes = c * program.unit_bytes
         lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes)
         if name is None:
-            name = default_name(program)
+            name = default_name(program, "mscclpp", opts)  # the JSON and the DSL form: one plan, one name
         one_server = program.machine is not None and len(set(program.machine.node)) == 1
         proto = opts.protocol
         if proto == "auto":
@@ -365,8 +367,9 @@ class _MscclppTarget:
 
     # ------------------------------------------------------------------ verify
     def detect(self, head: str) -> bool:
-        """Only the JSON target claims files (``a2acc verify``); DSL source is checked through the API."""
-        return self.kind == "json" and is_plan_json(head)
+        """JSON: an execution plan (either schema, anyone's); DSL: a program a2acc wrote (its header line),
+        which ``a2acc verify`` reads back as data, without running it."""
+        return is_plan_json(head) if self.kind == "json" else head.startswith(HEADER)
 
     def check_text(self, text: str, source: str, manifest: Manifest | None, options: Any) -> CheckReport:
         notes: list[str] = []
