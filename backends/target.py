@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from a2acc.errors import InputError
 from a2acc.ir.layout import Manifest
 from a2acc.ir.program import Program
+from a2acc.ir.quantize import DEFAULT_ALIGN
 
 
 @dataclass(frozen=True)
@@ -111,12 +112,34 @@ def default_name(program: Program, target: str = "", options: Any = None) -> str
     return f"a2acc_{program.algorithm}_{program.nranks}r_{h.hexdigest()[:10]}"
 
 
-def size_window(size_range: tuple[int, int] | None, text: str, buffer_bytes: int) -> tuple[int, int]:
-    """The message-size window a lowered file declares (default: exactly the plan's buffer); it must contain
-    the buffer size, or the executor never selects (or refuses) the file."""
+def unit_align(target: Any, options: Any, nranks: int) -> int:
+    """The granularity of the chunk unit a target needs: its optional ``unit_align(options, nranks)`` (e.g. so
+    that the executor selects the file for the packed call, :func:`a2acc.ir.quantize.selection_align`), else 16
+    (the alignment every target needs)."""
+    f = getattr(target, "unit_align", None)
+    return int(f(options, nranks)) if f is not None else DEFAULT_ALIGN
+
+
+def size_window(
+    size_range: tuple[int, int] | None, text: str, buffer_bytes: int, step: int = 0
+) -> tuple[int, int]:
+    """The message-size window a lowered file declares (default: exactly the plan's buffer). It must contain
+    the buffer size, or the executor never selects (or refuses) the file; and, with ``step`` (the spacing of
+    the other sizes the executor would accept for the file), no other size: the all-to-all-v packing is for
+    chunks of exactly buffer / C bytes, so another size would move the wrong bytes without an error."""
     lo, hi = size_range or (buffer_bytes, buffer_bytes)
     if not lo <= buffer_bytes <= hi:
         raise InputError(
             "--opt", "size_range", text, f"must include the plan's buffer size {buffer_bytes} B per rank"
+        )
+    if step and (lo <= buffer_bytes - step or hi >= buffer_bytes + step):
+        other = buffer_bytes - step if lo <= buffer_bytes - step else buffer_bytes + step
+        raise InputError(
+            "--opt",
+            "size_range",
+            text,
+            f"the packing holds for {buffer_bytes} B per rank only, but the range also admits {other} B, which "
+            f"the executor would select too and run with other chunk sizes (data at the wrong peers): use a "
+            f"range within ({buffer_bytes - step}, {buffer_bytes + step}), or leave size_range unset",
         )
     return lo, hi

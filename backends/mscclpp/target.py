@@ -33,6 +33,7 @@ from a2acc.errors import InputError, LoweringError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir.layout import Manifest, export_manifest_path, manifest_file, manifest_for, manifest_from_json
 from a2acc.ir.program import Program
+from a2acc.ir.quantize import DTYPE_BYTES
 from a2acc.model.units import parse_size
 
 # thread blocks per rank that stay co-resident by default: the SMs of an A100 (108; H100 has 132, V100 80) and
@@ -44,6 +45,10 @@ CALL = (
     "mscclpp.Executor(comm).execute(rank, send_ptr, recv_ptr, B, B, mscclpp.DataType.uint32, "
     "mscclpp.ExecutionPlan(PLAN, rank), stream) with send and receive buffers of B = buffer_chunks x chunk_bytes "
     "bytes on every rank (the plan accepts exactly B: min_message_size = max_message_size = B by default)"
+)
+SELECTION = (
+    "the plan is used for message sizes in [min_message_size, max_message_size] that are multiples of "
+    "C x buffer_alignment; the packed call's size is the only one there"
 )
 CALL_DSL = (
     "python3 PROGRAM > plan.json (mscclpp.language importable), then the mscclpp-json call with plan.json"
@@ -226,7 +231,8 @@ class _MscclppTarget:
         lay = program.layout
         c = lay.buffer_chunks
         buffer_bytes = c * program.unit_bytes
-        lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes)
+        # the executor accepts any multiple of C x buffer_alignment (16 B) in [min, max]: only B carries the packing
+        lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes, c * 16)
         if name is None:
             name = default_name(program, "mscclpp", opts)  # the JSON and the DSL form: one plan, one name
         one_server = program.machine is not None and len(set(program.machine.node)) == 1
@@ -273,6 +279,8 @@ class _MscclppTarget:
             buffer_chunks=c,
             call=CALL if self.kind == "json" else CALL_DSL,
             options=recorded,
+            dtypes=tuple(DTYPE_BYTES),  # the call passes byte sizes: every element type works alike
+            selection=SELECTION,
         )
         if self.kind == "json":
             text = to_json(plan)
