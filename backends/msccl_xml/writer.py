@@ -205,7 +205,8 @@ def lower_text(prog: Program, opts: LowerOptions) -> LoweredText | None:
         return None
     if got[0] == 0:  # refused: the code and values of the first limit exceeded (the last layout tried)
         _z, code, a, b, c, d, combined = got
-        raise _refusal(opts, "combined" if combined else "split", code, a, b, c, d)
+        peers = max_peers(cols[0], cols[3], prog.nranks)
+        raise _refusal(opts, "combined" if combined else "split", code, a, b, c, d, peers)
     text, nch, tbs, steps = got
     return LoweredText(text, nch, tbs, steps)
 
@@ -252,21 +253,31 @@ def _check_nodes(algo: Algo) -> None:
             raise _refusal(LowerOptions(), "", 6, g.id, nodes)
 
 
+MSCCLPP_HINT = "MSCCL++ (--backend mscclpp-json: its plans hold more thread blocks and dependencies)"
+
+
 def _refusal(
-    opts: LowerOptions, layout: str, code: int, a: int, b: int = 0, c: int = 0, d: int = 0
+    opts: LowerOptions, layout: str, code: int, a: int, b: int = 0, c: int = 0, d: int = 0, peers: int = 0
 ) -> LoweringError:
     """The error for an executor limit a placement exceeds, by code (shared by :func:`lower` and the compiled
     lowering, which reports the same code and values): 1 channels of connection ``a``->``b``; 2 RCCL's tbs
     (rank ``a`` needs ``b``); 3 steps (rank ``a`` tb ``b`` has ``c``); 4 dependency-target tb id ``a``; 5 tbs
     per channel (rank ``a`` channel ``b``: ``c`` tbs, receive role when ``d``); 6 XML nodes (rank ``a`` needs
-    ``b``)."""
+    ``b``). ``peers``: the most peers a rank exchanges data with, for saying what can serve the plan instead."""
     if code == 1:
         return LoweringError(
             f"connection {a}->{b} needs more than {opts.max_channels} channels to stay within "
             f"{MAX_STEPS} steps per thread block; fewer stages or a coarser layout would fit "
-            f"(a larger --max-padding)"
+            f"(a larger --max-padding), or {MSCCLPP_HINT}"
         )
     if code == 2:
+        if peers + 1 > MAX_TBS_RCCL or (peers == MAX_TBS_RCCL and layout == "combined"):
+            return LoweringError(
+                f"rank {a} needs {b} thread blocks; RCCL allows {MAX_TBS_RCCL}. A rank exchanges data with up to "
+                f"{peers} peers and RCCL needs a thread block per peer at least, so no XML layout of this plan fits "
+                f"RCCL; a planner that gives each rank fewer peers (fast, hierarchical), msccl-executor-nccl "
+                f"(--opt dialect=nccl) or {MSCCLPP_HINT} can serve it"
+            )
         tips = [
             t
             for t, given in (
@@ -282,7 +293,12 @@ def _refusal(
     if code == 3:
         return LoweringError(f"rank {a} tb {b}: {c} steps > {MAX_STEPS}")
     if code == 4:
-        return LoweringError(f"dependency target tb id {a} > {MAX_DEP_TB} (int8 in the executor)")
+        return LoweringError(
+            f"dependency target tb id {a} > {MAX_DEP_TB} (int8 in the executor): a rank of this plan needs more "
+            f"thread blocks (up to {peers} peers, one or two each, plus the channels its steps fill) than a "
+            f"dependency can name; a planner with fewer peers per rank (hierarchical, fast on fewer servers) or "
+            f"{MSCCLPP_HINT} can serve it"
+        )
     if code == 5:
         role = "recv" if d else "send"
         return LoweringError(
@@ -290,8 +306,19 @@ def _refusal(
         )
     return LoweringError(
         f"rank {a} needs {b} XML nodes (thread blocks and steps); the executor's parser holds at "
-        f"most {MAX_NODES} (limit): a coarser layout (a larger --max-padding) would fit"
+        f"most {MAX_NODES} (limit): a coarser layout (a larger --max-padding) would fit, or {MSCCLPP_HINT}"
     )
+
+
+def max_peers(src: np.ndarray, dst: np.ndarray, n: int) -> int:
+    """The most peers any rank exchanges data with (either direction), from the op columns."""
+    remote = src != dst
+    if not remote.any():
+        return 0
+    a, b = np.minimum(src[remote], dst[remote]), np.maximum(src[remote], dst[remote])
+    pairs = np.unique(a * n + b)
+    deg = np.bincount(pairs // n, minlength=n) + np.bincount(pairs % n, minlength=n)
+    return int(deg.max())
 
 
 def _check_offsets(prog: Program) -> None:
@@ -324,9 +351,15 @@ class _Lowering:
         self.opts = opts
         self.layout = layout
         self.level = level
-        # channel groups: connection s->d uses group ((d - s) mod N - 1) // 32, so every rank has at most 32
-        # send (and 32 receive) tbs per channel, the executor's MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL
-        self.n_groups = max(1, -(-(prog.nranks - 1) // MAX_TBS_PER_CHANNEL))
+        # channel groups, so that every rank has at most 32 send (and 32 receive) tbs per channel, the
+        # executor's MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL: split, connection s->d uses group
+        # ((d - s) mod N - 1) // 32; combined, both directions of a pair share a tb, so a pair uses one group for
+        # both: (k - 1) // 16 with k the shorter way round, min((d - s) mod N, (s - d) mod N) (16 peers each way)
+        n = prog.nranks
+        if layout == "combined":
+            self.n_groups = max(1, -(-(n // 2) // (MAX_TBS_PER_CHANNEL // 2)))
+        else:
+            self.n_groups = max(1, -(-(n - 1) // MAX_TBS_PER_CHANNEL))
         self.tb_steps: dict[_Key, list[_Piece]] = defaultdict(list)  # tbs in order of first placed piece
         self.tb_cost: dict[_Key, int] = defaultdict(int)  # steps so far, nops included
         self.first_use: dict[_Key, int] = {}
@@ -339,14 +372,23 @@ class _Lowering:
         self.ids: dict[_Key, int] = {}
         self.n_steps: dict[_Key, int] = {}  # steps per tb, nops included
 
+    def peers(self) -> int:
+        ops = self.prog.ops
+        src = np.fromiter((op.src_rank for op in ops), np.int64, len(ops))
+        dst = np.fromiter((op.dst_rank for op in ops), np.int64, len(ops))
+        return max_peers(src, dst, self.prog.nranks)
+
     # ------------------------------------------------------------------ pass 3: placement
     def channel(self, src: int, dst: int, inst: int, spill: int) -> int:
         """Channel of connection ``src -> dst`` for instance ``inst`` after ``spill`` spills: the channel
         group of the peer distance, then one block of groups per instance, then per spill."""
         n = self.prog.nranks
-        return ((dst - src) % n - 1) // MAX_TBS_PER_CHANNEL + self.n_groups * (
-            inst + self.opts.instances * spill
-        )
+        dist = (dst - src) % n
+        if self.layout == "combined":
+            group = (min(dist, n - dist) - 1) // (MAX_TBS_PER_CHANNEL // 2)
+        else:
+            group = (dist - 1) // MAX_TBS_PER_CHANNEL
+        return group + self.n_groups * (inst + self.opts.instances * spill)
 
     def conn_tbs(self, src: int, dst: int, chan: int) -> tuple[_Key, _Key]:
         """The sending tb (on ``src``) and the receiving tb (on ``dst``) of a connection on ``chan``."""
@@ -464,7 +506,7 @@ class _Lowering:
             spill += 1
             ch = self.channel(s_, d_, inst, spill)
             if ch >= self.opts.max_channels:
-                raise _refusal(self.opts, self.layout, 1, s_, d_)
+                raise _refusal(self.opts, self.layout, 1, s_, d_, peers=self.peers())
         lvl = self.level[oid]
         self.add_piece(ks, _Piece(oid, lvl, "s", d_, src, dst, cnt, first_s), ns)
         self.add_piece(kr, _Piece(oid, lvl, "r", s_, src, dst, cnt, first_r), nr)
@@ -554,15 +596,15 @@ class _Lowering:
         if self.opts.dialect == "rccl":
             for r, keys in self.per_rank.items():
                 if len(keys) > MAX_TBS_RCCL:
-                    raise _refusal(self.opts, self.layout, 2, r, len(keys))
+                    raise _refusal(self.opts, self.layout, 2, r, len(keys), peers=self.peers())
         for key, count in self.n_steps.items():
             if count > MAX_STEPS:
-                raise _refusal(self.opts, self.layout, 3, key[0], self.ids[key], count)
+                raise _refusal(self.opts, self.layout, 3, key[0], self.ids[key], count, peers=self.peers())
         for pieces in self.tb_steps.values():
             for p in pieces:
                 for tkey in p.targets:
                     if self.ids[tkey] > MAX_DEP_TB:
-                        raise _refusal(self.opts, self.layout, 4, self.ids[tkey])
+                        raise _refusal(self.opts, self.layout, 4, self.ids[tkey], peers=self.peers())
         per_chan: dict[tuple[int, int, str], int] = defaultdict(int)
         for r in range(self.prog.nranks):
             for _r, role, _peer, chan, _j in self.per_rank.get(r, []):
@@ -572,7 +614,7 @@ class _Lowering:
                     per_chan[(r, chan, "recv")] += 1
         for (r, ch, role), cnt in per_chan.items():
             if cnt > MAX_TBS_PER_CHANNEL:
-                raise _refusal(self.opts, self.layout, 5, r, ch, cnt, role == "recv")
+                raise _refusal(self.opts, self.layout, 5, r, ch, cnt, role == "recv", peers=self.peers())
 
     # ------------------------------------------------------------------ pass 7: the Algo model
     def build_algo(self) -> Algo:
