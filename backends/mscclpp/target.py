@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from a2acc.backends.mscclpp.check import check_dsl, check_json
+from a2acc.backends.mscclpp.check import summary as check_summary
 from a2acc.backends.mscclpp.emit_dsl import HEADER, to_dsl
 from a2acc.backends.mscclpp.emit_json import to_json
-from a2acc.backends.mscclpp.interp import check_plan
 from a2acc.backends.mscclpp.lower import LowerOptions, LowerStats, lower
-from a2acc.backends.mscclpp.model import Plan, flat_ops
-from a2acc.backends.mscclpp.read_dsl import read_dsl
-from a2acc.backends.mscclpp.reader import read_plan
+from a2acc.backends.mscclpp.model import Plan
 from a2acc.backends.target import CheckReport, Lowered, default_name, size_window
 from a2acc.errors import InputError, LoweringError
 from a2acc.fileio import atomic_write_text
@@ -143,19 +142,6 @@ def _opts(options: Any) -> Options:
     return options if isinstance(options, Options) else Options()
 
 
-def _summary(plan: Plan, stats: LowerStats | None = None) -> str:
-    tbs = max(len(g.threadblocks) for g in plan.gpus)
-    ops = max((flat_ops(t.ops) for g in plan.gpus for t in g.threadblocks), default=0)
-    chans = sum(len(g.peers("memory")) + len(g.peers("port")) for g in plan.gpus) // 2
-    s = (
-        f"{plan.ngpus} GPUs, C={plan.gpus[0].input_chunks}, {plan.protocol}, max {tbs} thread blocks/GPU, "
-        f"max {ops} ops/thread block, {chans} channel pairs"
-    )
-    if stats is not None and stats.ordering_deps:
-        s += f", {stats.ordering_deps} ordering-only dependencies left to the key order"
-    return s
-
-
 def _opts_of_manifest(manifest: Manifest | None, fallback: Options) -> Options:
     """The options a file was lowered with (its manifest records them), for the check."""
     if manifest is None:
@@ -163,29 +149,6 @@ def _opts_of_manifest(manifest: Manifest | None, fallback: Options) -> Options:
     rec = dict(manifest.options)
     tgt = rec.get("target", fallback.target)
     return dataclasses.replace(fallback, target=tgt if tgt in ("nvidia", "amd") else fallback.target)  # type: ignore[arg-type]
-
-
-def check_plan_obj(
-    plan: Plan, src: str, manifest: Manifest | None, opts: Options, read_errors: list[str], notes: list[str]
-) -> CheckReport:
-    layout = manifest.chunk_layout if manifest is not None else None
-    chunk = manifest.chunk_bytes if manifest is not None else None
-    if manifest is not None and plan.ngpus != manifest.ngpus:
-        return CheckReport(
-            False, (*read_errors, f"{src}: {plan.ngpus} GPUs but the manifest has {manifest.ngpus} ranks")
-        )
-    res = check_plan(
-        plan,
-        layout=layout,
-        chunk_bytes=chunk,
-        target=opts.target,
-        launches=opts.launches,
-        execute=not read_errors,
-    )
-    errors = [*read_errors, *(f"{src}: {e}" for e in res.errors)]
-    summ = f"{plan.collective}, " + _summary(plan) + (", all-to-all-v manifest" if layout is not None else "")
-    summ += f", {res.launches} launches interpreted" if res.launches else ""
-    return CheckReport(not errors, tuple(errors), tuple(notes + res.notes), summ, plan)
 
 
 def _beside(source: str) -> Manifest | None:
@@ -290,7 +253,7 @@ class _MscclppTarget:
         else:
             text = to_dsl(plan)
             usage = "python3 {output} > plan.json (needs mscclpp.language), then a2acc verify plan.json"
-        summary = _summary(plan, stats) + f", tb_layout {tl}"
+        summary = check_summary(plan, stats.ordering_deps) + f", tb_layout {tl}"
         return Lowered(self.name, {fname: text}, man, summary, MscclppModel(plan, stats), opts, usage)
 
     # ------------------------------------------------------------------ check
@@ -301,14 +264,8 @@ class _MscclppTarget:
 
     def _check(self, text: str, src: str, manifest: Manifest | None, opts: TargetOptions) -> CheckReport:
         if self.kind == "dsl":
-            dr = read_dsl(text, src)
-            if dr.plan is None:
-                return CheckReport(False, tuple(dr.errors), tuple(dr.notes))
-            return check_plan_obj(dr.plan, src, manifest, opts, dr.errors, dr.notes)
-        rr = read_plan(text, src)
-        if rr.plan is None or not rr.plan.gpus:
-            return CheckReport(False, tuple(rr.errors), tuple(rr.notes))
-        return check_plan_obj(rr.plan, src, manifest, opts, rr.errors, rr.notes)
+            return check_dsl(text, src, manifest, opts)
+        return check_json(text, src, manifest, opts)
 
     # ------------------------------------------------------------------ emit
     def emit(
