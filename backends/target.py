@@ -120,6 +120,26 @@ def unit_align(target: Any, options: Any, nranks: int) -> int:
     return int(f(options, nranks)) if f is not None else DEFAULT_ALIGN
 
 
+def op_columns(prog: Program) -> list[Any] | None:
+    """The op columns the compiled lowerings read (src rank/buf/off, dst rank/buf/off, cnt, dependency CSR) as
+    int64 arrays, from the Program's op table when it has one, else from its ops; None when op ids are not
+    0..n-1."""
+    import numpy as np
+
+    table = getattr(prog, "table", None)
+    names = ("src_rank", "src_buf", "src_off", "dst_rank", "dst_buf", "dst_off", "cnt", "dep_ptr", "dep_ids")
+    if table is not None and getattr(table, "ids", None) is None and all(hasattr(table, a) for a in names):
+        return [np.ascontiguousarray(getattr(table, a), dtype=np.int64) for a in names]
+    ops = prog.ops
+    if any(op.id != i for i, op in enumerate(ops)):
+        return None
+    fields = [[getattr(op, a) for op in ops] for a in names[:7]]
+    ptr = np.zeros(len(ops) + 1, dtype=np.int64)
+    np.cumsum([len(op.deps) for op in ops], out=ptr[1:])
+    ids = [d for op in ops for d in op.deps]
+    return [np.asarray(f, dtype=np.int64) for f in fields] + [ptr, np.asarray(ids, dtype=np.int64)]
+
+
 def size_window(
     size_range: tuple[int, int] | None, text: str, buffer_bytes: int, step: int = 0
 ) -> tuple[int, int]:

@@ -58,6 +58,7 @@ from a2acc.backends.msccl_xml.model import (
     Step,
     Tb,
 )
+from a2acc.backends.target import op_columns
 from a2acc.errors import LoweringError
 from a2acc.ir.dag import levels
 from a2acc.ir.program import Buf, Program
@@ -183,7 +184,7 @@ def lower_text(prog: Program, opts: LowerOptions) -> LoweredText | None:
         return None
     if not 1 <= opts.max_cnt <= MAX_COUNT or opts.instances < 1:
         return None
-    cols = _op_columns(prog)
+    cols = op_columns(prog)
     if cols is None:
         return None
     got = _native.lower(
@@ -209,23 +210,6 @@ def lower_text(prog: Program, opts: LowerOptions) -> LoweredText | None:
         raise _refusal(opts, "combined" if combined else "split", code, a, b, c, d, peers)
     text, nch, tbs, steps = got
     return LoweredText(text, nch, tbs, steps)
-
-
-def _op_columns(prog: Program) -> list[np.ndarray] | None:
-    """The op columns the compiled lowering reads (src rank/buf/off, dst rank/buf/off, cnt, dependency CSR),
-    from the Program's op table when it has one, else from its ops; None when op ids are not 0..n-1."""
-    table = getattr(prog, "table", None)
-    names = ("src_rank", "src_buf", "src_off", "dst_rank", "dst_buf", "dst_off", "cnt", "dep_ptr", "dep_ids")
-    if table is not None and getattr(table, "ids", None) is None and all(hasattr(table, a) for a in names):
-        return [np.ascontiguousarray(getattr(table, a), dtype=np.int64) for a in names]
-    ops = prog.ops
-    if any(op.id != i for i, op in enumerate(ops)):
-        return None
-    fields = [[getattr(op, a) for op in ops] for a in names[:7]]
-    ptr = np.zeros(len(ops) + 1, dtype=np.int64)
-    np.cumsum([len(op.deps) for op in ops], out=ptr[1:])
-    ids = [d for op in ops for d in op.deps]
-    return [np.asarray(f, dtype=np.int64) for f in fields] + [ptr, np.asarray(ids, dtype=np.int64)]
 
 
 def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:

@@ -35,10 +35,10 @@ def summary(plan: Plan, ordering_deps: int = 0) -> str:
     tbs = max(len(g.threadblocks) for g in plan.gpus)
     ops = max((flat_ops(t.ops) for g in plan.gpus for t in g.threadblocks), default=0)
     chans = sum(len(g.peers("memory")) + len(g.peers("port")) for g in plan.gpus) // 2
-    return _summary_text(plan.ngpus, plan.gpus[0].input_chunks, plan.protocol, tbs, ops, chans, ordering_deps)
+    return summary_text(plan.ngpus, plan.gpus[0].input_chunks, plan.protocol, tbs, ops, chans, ordering_deps)
 
 
-def _summary_text(n: int, c: int, proto: str, tbs: int, ops: int, chans: int, ordering_deps: int = 0) -> str:
+def summary_text(n: int, c: int, proto: str, tbs: int, ops: int, chans: int, ordering_deps: int = 0) -> str:
     s = f"{n} GPUs, C={c}, {proto}, max {tbs} thread blocks/GPU, max {ops} ops/thread block, {chans} channel pairs"
     if ordering_deps:
         s += f", {ordering_deps} ordering-only dependencies left to the key order"
@@ -81,7 +81,7 @@ def fast_check(text: str, manifest: Manifest | None, opts: Any) -> CheckReport |
     if isinstance(got, str):
         return got
     n, c, proto, tbs, ops, chans, launches = got
-    summ = "alltoall, " + _summary_text(n, c, proto, tbs, ops, chans)
+    summ = "alltoall, " + summary_text(n, c, proto, tbs, ops, chans)
     summ += (", all-to-all-v manifest" if manifest is not None else "") + f", {launches} launches interpreted"
     return CheckReport(True, (), (), summ, None)
 

@@ -55,17 +55,22 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from a2acc.backends.mscclpp import pack
 from a2acc.backends.mscclpp.assemble import Assembled, Shape, assemble, too_many_threadblocks
 from a2acc.backends.mscclpp.model import MAX_OPS_PER_TB, MAX_U32, Plan
 from a2acc.backends.mscclpp.schedule import Key, Prepared, Schedule, TbKey
+from a2acc.backends.target import op_columns
 from a2acc.errors import LoweringError
-from a2acc.ir.dag import levels
-from a2acc.ir.program import Buf, Program
+from a2acc.ir.dag import levels, table_levels
+from a2acc.ir.program import Buf, OpTable, Program
+from a2acc.native import mscclpp_lower as _native
 
 MAX_LANES = 64
 MAX_ITERATIONS = 200
@@ -171,6 +176,54 @@ def lower(prog: Program, opts: LowerOptions) -> tuple[Plan, LowerStats]:
         notes=tuple(notes),
     )
     return asm.plan, stats
+
+
+@dataclass(frozen=True)
+class LoweredText:
+    """What :func:`lower_text` returns: the plan's JSON text and the lowering's statistics."""
+
+    text: str
+    stats: LowerStats
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+_LAYOUTS = ("split", "combined", "packed")
+
+
+def lower_text(prog: Program, opts: LowerOptions) -> LoweredText | None:
+    """``to_json(lower(prog, opts)[0])`` from the compiled lowering (``a2acc._mscclpp_lower``), without the
+    per-operation objects: byte-identical text (tests/backends/test_mscclpp_native.py), the same refusals (the
+    reference's LoweringError). None when the core is not built or cannot decide (a name the JSON would escape,
+    sizes outside its range): the caller then runs :func:`lower`."""
+    if _native is None or not _NAME.fullmatch(opts.name):
+        return None
+    c, unit = prog.layout.buffer_chunks, prog.unit_bytes
+    if opts.max_bytes == 0:
+        opts = dataclasses.replace(opts, min_bytes=c * unit, max_bytes=c * unit)
+    check_inputs(prog, opts)
+    cols = op_columns(prog)
+    if cols is None or opts.max_bytes >= 1 << 63:
+        return None
+    table = getattr(prog, "table", None)
+    lvl = table_levels(table) if isinstance(table, OpTable) else np.asarray(levels(prog.ops), dtype=np.int64)
+    notes: tuple[str, ...] = ()
+    if prog.machine is None:
+        node = np.arange(prog.nranks, dtype=np.int64)
+        notes = ("the Program has no machine map: every rank is treated as its own server (port channels)",)
+    else:
+        node = np.asarray(prog.machine.node, dtype=np.int64)
+    got = _native.lower(
+        prog.nranks, c, unit, np.ascontiguousarray(np.asarray(prog.scratch, dtype=np.int64)), node, *cols,
+        np.ascontiguousarray(lvl, dtype=np.int64), opts.name, opts.protocol == "LL", _LAYOUTS.index(opts.tb_layout),
+        opts.output_writes == "direct", opts.deps == "all", opts.max_threadblocks, opts.num_threads,
+        opts.min_bytes, opts.max_bytes,
+    )  # fmt: skip
+    if got is None:
+        return None
+    if got[0] == "refused":
+        raise LoweringError(str(got[1]))
+    _ok, text, tbs, ops, lanes, sems, sigs, it, ordering, unroutable = got
+    return LoweredText(text, LowerStats(tbs, ops, lanes, sems, sigs, it, ordering, unroutable, notes))
 
 
 def check_inputs(prog: Program, o: LowerOptions) -> None:
@@ -302,7 +355,7 @@ def _packed_attempts(pre: Prepared, shape: Shape) -> tuple[Assembled, Schedule, 
     refusal: LoweringError | None = None
     measuring = True
     for it in range(1, MAX_ITERATIONS + 1):
-        sch = Schedule(pre, pk.lanes(pre), ncopy, True, pack.dense(pk))
+        sch = Schedule(pre, pk.lanes(pre), ncopy, True, pk.dense())
         for run in ATTEMPT_PASSES:
             run(sch)
         asm = assemble(sch, shape)
@@ -318,7 +371,8 @@ def _packed_attempts(pre: Prepared, shape: Shape) -> tuple[Assembled, Schedule, 
             if pack.split_heavy(sch, asm.counts, pk):
                 continue
             measuring = False
-            grew |= pack.repack(sch, asm.counts, pk, set(range(pre.prog.nranks)))
+            pack.repack(sch, asm.counts, pk, set(range(pre.prog.nranks)))
+            grew = True  # the first packing is new: always tried
         elif asm.over:
             grew |= pack.repair(sch, asm.counts, pk)
         else:

@@ -21,14 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from a2acc.backends.mscclpp.check import check_dsl, check_json
-from a2acc.backends.mscclpp.check import summary as check_summary
+import numpy as np
+
+from a2acc.backends.mscclpp.check import check_dsl, check_json, summary_text
 from a2acc.backends.mscclpp.emit_dsl import HEADER, to_dsl
 from a2acc.backends.mscclpp.emit_json import to_json
-from a2acc.backends.mscclpp.lower import LowerOptions, LowerStats, lower
+from a2acc.backends.mscclpp.lower import LowerOptions, LowerStats, lower, lower_text
 from a2acc.backends.mscclpp.model import Plan
+from a2acc.backends.mscclpp.reader import read_plan
 from a2acc.backends.target import CheckReport, Lowered, default_name, size_window
-from a2acc.errors import InputError, LoweringError
+from a2acc.errors import InputError, InternalError, LoweringError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir.layout import Manifest, export_manifest_path, manifest_file, manifest_for, manifest_from_json
 from a2acc.ir.program import Program
@@ -130,12 +132,71 @@ class Options:
 TargetOptions = Options
 
 
-@dataclass(frozen=True)
 class MscclppModel:
-    """What :attr:`Lowered.model` holds: the plan and the lowering's statistics."""
+    """What :attr:`Lowered.model` holds: the lowering's statistics and the plan (read from the JSON text on
+    first use when the compiled lowering wrote the text without building it)."""
 
-    plan: Plan
-    stats: LowerStats
+    def __init__(self, stats: LowerStats, text: str, plan: Plan | None = None) -> None:
+        self.stats = stats
+        self._text = text
+        self._plan = plan
+
+    @property
+    def plan(self) -> Plan:
+        if self._plan is None:
+            rr = read_plan(self._text, "<lowered>")
+            if rr.plan is None or rr.errors:  # the text was just written by a2acc: this is a bug
+                raise InternalError(f"the lowered MSCCL++ plan does not read back: {rr.errors[:2]}")
+            self._plan = rr.plan
+        return self._plan
+
+
+def _lower_some_layout(program: Program, base: LowerOptions, layout: str) -> tuple[str, MscclppModel, str]:
+    """The plan's JSON text in the first layout that fits (``auto``: split, combined, packed; a layout whose
+    thread blocks cannot fit, by a count of peers alone, is skipped without lowering). The compiled lowering
+    when built, else the reference."""
+    layouts = [layout] if layout != "auto" else ["split", "combined", "packed"]
+    last: LoweringError | None = None
+    for tl in layouts:
+        if layout == "auto" and tl != "packed":
+            least = _least_threadblocks(program, tl)
+            if least > base.max_threadblocks:
+                last = LoweringError(
+                    f"a rank needs at least {least} thread blocks in tb_layout={tl} but max_threadblocks is "
+                    f"{base.max_threadblocks}"
+                )
+                continue
+        opts = dataclasses.replace(base, tb_layout=tl)
+        try:
+            fast = lower_text(program, opts)
+            if fast is not None:
+                return fast.text, MscclppModel(fast.stats, fast.text), tl
+            plan, stats = lower(program, opts)
+            text = to_json(plan)
+            return text, MscclppModel(stats, text, plan), tl
+        except LoweringError as exc:
+            last = exc
+    if last is None:
+        raise InternalError("no thread block layout was tried")
+    raise last
+
+
+def _least_threadblocks(program: Program, layout: str) -> int:
+    """Thread blocks a rank needs at least in ``split`` (one per peer it sends to and one per peer it receives
+    from) or ``combined`` (one per peer), plus one for its local copies."""
+    t = program.table
+    src, dst = np.asarray(t.src_rank), np.asarray(t.dst_rank)
+    n = program.nranks
+    remote = src != dst
+    local = np.bincount(src[~remote], minlength=n) > 0
+    pairs = np.unique(src[remote] * n + dst[remote])
+    s, d = pairs // n, pairs % n
+    if layout == "split":
+        per = np.bincount(s, minlength=n) + np.bincount(d, minlength=n)
+    else:
+        und = np.unique(np.minimum(s, d) * n + np.maximum(s, d))
+        per = np.bincount(und // n, minlength=n) + np.bincount(und % n, minlength=n)
+    return int((per + local).max(initial=0))
 
 
 def _opts(options: Any) -> Options:
@@ -191,8 +252,7 @@ class _MscclppTarget:
     def lower(self, program: Program, options: Any, *, name: str | None = None) -> Lowered:
         opts = _opts(options)
         opts.check()
-        lay = program.layout
-        c = lay.buffer_chunks
+        c = program.layout.buffer_chunks
         buffer_bytes = c * program.unit_bytes
         # the executor accepts any multiple of C x buffer_alignment (16 B) in [min, max]: only B carries the packing
         lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes, c * 16)
@@ -202,59 +262,32 @@ class _MscclppTarget:
         proto = opts.protocol
         if proto == "auto":
             proto = "LL" if one_server and buffer_bytes < LL_LIMIT else "Simple"
-        layouts = [opts.tb_layout] if opts.tb_layout != "auto" else ["split", "combined", "packed"]
-        last: LoweringError | None = None
-        for tl in layouts:
-            lo_opts = LowerOptions(
-                name=name,
-                target=opts.target,
-                protocol=proto,
-                tb_layout=tl,
-                output_writes=opts.output_writes,
-                deps=opts.deps,
-                max_threadblocks=opts.tbs(),
-                min_bytes=lo,
-                max_bytes=hi,
-            )
-            try:
-                plan, stats = lower(program, lo_opts)
-                break
-            except LoweringError as exc:
-                last = exc
-        else:
-            assert last is not None
-            raise last
+        base = LowerOptions(
+            name=name, target=opts.target, protocol=proto, output_writes=opts.output_writes, deps=opts.deps,
+            max_threadblocks=opts.tbs(), min_bytes=lo, max_bytes=hi,
+        )  # fmt: skip
+        text, model, tl = _lower_some_layout(program, base, opts.tb_layout)
         fname = f"{name}.json" if self.kind == "json" else f"{name}.py"
-        recorded = {
-            "target": opts.target,
-            "protocol": proto,
-            "tb_layout": tl,
-            "output_writes": opts.output_writes,
-            "deps": opts.deps,
-        }
+        recorded = {"target": opts.target, "protocol": proto, "tb_layout": tl, "output_writes": opts.output_writes,
+                    "deps": opts.deps}  # fmt: skip
         man = manifest_for(
-            program.counts,
-            program.unit_bytes,
-            program.traffic,
-            target=self.name,
-            file=fname,
-            algo_name=name,
-            buffer_chunks=c,
-            call=CALL if self.kind == "json" else CALL_DSL,
-            options=recorded,
+            program.counts, program.unit_bytes, program.traffic, target=self.name, file=fname, algo_name=name,
+            buffer_chunks=c, call=CALL if self.kind == "json" else CALL_DSL, options=recorded,
             dtypes=tuple(DTYPE_BYTES),  # the call passes byte sizes: every element type works alike
             selection=SELECTION,
-        )
+        )  # fmt: skip
         if self.kind == "json":
-            text = to_json(plan)
             usage = (
                 "mscclpp.ExecutionPlan('{output}', rank) with mscclpp.Executor (or A2ACC_EXECUTOR=mscclpp)"
             )
         else:
-            text = to_dsl(plan)
+            text = to_dsl(model.plan)
             usage = "python3 {output} > plan.json (needs mscclpp.language), then a2acc verify plan.json"
-        summary = check_summary(plan, stats.ordering_deps) + f", tb_layout {tl}"
-        return Lowered(self.name, {fname: text}, man, summary, MscclppModel(plan, stats), opts, usage)
+        st = model.stats
+        summary = summary_text(
+            program.nranks, c, proto, st.threadblocks, st.ops_per_tb, st.lanes, st.ordering_deps
+        )
+        return Lowered(self.name, {fname: text}, man, summary + f", tb_layout {tl}", model, opts, usage)
 
     # ------------------------------------------------------------------ check
     def check(self, lowered: Lowered) -> CheckReport:

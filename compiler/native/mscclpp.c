@@ -33,7 +33,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -758,12 +760,16 @@ static int lint_ok(const plan_t *P) {
 
 /* ================================================================== the machine (interp/machine.py) */
 typedef struct snap_s {
-    int rank; /* whose columns */
+    int refs;  /* the agent's cache and every pending use hold one */
+    int rank;  /* whose columns */
+    int agent; /* whose clock it copies (its own entry is given by each use: own) */
     int32_t v[];
 } snap_t;
 
+/* a use of a snapshot: the agent's clock at the time = the shared vector, with its own entry at own */
 typedef struct {
     snap_t *s;
+    int32_t own;
 } pend_t;
 
 typedef struct {
@@ -771,7 +777,7 @@ typedef struct {
     int head, len, cap;
 } fifo_t;
 
-static int fifo_push(fifo_t *f, snap_t *s) {
+static int fifo_push(fifo_t *f, pend_t s) {
     if (f->head + f->len >= f->cap) {
         if (f->head > 0) {
             memmove(f->q, f->q + f->head, (size_t)f->len * sizeof(pend_t));
@@ -785,13 +791,13 @@ static int fifo_push(fifo_t *f, snap_t *s) {
             f->cap = nc;
         }
     }
-    f->q[f->head + f->len].s = s;
+    f->q[f->head + f->len] = s;
     f->len++;
     return 1;
 }
 
-static snap_t *fifo_pop(fifo_t *f) {
-    snap_t *s = f->q[f->head].s;
+static pend_t fifo_pop(fifo_t *f) {
+    pend_t s = f->q[f->head];
     f->head++;
     f->len--;
     if (f->len == 0) f->head = 0;
@@ -819,7 +825,7 @@ typedef struct {
     int kind; /* 0 put, 1 signal */
     int chan;
     int srank, sbuf, slo, n, drank, dbuf, dlo, launch;
-    snap_t *snap;
+    pend_t snap;
 } item_t;
 
 typedef struct {
@@ -882,8 +888,11 @@ typedef struct {
     xread_t *xr;
     int nxr, capxr, xfree;
     int32_t *host_end; /* rank * launches + launch: the host's clock after that launch ended, 0: not yet */
+    /* snapshots: per agent the last one (valid while its clock only ticked since), its clock version */
+    snap_t **cache;
+    uint32_t *ver, *cache_ver;
     /* LL packet snapshots */
-    snap_t **psnaps;
+    pend_t *psnaps;
     int npsnaps, cap_psnaps;
     int *pkt_blocked_head; /* per rank: agents blocked on packets (list through pkt_next) */
     int *pkt_next;
@@ -893,6 +902,7 @@ typedef struct {
     uint8_t *queued;
     i64 steps;
     i64 pending_bytes;
+    int memo_w[2], memo_r[2], memo_c[2]; /* the last column lookups of ordered() */
     const char *why;
 } mach_t;
 
@@ -1043,28 +1053,46 @@ static inline int32_t *clk_of(mach_t *M, int a) { return M->clk + M->clk_off[a];
 
 static void tick(mach_t *M, int a) { clk_of(M, a)[M->own[a]]++; }
 
-static snap_t *snap(mach_t *M, int a) {
-    int r = M->rank_of[a], w = M->W[r];
-    snap_t *s = (snap_t *)malloc(sizeof(snap_t) + (size_t)w * sizeof(int32_t));
-    if (!s) return NULL;
-    s->rank = r;
-    memcpy(s->v, clk_of(M, a), (size_t)w * sizeof(int32_t));
-    M->pending_bytes += (i64)w * 4;
-    return s;
-}
-
 static void drop(mach_t *M, snap_t *s) {
+    if (--s->refs > 0) return;
     M->pending_bytes -= (i64)M->W[s->rank] * 4;
     free(s);
 }
 
+/* the agent's clock now, shared with its earlier snapshots while only its own entry moved */
+static pend_t snap(mach_t *M, int a) {
+    pend_t p = {NULL, 0};
+    int r = M->rank_of[a], w = M->W[r];
+    snap_t *s = M->cache[a];
+    if (!s || M->cache_ver[a] != M->ver[a]) {
+        s = (snap_t *)malloc(sizeof(snap_t) + (size_t)w * sizeof(int32_t));
+        if (!s) return p;
+        s->refs = 1; /* the cache's */
+        s->rank = r;
+        s->agent = a;
+        memcpy(s->v, clk_of(M, a), (size_t)w * sizeof(int32_t));
+        M->pending_bytes += (i64)w * 4;
+        if (M->cache[a]) drop(M, M->cache[a]);
+        M->cache[a] = s;
+        M->cache_ver[a] = M->ver[a];
+    }
+    s->refs++;
+    p.s = s;
+    p.own = clk_of(M, a)[M->own[a]];
+    return p;
+}
+
 /* the agent's clock joins a snapshot (of its own rank or another's) */
-static int join(mach_t *M, int a, const snap_t *s) {
+static int join(mach_t *M, int a, pend_t p) {
+    const snap_t *s = p.s;
     int r = M->rank_of[a];
     int32_t *c = clk_of(M, a);
+    M->ver[a]++;
     if (s->rank == r) {
         for (int i = 0; i < M->W[r]; i++)
             if (s->v[i] > c[i]) c[i] = s->v[i];
+        int oc = M->own[s->agent];
+        if (p.own > c[oc]) c[oc] = p.own;
         return 1;
     }
     map_t *m = get_map(M, s->rank, r);
@@ -1073,11 +1101,14 @@ static int join(mach_t *M, int a, const snap_t *s) {
         int32_t v = s->v[m->cq[i]];
         if (v > c[m->cr[i]]) c[m->cr[i]] = v;
     }
+    int oc = col_of(M, r, s->agent);
+    if (oc >= 0 && p.own > c[oc]) c[oc] = p.own;
     return 1;
 }
 
 static void join_agent(mach_t *M, int a, int b) { /* same rank */
     int32_t *c = clk_of(M, a), *d = clk_of(M, b);
+    M->ver[a]++;
     for (int i = 0; i < M->W[M->rank_of[a]]; i++)
         if (d[i] > c[i]) c[i] = d[i];
 }
@@ -1085,7 +1116,14 @@ static void join_agent(mach_t *M, int a, int b) { /* same rank */
 /* is agent w's access at its clock t (in launch lw) ordered before what agent a does now? */
 static int ordered(mach_t *M, int a, int w, int32_t t, int lw) {
     int r = M->rank_of[a];
-    int col = col_of(M, r, w);
+    int col;
+    if (w == M->memo_w[0] && r == M->memo_r[0]) col = M->memo_c[0];
+    else if (w == M->memo_w[1] && r == M->memo_r[1]) col = M->memo_c[1];
+    else {
+        col = col_of(M, r, w);
+        M->memo_w[1] = M->memo_w[0], M->memo_r[1] = M->memo_r[0], M->memo_c[1] = M->memo_c[0];
+        M->memo_w[0] = w, M->memo_r[0] = r, M->memo_c[0] = col;
+    }
     int32_t *c = clk_of(M, a);
     if (col >= 0) return c[col] >= t;
     if (w < M->ntb) { /* a thread block's accesses of a launch precede its host's end of that launch */
@@ -1294,10 +1332,11 @@ static int chan_end(mach_t *M, int r, const tb_t *tb, int ct, int local) {
     return M->chan_base[r * 3 + ct] + M->P->ints[tb->ch0[ct] + local];
 }
 
-static int deliver(mach_t *M, int end, snap_t *s) {
+static int deliver(mach_t *M, int end, pend_t s) {
     int to = M->chans[end].pair;
+    if (!s.s) return fail(M, "limit: memory");
     if (to < 0) {
-        drop(M, s);
+        drop(M, s.s);
         return fail(M, "a signal to an unpaired channel");
     }
     chan_t *e = &M->chans[to];
@@ -1319,9 +1358,9 @@ static int one_signaller(mach_t *M, int *who, int pid) {
 
 static int upto(mach_t *M, int a, fifo_t *f, i64 *consumed, i64 m) {
     while (*consumed < m && f->len) {
-        snap_t *s = fifo_pop(f);
+        pend_t s = fifo_pop(f);
         if (!join(M, a, s)) return 0;
-        drop(M, s);
+        drop(M, s.s);
         (*consumed)++;
     }
     return 1;
@@ -1364,13 +1403,13 @@ static int put_packets(mach_t *M, int pid, int launch, const span_t *d, const ui
     if (!access_cells(M, pid, launch, d->rank, B_S, 2 * d->lo, 2 * d->n, 1)) return 0;
     if (M->npsnaps >= M->cap_psnaps) {
         int nc = M->cap_psnaps ? M->cap_psnaps * 2 : 64;
-        snap_t **ns = (snap_t **)realloc(M->psnaps, (size_t)nc * sizeof(snap_t *));
+        pend_t *ns = (pend_t *)realloc(M->psnaps, (size_t)nc * sizeof(pend_t));
         if (!ns) return fail(M, "limit: memory");
         M->psnaps = ns;
         M->cap_psnaps = nc;
     }
-    snap_t *s = snap(M, pid);
-    if (!s) return fail(M, "limit: memory");
+    pend_t s = snap(M, pid);
+    if (!s.s) return fail(M, "limit: memory");
     M->psnaps[M->npsnaps] = s;
     for (i64 k = 0; k < d->n; k++) {
         b->pval[d->lo + k] = vals[k];
@@ -1440,8 +1479,8 @@ static int exec_op(mach_t *M, int pid, int r, const tb_t *tb, const op_t *o) {
             if (e < 0) return fail(M, "a channel");
             int to = M->chans[e].pair;
             if (to >= 0 && !one_signaller(M, &M->chans[to].signaller, pid)) return 0;
-            snap_t *s = snap(M, pid);
-            if (!s) return fail(M, "limit: memory");
+            pend_t s = snap(M, pid);
+            if (!s.s) return fail(M, "limit: memory");
             if (o->ct == CT_PORT) {
                 item_t it;
                 memset(&it, 0, sizeof(it));
@@ -1484,8 +1523,8 @@ static int exec_op(mach_t *M, int pid, int r, const tb_t *tb, const op_t *o) {
             sem_t *s = &M->sems[M->sem_base[r] + ids[j]];
             if (!one_signaller(M, &s->signaller, pid)) return 0;
             s->value++;
-            snap_t *sn = snap(M, pid);
-            if (!sn || !fifo_push(&s->pend, sn)) return fail(M, "limit: memory");
+            pend_t sn = snap(M, pid);
+            if (!sn.s || !fifo_push(&s->pend, sn)) return fail(M, "limit: memory");
             if (s->blocked >= 0) {
                 int b = s->blocked;
                 s->blocked = -1;
@@ -1534,7 +1573,7 @@ static int exec_op(mach_t *M, int pid, int r, const tb_t *tb, const op_t *o) {
             if (s.n != d.n) return fail(M, "sizes");
             it.launch = M->launch_of[pid];
             it.snap = snap(M, pid);
-            if (!it.snap || !enqueue(M, r, it)) return fail(M, "limit: memory");
+            if (!it.snap.s || !enqueue(M, r, it)) return fail(M, "limit: memory");
         }
         M->state_n[pid] = 1;
         return 1;
@@ -1550,11 +1589,10 @@ static int run_proxy(mach_t *M, int r) {
         M->fifo_head[r]++;
         M->fifo_len[r]--;
         if (!join(M, p, it.snap)) return 0;
-        drop(M, it.snap);
+        drop(M, it.snap.s);
         tick(M, p);
         if (it.kind == 1) {
-            snap_t *s = snap(M, p);
-            if (!s || !deliver(M, it.chan, s)) return fail(M, "limit: memory");
+            if (!deliver(M, it.chan, snap(M, p))) return 0;
         } else {
             span_t s = {it.srank, it.sbuf, it.slo, it.n}, d = {it.drank, it.dbuf, it.dlo, it.n};
             if (!copy_span(M, p, it.launch, &s, &d)) return 0;
@@ -1726,6 +1764,10 @@ static int setup(mach_t *M) {
     M->pkt_blocked_head = (int *)malloc((size_t)n * sizeof(int));
     M->pkt_next = (int *)malloc((size_t)na * sizeof(int));
     M->queued = (uint8_t *)calloc((size_t)na, 1);
+    M->cache = (snap_t **)calloc((size_t)na, sizeof(snap_t *));
+    M->ver = (uint32_t *)calloc((size_t)na, sizeof(uint32_t));
+    M->cache_ver = (uint32_t *)calloc((size_t)na, sizeof(uint32_t));
+    if (!M->cache || !M->ver || !M->cache_ver) return fail(M, "limit: memory");
     M->wcap = na + 16;
     M->work = (int *)malloc((size_t)M->wcap * sizeof(int));
     M->mem = (buf_t *)calloc((size_t)n * 3, sizeof(buf_t));
@@ -1736,6 +1778,7 @@ static int setup(mach_t *M) {
     for (int a = 0; a < na; a++) M->state_n[a] = -1, M->pkt_next[a] = -2;
     for (int r = 0; r < n; r++) M->pkt_blocked_head[r] = -1;
     M->xfree = -1;
+    M->memo_w[0] = M->memo_w[1] = -1;
     for (int r = 0; r < n; r++) {
         const gpu_t *g = &P->gpus[r];
         i64 sizes[3] = {g->in_c, g->out_c, g->scr_c * (P->ll ? 2 : 1)};
@@ -1802,8 +1845,8 @@ static int run_machine(mach_t *M) {
     return 1;
 }
 
-static void free_fifo(fifo_t *f) {
-    for (int i = 0; i < f->len; i++) free(f->q[f->head + i].s);
+static void free_fifo(mach_t *M, fifo_t *f) {
+    for (int i = 0; i < f->len; i++) drop(M, f->q[f->head + i].s);
     free(f->q);
 }
 
@@ -1821,14 +1864,14 @@ static void free_machine(mach_t *M) {
             free(M->maps[i].cr);
         }
     if (M->chans)
-        for (int e = 0; e < M->nchans; e++) free_fifo(&M->chans[e].pend);
+        for (int e = 0; e < M->nchans; e++) free_fifo(M, &M->chans[e].pend);
     if (M->sems && M->sem_base)
         for (int r = 0; r < n; r++)
-            for (int j = 0; j < M->P->gpus[r].nsem; j++) free_fifo(&M->sems[M->sem_base[r] + j].pend);
+            for (int j = 0; j < M->P->gpus[r].nsem; j++) free_fifo(M, &M->sems[M->sem_base[r] + j].pend);
     if (M->fifo)
         for (int r = 0; r < n; r++) {
             if (M->fifo[r])
-                for (int i = 0; i < M->fifo_len[r]; i++) free(M->fifo[r][M->fifo_head[r] + i].snap);
+                for (int i = 0; i < M->fifo_len[r]; i++) drop(M, M->fifo[r][M->fifo_head[r] + i].snap.s);
             free(M->fifo[r]);
         }
     if (M->mem)
@@ -1837,7 +1880,11 @@ static void free_machine(mach_t *M) {
             free(b->val), free(b->wa), free(b->wt), free(b->ra), free(b->rt), free(b->wl), free(b->rl);
             free(b->xhead), free(b->pval), free(b->pflag), free(b->psnap);
         }
-    for (int i = 0; i < M->npsnaps; i++) free(M->psnaps[i]);
+    for (int i = 0; i < M->npsnaps; i++) drop(M, M->psnaps[i].s);
+    if (M->cache)
+        for (int a = 0; a < M->na; a++)
+            if (M->cache[a]) drop(M, M->cache[a]);
+    free(M->cache), free(M->ver), free(M->cache_ver);
     free(M->psnaps);
     free(M->rank_of), free(M->first_pid), free(M->W), free(M->kgid), free(M->hkey), free(M->hval), free(M->hcap);
     free(M->clk), free(M->clk_off), free(M->own), free(M->maps), free(M->map_keys), free(M->chan_base);
@@ -1906,6 +1953,7 @@ static PyObject *py_check(PyObject *self, PyObject *args) {
     free_plan(&P);
     return res;
 }
+
 
 static PyMethodDef methods[] = {
     {"check", py_check, METH_VARARGS,

@@ -261,3 +261,66 @@ def test_a_16x8_packed_plan_is_accepted():
     ((_n, text),) = res.lowered.files.items()
     counts = np.ascontiguousarray(res.lowered.manifest.chunk_layout.counts)
     assert isinstance(native.check(text, counts, res.lowered.manifest.chunk_bytes, 2), tuple)
+
+
+# ---------------------------------------------------------------------- the compiled lowering
+from a2acc.backends.mscclpp.emit_json import to_json  # noqa: E402
+from a2acc.backends.mscclpp.lower import LowerOptions, lower, lower_text  # noqa: E402
+from a2acc.errors import LoweringError  # noqa: E402
+from a2acc.native import mscclpp_lower  # noqa: E402
+from tests.backends.test_mscclpp import programs  # noqa: E402
+
+needs_lower = pytest.mark.skipif(mscclpp_lower is None, reason="a2acc._mscclpp_lower was not built")
+
+
+def _both(prog, opts):
+    """(text or refusal) of the reference and of the compiled lowering."""
+    try:
+        ref = to_json(lower(prog, opts)[0])
+    except LoweringError as exc:
+        ref = f"refused: {exc}"
+    try:
+        got = lower_text(prog, opts)
+        fast = "undecided" if got is None else got.text
+    except LoweringError as exc:
+        fast = f"refused: {exc}"
+    return ref, fast
+
+
+_OPTS = st.fixed_dictionaries(
+    {
+        "tb_layout": st.sampled_from(["split", "combined", "packed"]),
+        "output_writes": st.sampled_from(["scratch", "direct"]),
+        "deps": st.sampled_from(["data", "all"]),
+        "max_threadblocks": st.sampled_from([2, 3, 5, 108]),
+    }
+)
+
+
+@needs_lower
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), _OPTS, st.booleans())
+def test_compiled_lowering_is_byte_identical_on_random_programs(prog, kw, ll):
+    opts = LowerOptions(name="a2acc_h", protocol="LL" if ll else "Simple", **kw)
+    ref, fast = _both(prog, opts)
+    assert fast == ref
+
+
+@needs_lower
+@pytest.mark.parametrize(
+    ("preset", "servers", "algorithm"),
+    [
+        ("dgx-h100", 2, "fast"),
+        ("mi300x", 2, "hierarchical"),
+        ("ndv2", 2, "spreadout"),
+        ("dgx-h100", 4, "fast"),
+    ],
+)
+@pytest.mark.parametrize("layout", ["split", "combined", "packed"])
+def test_compiled_lowering_is_byte_identical_on_presets(preset, servers, algorithm, layout):
+    topo = load_topology(preset, servers)
+    m = generate("zipf", topo.nranks, 16 << 20, 2, skew=0.8)
+    prog = compile(Request(topo, m, algorithm, units=UnitPolicy(max_padding=0.05))).program
+    for mtb in (108, 12):  # 12: the packed layout repacks and repairs, the others refuse
+        ref, fast = _both(prog, LowerOptions(name="a2acc_p", tb_layout=layout, max_threadblocks=mtb))
+        assert fast == ref
