@@ -171,6 +171,7 @@ def _lower_some_layout(program: Program, base: LowerOptions, layout: str) -> tup
             fast = lower_text(program, opts)
             if fast is not None:
                 return fast.text, MscclppModel(fast.stats, fast.text), tl
+            _reference_capacity(program)
             plan, stats = lower(program, opts)
             text = to_json(plan)
             return text, MscclppModel(stats, text, plan), tl
@@ -179,6 +180,21 @@ def _lower_some_layout(program: Program, base: LowerOptions, layout: str) -> tup
     if last is None:
         raise InternalError("no thread block layout was tried")
     raise last
+
+
+MAX_REFERENCE_OPS = 200_000  # Program ops the pure-Python lowering takes on (about a minute and 2 GiB there)
+
+
+def _reference_capacity(program: Program) -> None:
+    """Refuse, before lowering, a Program past the pure-Python lowering's reach (the compiled one handles
+    64 x 8 GPUs in seconds; it is absent or could not decide)."""
+    nops = len(program.table.src_rank)
+    if nops > MAX_REFERENCE_OPS:
+        raise LoweringError(
+            f"the Program has {nops} operations; the pure-Python MSCCL++ lowering takes at most {MAX_REFERENCE_OPS} "
+            "(limit: about a minute and 2 GiB at that size), and the compiled lowering (a2acc._mscclpp_lower, "
+            "built when a C compiler is present at install) is not available for it"
+        )
 
 
 def _least_threadblocks(program: Program, layout: str) -> int:
