@@ -103,6 +103,18 @@ def to_dsl(plan: Plan, *, version: str = "") -> str:
         raise ValueError(
             "the DSL form needs the uniform all-to-all layout (C chunks per rank, C divisible by N)"
         )
+    lines = _head(plan, version) + _program_start(plan)
+    ind = "        "
+    lines += _declarations(plan, ind)
+    for g in plan.gpus:
+        for tb in g.threadblocks:
+            lines += _tb_lines(g, tb, ind)
+    lines += [f"{ind}print(JSON())", "", "", 'if __name__ == "__main__":', "    main()"]
+    return "\n".join(lines) + "\n"
+
+
+def _head(plan: Plan, version: str) -> list[str]:
+    """The header comment, the docstring and the imports (only the documented submodules)."""
     uses_port = any(g.peers("port") for g in plan.gpus)
     uses_mem = any(g.peers("memory") for g in plan.gpus)
     uses_sem = any(g.semaphores for g in plan.gpus)
@@ -131,9 +143,16 @@ def to_dsl(plan: Plan, *, version: str = "") -> str:
         "from mscclpp.language.program import CollectiveProgram",
         f"from mscclpp.language.rank import {', '.join(rank_names)}",
         "",
+    ]
+    return lines
+
+
+def _program_start(plan: Plan) -> list[str]:
+    return [
         f"NAME = {json.dumps(plan.name)}",
-        f"NRANKS = {n}",
-        f"CHUNKS = {c}  # per rank: AllToAll(NRANKS, CHUNKS // NRANKS, False) gives C input and C output chunks",
+        f"NRANKS = {plan.ngpus}",
+        f"CHUNKS = {plan.gpus[0].input_chunks}  # per rank: AllToAll(NRANKS, CHUNKS // NRANKS, False) gives C input "
+        "and C output chunks",
         "",
         "",
         "def main() -> None:",
@@ -152,8 +171,12 @@ def to_dsl(plan: Plan, *, version: str = "") -> str:
         "        inp = [rk.get_input_buffer() for rk in rank]",
         "        out = [rk.get_output_buffer() for rk in rank]",
     ]
-    ind = "        "
-    if uses_scr:
+
+
+def _declarations(plan: Plan, ind: str) -> list[str]:
+    """Scratch buffers, channels (per rank in global-id order) and semaphores."""
+    lines = []
+    if any(g.scratch_chunks for g in plan.gpus):
         items = ", ".join(
             f"Buffer({g.id}, {g.scratch_chunks})" if g.scratch_chunks else "None" for g in plan.gpus
         )
@@ -168,14 +191,10 @@ def to_dsl(plan: Plan, *, version: str = "") -> str:
             items = ", ".join(f"{cls}({p}, {g.id})" for p in g.peers(t))
             lines.append(f"{ind}    [{items}],")
         lines.append(f"{ind}]")
-    if uses_sem:
+    if any(g.semaphores for g in plan.gpus):
         lines.append(f"{ind}sem = [")
         for g in plan.gpus:
             items = ", ".join(f"Semaphore({g.id}, {v})" for v in g.semaphores)
             lines.append(f"{ind}    [{items}],")
         lines.append(f"{ind}]")
-    for g in plan.gpus:
-        for tb in g.threadblocks:
-            lines += _tb_lines(g, tb, ind)
-    lines += [f"{ind}print(JSON())", "", "", 'if __name__ == "__main__":', "    main()"]
-    return "\n".join(lines) + "\n"
+    return lines

@@ -89,7 +89,11 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         return d
     dup = _Dup(pairs)
     seen: set[str] = set()
-    dup.dups = [k for k, _v in pairs if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
+    dup.dups = []
+    for k, _v in pairs:
+        if k in seen:
+            dup.dups.append(k)
+        seen.add(k)
     return dup
 
 

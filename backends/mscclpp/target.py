@@ -223,9 +223,12 @@ def _opts_of_manifest(manifest: Manifest | None, fallback: Options) -> Options:
     """The options a file was lowered with (its manifest records them), for the check."""
     if manifest is None:
         return fallback
-    rec = dict(manifest.options)
-    tgt = rec.get("target", fallback.target)
-    return dataclasses.replace(fallback, target=tgt if tgt in ("nvidia", "amd") else fallback.target)  # type: ignore[arg-type]
+    tgt = dict(manifest.options).get("target", fallback.target)
+    if tgt == "amd":
+        return dataclasses.replace(fallback, target="amd")
+    if tgt == "nvidia":
+        return dataclasses.replace(fallback, target="nvidia")
+    return fallback
 
 
 def _beside(source: str) -> Manifest | None:
