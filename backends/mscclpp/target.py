@@ -40,6 +40,10 @@ from a2acc.model.units import parse_size
 # thread blocks per rank that stay co-resident by default: the SMs of an A100 (108; H100 has 132, V100 80) and
 # the CUs of one MI250X GCD (110; MI300X has 304). All thread blocks of a plan spin on each other.
 DEFAULT_MAX_TBS = {"nvidia": 108, "amd": 110}
+TBS_HINT = (
+    "max_threadblocks defaults to the smallest SM/CU count the target runs on (108: an A100; 110: one MI250X "
+    "GCD); on GPUs with more (an H100 SXM has 132 SMs, an MI300X 304 CUs) pass --opt max_threadblocks=THAT"
+)
 LL_LIMIT = 512 * 1024  # protocol=auto: LL below this many bytes per rank (latency-bound), on one server
 
 CALL = (
@@ -285,7 +289,12 @@ class _MscclppTarget:
             name=name, target=opts.target, protocol=proto, output_writes=opts.output_writes, deps=opts.deps,
             max_threadblocks=opts.tbs(), min_bytes=lo, max_bytes=hi,
         )  # fmt: skip
-        text, model, tl = _lower_some_layout(program, base, opts.tb_layout)
+        try:
+            text, model, tl = _lower_some_layout(program, base, opts.tb_layout)
+        except LoweringError as exc:
+            if opts.max_threadblocks or "thread blocks but max_threadblocks" not in str(exc):
+                raise
+            raise LoweringError(f"{exc}. {TBS_HINT}") from exc
         fname = f"{name}.json" if self.kind == "json" else f"{name}.py"
         recorded = {"target": opts.target, "protocol": proto, "tb_layout": tl, "output_writes": opts.output_writes,
                     "deps": opts.deps}  # fmt: skip

@@ -303,7 +303,7 @@ def test_limits_say_what_would_fit():
     with pytest.raises(LoweringError, match="protocol=LL needs memory channels"):
         lower(_on(prog, (0, 1, 2)), LowerOptions(protocol="LL"))
     with pytest.raises(LoweringError, match="max_threadblocks is 2.*tb_layout=combined"):
-        lower(prog, LowerOptions(max_threadblocks=2))
+        lower(prog, LowerOptions(max_threadblocks=1))
     with pytest.raises(LoweringError, match="uint32"):
         lower(prog, LowerOptions(max_bytes=1 << 40))
     with pytest.raises(InputError, match="size_range"):
@@ -508,3 +508,17 @@ def test_a_program_past_the_reference_lowering_is_refused_as_a_limit(monkeypatch
         LoweringError, match=r"has \d+ operations; the pure-Python MSCCL\+\+ lowering takes at most 50"
     ):
         JSON_T.lower(prog, Options())
+
+
+def test_too_many_thread_blocks_at_the_default_names_the_option(monkeypatch):
+    """A refusal for thread blocks at the default max_threadblocks (an A100's 108 SMs) says how to give a GPU
+    with more SMs its count; an explicit max_threadblocks is the user's own figure and gets no hint."""
+    from a2acc.backends.mscclpp import target as mtarget
+
+    monkeypatch.setattr(mtarget, "DEFAULT_MAX_TBS", {"nvidia": 2, "amd": 2})
+    prog = plan(load_topology("nvl72"), generate("uniform", 72, 1 << 20, 1), "direct", unit=4096)
+    with pytest.raises(LoweringError, match=r"needs \d+ thread blocks.*--opt max_threadblocks=THAT"):
+        JSON_T.lower(prog, Options())
+    with pytest.raises(LoweringError, match=r"needs \d+ thread blocks") as exc:
+        JSON_T.lower(prog, Options(max_threadblocks=2))
+    assert "max_threadblocks=THAT" not in str(exc.value)
