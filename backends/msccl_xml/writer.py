@@ -38,7 +38,7 @@ formatted by :func:`_refusal`); this module stays the reference it is tested aga
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -206,8 +206,8 @@ def lower_text(prog: Program, opts: LowerOptions) -> LoweredText | None:
         return None
     if got[0] == 0:  # refused: the code and values of the first limit exceeded (the last layout tried)
         _z, code, a, b, c, d, combined = got
-        peers = max_peers(cols[0], cols[3], prog.nranks)
-        raise _refusal(opts, "combined" if combined else "split", code, a, b, c, d, peers)
+        reach = Reach.of(prog, max_peers(cols[0], cols[3], prog.nranks))
+        raise _refusal(opts, "combined" if combined else "split", code, a, b, c, d, reach)
     text, nch, tbs, steps = got
     return LoweredText(text, nch, tbs, steps)
 
@@ -240,14 +240,55 @@ def _check_nodes(algo: Algo) -> None:
 MSCCLPP_HINT = "MSCCL++ (--backend mscclpp-json: its plans hold more thread blocks and dependencies)"
 
 
+@dataclass(frozen=True)
+class Reach:
+    """What a refusal says can serve the plan instead: the most peers a rank of it exchanges data with, the
+    planner that made it, and the peers a rank has under a planner that routes through its server's GPUs
+    (:data:`TIERED`: a rank then exchanges with its server's other GPUs and one GPU per other server; 0 when
+    the ranks are not servers of several GPUs each)."""
+
+    peers: int = 0
+    algorithm: str = ""
+    tiered: int = 0
+
+    @staticmethod
+    def of(prog: Program, peers: int) -> Reach:
+        m = prog.machine
+        tiered = 0
+        if m is not None:
+            per_node = Counter(m.node)
+            if len(per_node) > 1 and min(per_node.values()) > 1:
+                tiered = len(per_node) - 1 + max(per_node.values()) - 1
+        return Reach(peers, prog.algorithm, tiered)
+
+    def planners(self, fits: int) -> str:
+        """``fast, hierarchical`` (those not the plan's own) when they give a rank fewer peers than the plan
+        and at most ``fits``; else ""."""
+        names = [a for a in TIERED if a != self.algorithm]
+        if not names or not 0 < self.tiered < self.peers or self.tiered > fits:
+            return ""
+        return f"a planner that gives each rank {self.tiered} peers ({', '.join(names)})"
+
+
+TIERED = ("fast", "hierarchical")
+
+
 def _refusal(
-    opts: LowerOptions, layout: str, code: int, a: int, b: int = 0, c: int = 0, d: int = 0, peers: int = 0
+    opts: LowerOptions,
+    layout: str,
+    code: int,
+    a: int,
+    b: int = 0,
+    c: int = 0,
+    d: int = 0,
+    reach: Reach = Reach(),
 ) -> LoweringError:
     """The error for an executor limit a placement exceeds, by code (shared by :func:`lower` and the compiled
     lowering, which reports the same code and values): 1 channels of connection ``a``->``b``; 2 RCCL's tbs
     (rank ``a`` needs ``b``); 3 steps (rank ``a`` tb ``b`` has ``c``); 4 dependency-target tb id ``a``; 5 tbs
     per channel (rank ``a`` channel ``b``: ``c`` tbs, receive role when ``d``); 6 XML nodes (rank ``a`` needs
-    ``b``). ``peers``: the most peers a rank exchanges data with, for saying what can serve the plan instead."""
+    ``b``). ``reach``: for saying what can serve the plan instead."""
+    peers = reach.peers
     if code == 1:
         return LoweringError(
             f"connection {a}->{b} needs more than {opts.max_channels} channels to stay within "
@@ -256,11 +297,15 @@ def _refusal(
         )
     if code == 2:
         if peers + 1 > MAX_TBS_RCCL or (peers == MAX_TBS_RCCL and layout == "combined"):
+            alts = [
+                reach.planners(MAX_TBS_RCCL - 1),
+                "msccl-executor-nccl (--opt dialect=nccl)",
+                MSCCLPP_HINT,
+            ]
             return LoweringError(
                 f"rank {a} needs {b} thread blocks; RCCL allows {MAX_TBS_RCCL}. A rank exchanges data with up to "
                 f"{peers} peers and RCCL needs a thread block per peer at least, so no XML layout of this plan fits "
-                f"RCCL; a planner that gives each rank fewer peers (fast, hierarchical), msccl-executor-nccl "
-                f"(--opt dialect=nccl) or {MSCCLPP_HINT} can serve it"
+                f"RCCL; {_either(alts)} can serve it"
             )
         tips = [
             t
@@ -277,11 +322,11 @@ def _refusal(
     if code == 3:
         return LoweringError(f"rank {a} tb {b}: {c} steps > {MAX_STEPS}")
     if code == 4:
+        alts = [reach.planners(MAX_DEP_TB // 2), MSCCLPP_HINT]
         return LoweringError(
             f"dependency target tb id {a} > {MAX_DEP_TB} (int8 in the executor): a rank of this plan needs more "
             f"thread blocks (up to {peers} peers, one or two each, plus the channels its steps fill) than a "
-            f"dependency can name; a planner with fewer peers per rank (hierarchical, fast on fewer servers) or "
-            f"{MSCCLPP_HINT} can serve it"
+            f"dependency can name; {_either(alts)} can serve it"
         )
     if code == 5:
         role = "recv" if d else "send"
@@ -292,6 +337,11 @@ def _refusal(
         f"rank {a} needs {b} XML nodes (thread blocks and steps); the executor's parser holds at "
         f"most {MAX_NODES} (limit): a coarser layout (a larger --max-padding) would fit, or {MSCCLPP_HINT}"
     )
+
+
+def _either(alts: list[str]) -> str:
+    alts = [a for a in alts if a]
+    return alts[0] if len(alts) == 1 else f"{', '.join(alts[:-1])} or {alts[-1]}"
 
 
 def max_peers(src: np.ndarray, dst: np.ndarray, n: int) -> int:
@@ -356,11 +406,11 @@ class _Lowering:
         self.ids: dict[_Key, int] = {}
         self.n_steps: dict[_Key, int] = {}  # steps per tb, nops included
 
-    def peers(self) -> int:
+    def reach(self) -> Reach:
         ops = self.prog.ops
         src = np.fromiter((op.src_rank for op in ops), np.int64, len(ops))
         dst = np.fromiter((op.dst_rank for op in ops), np.int64, len(ops))
-        return max_peers(src, dst, self.prog.nranks)
+        return Reach.of(self.prog, max_peers(src, dst, self.prog.nranks))
 
     # ------------------------------------------------------------------ pass 3: placement
     def channel(self, src: int, dst: int, inst: int, spill: int) -> int:
@@ -490,7 +540,7 @@ class _Lowering:
             spill += 1
             ch = self.channel(s_, d_, inst, spill)
             if ch >= self.opts.max_channels:
-                raise _refusal(self.opts, self.layout, 1, s_, d_, peers=self.peers())
+                raise _refusal(self.opts, self.layout, 1, s_, d_, reach=self.reach())
         lvl = self.level[oid]
         self.add_piece(ks, _Piece(oid, lvl, "s", d_, src, dst, cnt, first_s), ns)
         self.add_piece(kr, _Piece(oid, lvl, "r", s_, src, dst, cnt, first_r), nr)
@@ -580,15 +630,15 @@ class _Lowering:
         if self.opts.dialect == "rccl":
             for r, keys in self.per_rank.items():
                 if len(keys) > MAX_TBS_RCCL:
-                    raise _refusal(self.opts, self.layout, 2, r, len(keys), peers=self.peers())
+                    raise _refusal(self.opts, self.layout, 2, r, len(keys), reach=self.reach())
         for key, count in self.n_steps.items():
             if count > MAX_STEPS:
-                raise _refusal(self.opts, self.layout, 3, key[0], self.ids[key], count, peers=self.peers())
+                raise _refusal(self.opts, self.layout, 3, key[0], self.ids[key], count, reach=self.reach())
         for pieces in self.tb_steps.values():
             for p in pieces:
                 for tkey in p.targets:
                     if self.ids[tkey] > MAX_DEP_TB:
-                        raise _refusal(self.opts, self.layout, 4, self.ids[tkey], peers=self.peers())
+                        raise _refusal(self.opts, self.layout, 4, self.ids[tkey], reach=self.reach())
         per_chan: dict[tuple[int, int, str], int] = defaultdict(int)
         for r in range(self.prog.nranks):
             for _r, role, _peer, chan, _j in self.per_rank.get(r, []):
@@ -598,7 +648,7 @@ class _Lowering:
                     per_chan[(r, chan, "recv")] += 1
         for (r, ch, role), cnt in per_chan.items():
             if cnt > MAX_TBS_PER_CHANNEL:
-                raise _refusal(self.opts, self.layout, 5, r, ch, cnt, role == "recv", peers=self.peers())
+                raise _refusal(self.opts, self.layout, 5, r, ch, cnt, role == "recv", reach=self.reach())
 
     # ------------------------------------------------------------------ pass 7: the Algo model
     def build_algo(self) -> Algo:

@@ -318,7 +318,24 @@ def test_a_refusal_names_what_can_serve_the_plan():
     with pytest.raises(LoweringError) as exc:
         _compile_rccl(topo, m, "direct")
     msg = str(exc.value)
-    assert (
-        "127 peers" in msg and "fast, hierarchical" in msg and "dialect=nccl" in msg and "mscclpp-json" in msg
-    )
+    assert "127 peers" in msg and "gives each rank 22 peers (fast, hierarchical)" in msg
+    assert "dialect=nccl" in msg and "mscclpp-json" in msg
     assert _compile_rccl(topo, m, "fast").check.ok  # what it suggests does serve it
+
+
+def test_a_refusal_names_no_planner_that_cannot_serve_the_plan():
+    """On one 72-GPU NVLink domain every planner gives a rank 71 peers: the refusal names the dialect and
+    MSCCL++ only (a planner of the server tier would not help), whatever planner made the plan."""
+    from a2acc.backends.msccl_xml.writer import Reach
+
+    topo = load_topology("nvl72")
+    m = generate("zipf", 72, 16 << 20, 2, skew=0.8)
+    for algorithm in ("direct", "fast"):
+        with pytest.raises(LoweringError) as exc:
+            _compile_rccl(topo, m, algorithm)
+        msg = str(exc.value)
+        assert "71 peers" in msg and "planner" not in msg and "dialect=nccl" in msg and "mscclpp-json" in msg
+    # 64 servers: fast/hierarchical would give a rank 70 peers, still past RCCL's 64 thread blocks
+    assert Reach(511, "direct", 70).planners(63) == ""
+    assert Reach(22, "fast", 22).planners(63) == ""  # its own planner is not an alternative
+    assert Reach(127, "fast", 22).planners(63) == "a planner that gives each rank 22 peers (hierarchical)"
