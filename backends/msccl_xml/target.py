@@ -335,24 +335,7 @@ class MscclXmlTarget:
             min_bytes=lo,
             max_bytes=hi,
         )
-        # the compiled lowering gives the reference's exact text without its per-step objects (the model is
-        # then read back from the text on first use); the reference runs when it is absent or undecided
-        fast = lower_text(program, lopts)
-        model: Any
-        if fast is not None:
-            text = fast.text
-            model = _LazyAlgo(text, xml_name)
-            nch, tbs, steps = fast.nchannels, fast.max_tbs, fast.max_steps
-        else:
-            with _gc_paused():
-                algo = lower(program, lopts)
-            if algo.nchunksperloop != c:
-                raise InternalError(f"MSCCL lowering used C={algo.nchunksperloop}, the layout needs {c}")
-            text = to_xml(algo)
-            model = algo
-            nch = algo.nchannels
-            tbs = max(len(g.tbs) for g in algo.gpus)
-            steps = max((len(t.steps) for g in algo.gpus for t in g.tbs), default=0)
+        text, model, (nch, tbs, steps) = _lower_text(program, lopts, xml_name)
         man = manifest_for(
             program.counts,
             program.unit_bytes,
@@ -404,28 +387,7 @@ class MscclXmlTarget:
         owned = owned_files(out)
         present = [p for p in out.iterdir() if p.is_file()] if out.is_dir() else []
         foreign = [p.name for p in present if p.name not in owned]
-        for name in foreign:
-            if not name.endswith(".xml"):
-                raise InputError(
-                    str(out),
-                    "-o",
-                    name,
-                    "the directory holds a non-XML file: the executor parses every file there",
-                )
-        if foreign and not force:
-            raise InputError(
-                str(out),
-                "-o",
-                f"{len(foreign)} file(s) a2acc did not write ({', '.join(sorted(foreign)[:3])})",
-                "use a new or empty directory, or --force to write beside them (the executor loads them all)",
-            )
-        if man_path.exists() and manifest_file(man_path) is None and not force:
-            raise InputError(
-                str(man_path),
-                "manifest",
-                man_path.name,
-                "exists and is not an a2acc manifest; --force to replace it",
-            )
+        _refuse_foreign(out, foreign, man_path, force)
         if dir_manifest and not foreign:  # the directory and its manifest replaced as one set
             described = {p.name for p in present if p.name in owned and find_manifest(p) == man_path}
             return publish_dir(
@@ -436,16 +398,7 @@ class MscclXmlTarget:
         stale = []
         if dir_manifest and man_path.exists():  # the previous compile's XML, proven ours before the switch
             stale = [p for p in present if p.name in owned and find_manifest(p) == man_path]
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(man_path, lowered.manifest.to_json())
-            paths = []
-            for fname, text in lowered.files.items():
-                atomic_write_text(out / fname, text)
-                paths.append(out / fname)
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from exc
-        paths.append(man_path)
+        paths = _write_beside(out, lowered, man_path)
         for p in stale:
             if p.name not in lowered.files:
                 p.unlink()
@@ -473,3 +426,63 @@ def algo_of(lowered: Lowered) -> Algo:
     m = lowered.model
     a: Algo = m.algo() if isinstance(m, _LazyAlgo) else m
     return a
+
+
+def _lower_text(
+    program: Program, lopts: LowerOptions, xml_name: str
+) -> tuple[str, Any, tuple[int, int, int]]:
+    """The XML text, its model and (channels, most thread blocks, most steps). The compiled lowering gives the
+    reference's exact text without its per-step objects (the model is then read back from the text on first
+    use); the reference runs when it is absent or undecided."""
+    fast = lower_text(program, lopts)
+    if fast is not None:
+        return fast.text, _LazyAlgo(fast.text, xml_name), (fast.nchannels, fast.max_tbs, fast.max_steps)
+    with _gc_paused():
+        algo = lower(program, lopts)
+    c = program.layout.buffer_chunks
+    if algo.nchunksperloop != c:
+        raise InternalError(f"MSCCL lowering used C={algo.nchunksperloop}, the layout needs {c}")
+    tbs = max(len(g.tbs) for g in algo.gpus)
+    steps = max((len(t.steps) for g in algo.gpus for t in g.tbs), default=0)
+    return to_xml(algo), algo, (algo.nchannels, tbs, steps)
+
+
+def _refuse_foreign(out: Path, foreign: list[str], man_path: Path, force: bool) -> None:
+    """Files a2acc did not write in an MSCCL_ALGO_DIR: a non-XML one always refused, XML ones without
+    ``force``; a manifest path holding something else without ``force``."""
+    for name in foreign:
+        if not name.endswith(".xml"):
+            raise InputError(
+                str(out),
+                "-o",
+                name,
+                "the directory holds a non-XML file: the executor parses every file there",
+            )
+    if foreign and not force:
+        raise InputError(
+            str(out),
+            "-o",
+            f"{len(foreign)} file(s) a2acc did not write ({', '.join(sorted(foreign)[:3])})",
+            "use a new or empty directory, or --force to write beside them (the executor loads them all)",
+        )
+    if man_path.exists() and manifest_file(man_path) is None and not force:
+        raise InputError(
+            str(man_path),
+            "manifest",
+            man_path.name,
+            "exists and is not an a2acc manifest; --force to replace it",
+        )
+
+
+def _write_beside(out: Path, lowered: Lowered, man_path: Path) -> list[Path]:
+    """The manifest, then the files, each atomically; a failed write names the -o path."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(man_path, lowered.manifest.to_json())
+        paths = []
+        for fname, text in lowered.files.items():
+            atomic_write_text(out / fname, text)
+            paths.append(out / fname)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from exc
+    return [*paths, man_path]

@@ -288,7 +288,6 @@ def _refusal(
     (rank ``a`` needs ``b``); 3 steps (rank ``a`` tb ``b`` has ``c``); 4 dependency-target tb id ``a``; 5 tbs
     per channel (rank ``a`` channel ``b``: ``c`` tbs, receive role when ``d``); 6 XML nodes (rank ``a`` needs
     ``b``). ``reach``: for saying what can serve the plan instead."""
-    peers = reach.peers
     if code == 1:
         return LoweringError(
             f"connection {a}->{b} needs more than {opts.max_channels} channels to stay within "
@@ -296,36 +295,14 @@ def _refusal(
             f"(a larger --max-padding), or {MSCCLPP_HINT}"
         )
     if code == 2:
-        if peers + 1 > MAX_TBS_RCCL or (peers == MAX_TBS_RCCL and layout == "combined"):
-            alts = [
-                reach.planners(MAX_TBS_RCCL - 1),
-                "msccl-executor-nccl (--opt dialect=nccl)",
-                MSCCLPP_HINT,
-            ]
-            return LoweringError(
-                f"rank {a} needs {b} thread blocks; RCCL allows {MAX_TBS_RCCL}. A rank exchanges data with up to "
-                f"{peers} peers and RCCL needs a thread block per peer at least, so no XML layout of this plan fits "
-                f"RCCL; {_either(alts)} can serve it"
-            )
-        tips = [
-            t
-            for t, given in (
-                ("--opt tb_layout=combined", layout == "combined"),
-                ("--opt instances=1", opts.instances == 1),
-            )
-            if not given
-        ]
-        return LoweringError(
-            f"rank {a} needs {b} thread blocks; RCCL allows {MAX_TBS_RCCL}. Fewer peers per "
-            f"rank or fewer channels would fit: try {', '.join([*tips, 'a coarser layout'])}"
-        )
+        return _tbs_refusal(opts, layout, a, b, reach)
     if code == 3:
         return LoweringError(f"rank {a} tb {b}: {c} steps > {MAX_STEPS}")
     if code == 4:
         alts = [reach.planners(MAX_DEP_TB // 2), MSCCLPP_HINT]
         return LoweringError(
             f"dependency target tb id {a} > {MAX_DEP_TB} (int8 in the executor): a rank of this plan needs more "
-            f"thread blocks (up to {peers} peers, one or two each, plus the channels its steps fill) than a "
+            f"thread blocks (up to {reach.peers} peers, one or two each, plus the channels its steps fill) than a "
             f"dependency can name; {_either(alts)} can serve it"
         )
     if code == 5:
@@ -336,6 +313,34 @@ def _refusal(
     return LoweringError(
         f"rank {a} needs {b} XML nodes (thread blocks and steps); the executor's parser holds at "
         f"most {MAX_NODES} (limit): a coarser layout (a larger --max-padding) would fit, or {MSCCLPP_HINT}"
+    )
+
+
+def _tbs_refusal(opts: LowerOptions, layout: str, a: int, b: int, reach: Reach) -> LoweringError:
+    """Rank ``a`` needs ``b`` thread blocks, past RCCL's: what no layout can fix names what can serve it."""
+    peers = reach.peers
+    if peers + 1 > MAX_TBS_RCCL or (peers == MAX_TBS_RCCL and layout == "combined"):
+        alts = [
+            reach.planners(MAX_TBS_RCCL - 1),
+            "msccl-executor-nccl (--opt dialect=nccl)",
+            MSCCLPP_HINT,
+        ]
+        return LoweringError(
+            f"rank {a} needs {b} thread blocks; RCCL allows {MAX_TBS_RCCL}. A rank exchanges data with up to "
+            f"{peers} peers and RCCL needs a thread block per peer at least, so no XML layout of this plan fits "
+            f"RCCL; {_either(alts)} can serve it"
+        )
+    tips = [
+        t
+        for t, given in (
+            ("--opt tb_layout=combined", layout == "combined"),
+            ("--opt instances=1", opts.instances == 1),
+        )
+        if not given
+    ]
+    return LoweringError(
+        f"rank {a} needs {b} thread blocks; RCCL allows {MAX_TBS_RCCL}. Fewer peers per "
+        f"rank or fewer channels would fit: try {', '.join([*tips, 'a coarser layout'])}"
     )
 
 

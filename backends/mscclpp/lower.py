@@ -124,42 +124,9 @@ def lower(prog: Program, opts: LowerOptions) -> tuple[Plan, LowerStats]:
     if opts.max_bytes == 0:
         opts = dataclasses.replace(opts, min_bytes=c * unit, max_bytes=c * unit)
     check_inputs(prog, opts)
-    notes: list[str] = []
-    if prog.machine is None:
-        node = list(range(prog.nranks))
-        notes.append(
-            "the Program has no machine map: every rank is treated as its own server (port channels)"
-        )
-    else:
-        node = list(prog.machine.node)
-    lvl = levels(prog.ops)
-    key: list[Key] = [(1, lvl[op.id], op.id, 0) for op in prog.ops]
-    ll = opts.protocol == "LL"
-    staged, scratch = stage(prog, opts, node, ll)
-    needs, ordering, unroutable = find_needs(prog, opts.deps == "all")
-    conn_ops, local_ops = connections(prog, key)
-    pre = Prepared(
-        prog,
-        node,
-        key,
-        ll,
-        staged,
-        needs,
-        conn_ops,
-        local_ops,
-        opts.deps == "all",
-        opts.tb_layout == "packed",
-    )
-    shape = Shape(
-        opts.name,
-        opts.protocol,
-        c,
-        scratch,
-        opts.max_threadblocks,
-        opts.num_threads,
-        opts.min_bytes,
-        opts.max_bytes,
-    )
+    pre, scratch, ordering, notes = _prepare(prog, opts)
+    shape = Shape(opts.name, opts.protocol, c, scratch, opts.max_threadblocks, opts.num_threads, opts.min_bytes,
+                  opts.max_bytes)  # fmt: skip
     if opts.tb_layout == "packed":
         asm, sch, it = _packed_attempts(pre, shape)
     else:
@@ -172,10 +139,30 @@ def lower(prog: Program, opts: LowerOptions) -> tuple[Plan, LowerStats]:
         signals=asm.signals,
         iterations=it,
         ordering_deps=ordering,
-        unroutable_deps=unroutable + sch.unroutable,
-        notes=tuple(notes),
+        unroutable_deps=pre.unroutable + sch.unroutable,
+        notes=notes,
     )
     return asm.plan, stats
+
+
+def _prepare(prog: Program, opts: LowerOptions) -> tuple[Prepared, list[int], int, tuple[str, ...]]:
+    """The passes before the attempts: staging, needs, connections. Returns what the attempts share, the
+    scratch chunks of each rank, the ordering dependencies and the notes."""
+    notes: tuple[str, ...] = ()
+    if prog.machine is None:
+        node = list(range(prog.nranks))
+        notes = ("the Program has no machine map: every rank is treated as its own server (port channels)",)
+    else:
+        node = list(prog.machine.node)
+    lvl = levels(prog.ops)
+    key: list[Key] = [(1, lvl[op.id], op.id, 0) for op in prog.ops]
+    ll = opts.protocol == "LL"
+    staged, scratch = stage(prog, opts, node, ll)
+    needs, ordering, unroutable = find_needs(prog, opts.deps == "all")
+    conn_ops, local_ops = connections(prog, key)
+    pre = Prepared(prog, node, key, ll, staged, needs, conn_ops, local_ops, opts.deps == "all",
+                   opts.tb_layout == "packed", unroutable)  # fmt: skip
+    return pre, scratch, ordering, notes
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,7 @@ class Prepared:
     local_ops: dict[int, list[int]]  # rank -> local copy op ids in key order
     deps_all: bool
     phase_major: bool = False  # packed: within a level, every phase of all its ops before the next phase
+    unroutable: int = 0  # ordering dependencies find_needs could not route
 
     def ek(self, oid: int, phase: int) -> Key:
         """The key of op ``oid``'s event in ``phase``: (1, level, id, phase), or (1, level, phase, id) when

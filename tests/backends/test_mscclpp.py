@@ -303,7 +303,7 @@ def test_limits_say_what_would_fit():
     with pytest.raises(LoweringError, match="protocol=LL needs memory channels"):
         lower(_on(prog, (0, 1, 2)), LowerOptions(protocol="LL"))
     with pytest.raises(LoweringError, match="max_threadblocks is 2.*tb_layout=combined"):
-        lower(prog, LowerOptions(max_threadblocks=1))
+        lower(prog, LowerOptions(max_threadblocks=2))
     with pytest.raises(LoweringError, match="uint32"):
         lower(prog, LowerOptions(max_bytes=1 << 40))
     with pytest.raises(InputError, match="size_range"):
