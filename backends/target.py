@@ -90,6 +90,17 @@ class Target(Protocol):
 
 
 # ---------------------------------------------------------------------- helpers every target uses
+def _version() -> str:
+    """The installed a2acc's version (from its metadata: the package root imports the pipeline, which imports
+    the backends, so the backends do not import it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("a2acc")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def default_name(program: Program, target: str = "", options: Any = None) -> str:
     """``a2acc_<algorithm>_<N>r_<digest>``: a lowered file's name when the caller gives none. The digest covers
     everything that shapes the lowered text: the Program, the target, its options (those marked ``check_only``
@@ -98,10 +109,8 @@ def default_name(program: Program, target: str = "", options: Any = None) -> str
     import hashlib
     import json
 
-    from a2acc import __version__
-
     h = hashlib.sha256(program.to_json().encode())
-    h.update(f"\0{target}\0{__version__}\0".encode())
+    h.update(f"\0{target}\0{_version()}\0".encode())
     if options is not None and dataclasses.is_dataclass(options):
         shaping = {
             f.name: getattr(options, f.name)

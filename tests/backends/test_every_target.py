@@ -129,3 +129,12 @@ def test_a_truncated_file_is_rejected_with_errors(target):
     for cut in (len(text) // 3, 2 * len(text) // 3):
         rep = tg.check_text(text[:cut], name, res.lowered.manifest, res.lowered.options)
         assert not rep.ok and rep.errors
+
+
+def test_names_digest_the_installed_version():
+    """default_name reads the version from the package metadata (the backends cannot import the package root):
+    it is the version a2acc reports."""
+    import a2acc
+    from a2acc.backends.target import _version
+
+    assert _version() == a2acc.__version__
