@@ -27,11 +27,11 @@ import numpy.typing as npt
 
 from a2acc.analysis.model import SimModel
 from a2acc.backends import get_target
-from a2acc.backends.target import CheckReport, Lowered, Target
+from a2acc.backends.target import CheckReport, Lowered, Target, unit_align
 from a2acc.errors import InputError, InternalError, LoweringError, PlannerError, VerificationError
 from a2acc.ir.passes import run_passes
 from a2acc.ir.program import Program
-from a2acc.ir.quantize import UnitPolicy, quantize
+from a2acc.ir.quantize import DEFAULT_ALIGN, UnitPolicy, quantize
 from a2acc.ir.verify import VerifyReport, verify_program
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import validate_matrix
@@ -128,7 +128,10 @@ def compile(request: Request) -> Result:
             candidates = [(f"fixed layout, unit {request.units.unit} B", request.units.unit)]
         else:
             counts = None
-            candidates = request.units.candidates(m, target.max_chunks(topts) if target is not None else None)
+            align = unit_align(target, topts, topo.nranks) if target is not None else DEFAULT_ALIGN
+            candidates = request.units.candidates(
+                m, target.max_chunks(topts) if target is not None else None, align
+            )
     refused: list[str] = []
     for label, unit in candidates:
         with clock.phase("quantize"):

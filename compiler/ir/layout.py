@@ -173,6 +173,14 @@ class Manifest:
     traffic_bytes: list[list[int]] | None
     call: str = ""
     options: tuple[tuple[str, str], ...] = ()  # the target options the file was lowered with (e.g. dialect)
+    # the element types the packed call may use (the executor selects the file for each; empty: not recorded,
+    # or a target that takes bytes), and the selection rule(s) that were checked for them
+    dtypes: tuple[str, ...] = ()
+    selection: str = ""
+
+    def count_per_peer(self, dtype_bytes: int) -> int:
+        """Elements per peer of the packed uniform call for an element of ``dtype_bytes`` bytes."""
+        return self.buffer_bytes // (self.ngpus * dtype_bytes)
 
     @cached_property
     def chunk_layout(self) -> ChunkLayout:
@@ -186,6 +194,16 @@ class Manifest:
         moved = sum(map(sum, self.counts)) * self.chunk_bytes
         payload = sum(map(sum, self.traffic_bytes)) if self.traffic_bytes else moved
         return moved - payload
+
+    def _selection_json(self) -> dict[str, Any]:
+        if not self.dtypes and not self.selection:
+            return {}
+        from a2acc.ir.quantize import DTYPE_BYTES
+
+        return {
+            "dtypes": {d: {"count_per_peer": self.count_per_peer(DTYPE_BYTES[d])} for d in self.dtypes},
+            "selection": self.selection,
+        }
 
     def to_json(self) -> str:
         lay = self.chunk_layout
@@ -205,6 +223,7 @@ class Manifest:
                 "chunk_bytes": self.chunk_bytes,
                 "buffer_bytes_per_rank": self.buffer_bytes,
                 "call": self.call,
+                **self._selection_json(),
                 "pack": "peer d's bytes go to input chunk offset input[r][d][0], zero-padded to input[r][d][1] chunks",
                 "unpack": "source s's bytes come from output chunk offset output[r][s][0]",
             },
@@ -239,6 +258,8 @@ def manifest_for(
     buffer_chunks: int | None = None,
     call: str = "",
     options: dict[str, str] | None = None,
+    dtypes: tuple[str, ...] = (),
+    selection: str = "",
 ) -> Manifest:
     lay = ChunkLayout.of(counts)
     return Manifest(
@@ -252,6 +273,8 @@ def manifest_for(
         traffic_bytes=None if traffic is None else np.asarray(traffic, dtype=np.int64).tolist(),
         call=call,
         options=tuple(sorted((options or {}).items())),
+        dtypes=dtypes,
+        selection=selection,
     )
 
 
@@ -313,9 +336,24 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
             traffic_bytes=doc.get("traffic_bytes"),
             call=str(doc["unit_rules"].get("call", "")),
             options=tuple(sorted((str(k), str(v)) for k, v in (doc.get("target_options") or {}).items())),
+            dtypes=_read_dtypes(doc["unit_rules"].get("dtypes"), path),
+            selection=str(doc["unit_rules"].get("selection", "")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise _mfail(path, "", "manifest", f"missing or malformed field ({exc})") from exc
+
+
+def _read_dtypes(raw: Any, path: str) -> tuple[str, ...]:
+    """The element types a manifest claims (an object keyed by type name; absent in older manifests)."""
+    from a2acc.ir.quantize import DTYPE_BYTES
+
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or any(k not in DTYPE_BYTES for k in raw):
+        raise _mfail(
+            path, "unit_rules.dtypes", raw, f"an object keyed by element types ({', '.join(DTYPE_BYTES)})"
+        )
+    return tuple(str(k) for k in raw)
 
 
 def load_manifest(path: str | Path) -> Manifest:
