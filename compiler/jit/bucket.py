@@ -16,7 +16,13 @@ Design for MoE traffic, whose matrix changes every call but drifts slowly:
   per-call sampling noise (with 512 tokens per pair, sigma is ~4.4 %, and a covering margin for all 1024 pairs
   costs 15-30 % padding: measured). So a layout serves the bulk and the few bytes that exceed it (whole rows)
   travel as a small residual exchange; its share is reported (``overflow``), never hidden.
-- **Statistical layout on a miss.** Per-pair EWMA mean + ``z`` standard deviations of the required chunks.
+- **Statistical layout on a miss.** Per-pair EWMA mean + ``z`` standard deviations of the required chunks;
+  when that does not serve the matrix itself within both budgets (a burst, a new regime), the matrix's own
+  chunks plus the same margin, so that the burst's recurrences hit.
+- **Canonical form** (:mod:`a2acc.jit.symmetry`). With ``symmetric=True`` (the JIT's default) the matrix is
+  relabelled by an automorphism of the topology that sorts servers and GPUs by the traffic they touch before
+  anything else happens, so a hot expert that rotates or jumps keeps hitting the same layouts. The bucket says
+  which rank plays each canonical rank (``ranks``); the layout, its key and its plan are canonical.
 
 Determinism: the index is updated only from the matrix sequence, which is identical on every rank (it is
 all-gathered), so every rank picks the same layout with no broadcast. The runtime still cross-checks the plan
@@ -26,13 +32,14 @@ hash and falls back if ranks disagree (e.g. one process restarted with an empty 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from a2acc import __version__
 from a2acc.ir.quantize import DEFAULT_PAIR_CHUNKS, ladder_unit, quantize
+from a2acc.jit.symmetry import Symmetry
 from a2acc.model.topology import Topology
 
 DEFAULT_MAX_PADDING = 0.10
@@ -45,15 +52,11 @@ def variant(name: str, options: dict[str, str] | None = None) -> str:
     return name if not options else f"{name}{sorted(options.items())}"
 
 
-def topology_fingerprint(topo: Topology) -> str:
-    """Stable hash of everything in a topology that affects plans (:attr:`Topology.fingerprint`)."""
-    return topo.fingerprint
-
-
 @dataclass(frozen=True)
 class Bucket:
     """The layout chosen for one matrix: ``padding_bytes`` are unused chunk bytes, ``overflow_bytes`` the bytes
-    that do not fit the layout and travel as a residual exchange (see :mod:`a2acc.runtime`)."""
+    that do not fit the layout and travel as a residual exchange (see :mod:`a2acc.runtime`). ``layout`` is in
+    canonical rank order; ``ranks[c]`` is the rank that plays canonical rank ``c``."""
 
     key: str
     layout: npt.NDArray[np.int64]
@@ -62,6 +65,11 @@ class Bucket:
     overflow_bytes: int
     payload_bytes: int
     hit: bool
+    ranks: npt.NDArray[np.int64] | None = None  # None: the identity
+
+    @property
+    def permuted(self) -> bool:
+        return self.ranks is not None
 
     @property
     def padding_fraction(self) -> float:
@@ -107,17 +115,57 @@ class BucketIndex:
     max_padding: float = DEFAULT_MAX_PADDING
     max_overflow: float = 0.05
     capacity: int = DEFAULT_CAPACITY
+    symmetric: bool = False
     _layouts: dict[int, list[tuple[str, npt.NDArray[np.int64]]]] = field(default_factory=dict)
     _stacks: dict[int, npt.NDArray[np.int64]] = field(default_factory=dict)
     _stats: dict[int, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = field(default_factory=dict)
     _fp: str = ""
+    _sym: Symmetry | None = None
+    _pinned: list[tuple[str, npt.NDArray[np.int64], int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._fp = topology_fingerprint(self.topology)
+        self._fp = self.topology.fingerprint
+        self._sym = Symmetry(self.topology) if self.symmetric else None
+
+    def pin(self, layout: npt.NDArray[np.int64], unit: int) -> str:
+        """Offer a fixed layout (e.g. one ``a2acc compile`` wrote for the executor) before any other: a matrix
+        it serves within both budgets uses it, in the matrix's own rank order. Returns its bucket key."""
+        lay = np.asarray(layout, dtype=np.int64)
+        key = bucket_key(lay, int(unit), self.planner, self.backend, self._fp)
+        if all(k != key for k, _l, _u in self._pinned):
+            self._pinned.append((key, lay, int(unit)))
+        return key
+
+    def _pinned_lookup(self, m: npt.NDArray[np.int64]) -> Bucket | None:
+        payload = int(m.sum())
+        best: Bucket | None = None
+        for key, lay, unit in self._pinned:
+            if lay.shape != m.shape:
+                continue
+            pad, over = fit(lay, m, unit)
+            serves = pad <= self.max_padding * payload and over <= self.max_overflow * payload
+            if serves and (best is None or pad + over < best.padding_bytes + best.overflow_bytes):
+                best = Bucket(key, lay, unit, pad, over, payload, True)
+        return best
 
     def lookup(self, matrix: npt.NDArray[np.int64]) -> Bucket:
-        """Bucket for ``matrix``: the best serving cached layout (hit) or a new layout (miss)."""
+        """Bucket for ``matrix``: a pinned layout that serves it, else the best serving cached layout (hit),
+        else a new layout (miss)."""
         m = np.asarray(matrix, dtype=np.int64)
+        pinned = self._pinned_lookup(m) if self._pinned else None
+        if pinned is not None:
+            return pinned
+        ranks = None
+        if self._sym is not None:
+            ranks = self._sym.canonical(m)
+            if (ranks == np.arange(ranks.shape[0])).all():
+                ranks = None
+            else:
+                m = m[np.ix_(ranks, ranks)]
+        b = self._lookup(m)
+        return b if ranks is None else replace(b, ranks=ranks)
+
+    def _lookup(self, m: npt.NDArray[np.int64]) -> Bucket:
         unit = ladder_unit(m, self.pair_chunks)
         req = quantize(m, unit)
         payload = int(m.sum())
@@ -158,6 +206,12 @@ class BucketIndex:
         if fit(grown, m, unit)[0] <= self.max_padding * payload:
             lay = grown
         pad, over = fit(lay, m, unit)
+        if pad > self.max_padding * payload or over > self.max_overflow * payload:
+            # the family's statistics do not describe this matrix (a burst, a new regime): lay out the matrix
+            # itself, with the same margin where the padding budget allows, so its recurrences hit
+            own = req + np.ceil(self.z * np.sqrt(req)).astype(np.int64)
+            lay = own if fit(own, m, unit)[0] <= self.max_padding * payload else req
+            pad, over = fit(lay, m, unit)
         key = bucket_key(lay, unit, self.planner, self.backend, self._fp)
         layouts.append((key, lay))
         if len(layouts) > self.capacity:

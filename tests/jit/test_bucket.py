@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 
 from a2acc.ir.quantize import ladder_unit as unit_for
-from a2acc.jit.bucket import BucketIndex, bucket_key, fit, topology_fingerprint
+from a2acc.jit.bucket import BucketIndex, bucket_key, fit
 from a2acc.model.topology import load_topology
 from a2acc.model.traffic import moe_stream
 
@@ -40,12 +40,12 @@ def test_same_sequence_gives_same_buckets_and_hits_after_warmup():
 
 def test_key_changes_with_every_ingredient():
     lay = np.ones((8, 8), dtype=np.int64)
-    fp = topology_fingerprint(TOPO)
+    fp = TOPO.fingerprint
     base = bucket_key(lay, 16, "fast", "reference", fp)
     assert bucket_key(lay, 32, "fast", "reference", fp) != base
     assert bucket_key(lay, 16, "spreadout", "reference", fp) != base
     assert bucket_key(lay, 16, "fast", "msccl-xml", fp) != base
-    assert bucket_key(lay, 16, "fast", "reference", topology_fingerprint(load_topology("mi300x", 1))) != base
+    assert bucket_key(lay, 16, "fast", "reference", load_topology("mi300x", 1).fingerprint) != base
     lay2 = lay.copy()
     lay2[0, 1] = 2
     assert bucket_key(lay2, 16, "fast", "reference", fp) != base

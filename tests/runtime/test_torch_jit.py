@@ -174,7 +174,7 @@ def test_armed_jit_imports_nothing_heavy_at_start(tmp_path):
     ],
 )
 def test_invalid_settings_warn_once_and_keep_stock(tmp_path, extra, fragment):
-    env = _env(tmp_path, A2ACC_JIT="1", **extra)
+    env = _env(tmp_path, A2ACC_JIT="1", RANK="0", **extra)  # as torchrun sets it
     if "A2ACC_TOPOLOGY" not in extra and fragment != "A2ACC_TOPOLOGY is not set":
         env["A2ACC_TOPOLOGY"] = "alps:1"
     code = "import torch.distributed as d; print(d.all_to_all_single.__module__)"
