@@ -21,8 +21,10 @@ Reported per workload: calls served by a2acc plans (all calls, and after the fir
 (% of payload), per-call time stock and a2acc (median [min-max] over served calls), bytes each rank sends
 (stock: its payload to other ranks; a2acc: everything its messages carry, relays and padding included),
 messages per rank per call against (stages x peers), and whether every output was byte-identical. With
-``--python-time`` also the engine's Python time per call (everything but waiting for transfers and for the
-split-size exchange). This machine is shared and small: give ``uptime`` with the figures and repeat runs.
+``--python-time`` also the engine's Python time per served call: the CPU time of the calling thread
+(``time.thread_time``: the engine's and the executor's Python and the copies it runs, nothing spent waiting for
+transfers or for the exchange; a busy machine does not inflate it), mean over ranks and served calls. This
+machine is shared and small: give ``uptime`` with the figures and repeat runs.
 """
 
 from __future__ import annotations
@@ -226,7 +228,7 @@ def _summarise(world: int, ranks: list[list[dict]], python_time: bool) -> list[d
         if python_time:
             handled = max(sum(s["handled"] for s in st), 1)
             ph = {p: sum(s["phase_s"][p] for s in st) / handled * 1e3 for p in st[0]["phase_s"]}
-            row["python_ms"] = ph["decide"] + ph["pack"] + ph["start"] + ph["tail"] - ph["wait"]
+            row["python_ms"] = sum(s["cpu_s"] for s in st) / handled * 1e3
             row["phases_ms"] = {p: round(v, 2) for p, v in ph.items()}
         rows.append(row)
     return rows

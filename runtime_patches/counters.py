@@ -20,7 +20,8 @@ class EngineStats:
     sent through the plans' messages, relays and padding included), ``p2p_sends``/``p2p_recvs`` (messages
     posted) and ``p2p_steps`` (transfer steps) of the ``p2p`` executor; ``host_syncs`` (device-to-host copies
     the engine made: one per exchanged call on a GPU group, none on a CPU group); ``phase_s`` (seconds per phase
-    of handled calls, see the field);
+    of handled calls, see the field); ``cpu_s`` (CPU time of the handled calls in the calling thread: the
+    engine's and executor's Python and copies, no waiting);
     ``overhead_us_median``/``overhead_us_mean`` (the hook's decision time per call, exchanges and data
     movement excluded); ``last`` (what the most recent call did)."""
 
@@ -42,6 +43,9 @@ class EngineStats:
     # seconds spent per phase by handled calls: exchange (the split-size collective), decide (bucket lookup and
     # plan state), pack, start (copies and posts of all steps but the last), wait (blocked in Work.wait inside
     # the executor), tail (the last step and the unpack, waits included)
+    # CPU time of the calling thread (and of the async tail's thread) per handled call: Python and in-thread
+    # copies, nothing spent waiting (time.thread_time, so a busy machine does not inflate it)
+    cpu_s: float = 0.0
     phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     overhead_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
     last: dict[str, Any] = field(default_factory=dict)
@@ -65,10 +69,16 @@ class EngineStats:
             "p2p_steps": self.p2p_steps,
             "host_syncs": self.host_syncs,
             "phase_s": dict(self.phase_s),
+            "cpu_s": self.cpu_s,
             "overhead_us_median": float(np.median(over) * 1e6),
             "overhead_us_mean": float(np.mean(over) * 1e6),
             "last": dict(self.last),
         }
+
+    def add_cpu(self, seconds: float) -> None:
+        self.cpu_s += seconds
+        if self.last.get("served"):
+            self.last["cpu_ms"] = self.last.get("cpu_ms", 0.0) + seconds * 1e3
 
     def fallback(self, reason: str) -> None:
         self.fallbacks[reason] += 1

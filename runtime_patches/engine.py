@@ -298,6 +298,7 @@ class Engine:
 
         with self._lock:
             self.stats.calls += 1
+            cpu0 = time.thread_time()
             world = dist.get_world_size(group)
             rank = dist.get_rank(group)
             g = self._group(group, world)
@@ -328,6 +329,7 @@ class Engine:
             self.stats.phase_s["exchange"] += t1 - t0
             self.stats.phase_s["decide"] += t2 - t1
             finish = self._execute(g, call, g.table.plans[j], status, bucket, rows, stock)
+            self.stats.add_cpu(time.thread_time() - cpu0)
             if not async_op:
                 finish()
                 return True
@@ -473,7 +475,7 @@ class Engine:
         phases["start"] += t2 - t1
 
         def finish() -> None:
-            t3 = time.perf_counter()
+            t3, cpu3 = time.perf_counter(), time.thread_time()
             try:
                 tail()
                 copy_segments(byte_view(call.output), arena[reg.output[0] : reg.output[1]], segs)
@@ -481,6 +483,7 @@ class Engine:
                 g.arenas.setdefault(str(dev), []).append(arena)
                 phases["tail"] += time.perf_counter() - t3
                 phases["wait"] += float(getattr(ex, "wait_s", 0.0)) - waited
+                self.stats.add_cpu(time.thread_time() - cpu3)
 
         return finish
 
