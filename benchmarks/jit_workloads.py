@@ -41,7 +41,9 @@ import time
 from pathlib import Path
 
 WORKLOADS = ("balanced", "zipf", "rotating", "jumping", "bursts")
-TOPOLOGIES = {4: "2x2", 8: "alps:2"}  # two servers each: the planner's inter-server logic is exercised
+# per process count: one server (what that many local processes are) and two servers (FAST's inter-server
+# balancing and relays exercised: more steps and more bytes than the stock call on a network without tiers)
+TOPOLOGIES = {4: ("alps:1", "2x2"), 8: ("dgx-h100:1", "alps:2")}
 TWO_BY_TWO = """version: 1
 name: 2x2
 servers: 2
@@ -133,10 +135,9 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _launch(world: int, args: argparse.Namespace, tmp: str) -> list[list[dict]]:
+def _launch(world: int, topo: str, args: argparse.Namespace, tmp: str) -> list[list[dict]]:
     script = os.path.join(tmp, "worker.py")
     Path(script).write_text(WORKER)
-    topo = args.topology.get(world) or TOPOLOGIES.get(world, f"dgx-h100:{max(1, world // 8)}")
     if topo == "2x2":
         topo = os.path.join(tmp, "2x2.yaml")
         Path(topo).write_text(TWO_BY_TWO)
@@ -153,7 +154,7 @@ def _launch(world: int, args: argparse.Namespace, tmp: str) -> list[list[dict]]:
     )
     port = _port()
     outs = [os.path.join(tmp, f"r{world}-{r}.json") for r in range(world)]
-    cache = os.path.join(tmp, f"cache{world}")
+    cache = os.path.join(tmp, f"cache{world}-{topo.replace(os.sep, '_')}")
     procs = [
         subprocess.Popen(
             [
@@ -184,7 +185,7 @@ def _ms(xs: list[float]) -> str:
     return f"{statistics.median(xs) * 1e3:.1f} [{min(xs) * 1e3:.1f}-{max(xs) * 1e3:.1f}]"
 
 
-def _summarise(world: int, ranks: list[list[dict]], python_time: bool) -> list[dict]:
+def _summarise(world: int, topo: str, ranks: list[list[dict]], python_time: bool) -> list[dict]:
     rows = []
     for k, first in enumerate(ranks[0]):
         per_rank = [r[k] for r in ranks]
@@ -209,6 +210,7 @@ def _summarise(world: int, ranks: list[list[dict]], python_time: bool) -> list[d
         ts = [t for t, s in zip(t_a2acc, served) if s]
         row = {
             "procs": world,
+            "topology": topo,
             "workload": first["workload"],
             "dtype": first["dtype"],
             "served": sum(served),
@@ -236,14 +238,14 @@ def _summarise(world: int, ranks: list[list[dict]], python_time: bool) -> list[d
 
 def _print(rows: list[dict]) -> None:
     head = (
-        f"{'procs':>5} {'workload':<9} {'dtype':<8} {'served':>7} {'>=call3':>7} {'pad%':>5} {'resid%':>6} "
+        f"{'procs':>5} {'topology':<10} {'workload':<9} {'dtype':<8} {'served':>7} {'>=call3':>7} {'pad%':>5} {'resid%':>6} "
         f"{'stock ms med [min-max]':>24} {'a2acc ms med [min-max]':>24} {'x':>5} {'MiB/rank st/a2':>14} "
         f"{'msgs<=st*p':>10} {'same':>5}"
     )
     print(head)
     for r in rows:
         print(
-            f"{r['procs']:>5} {r['workload']:<9} {r['dtype']:<8} {r['served']:>3}/{r['calls']:<3} "
+            f"{r['procs']:>5} {r['topology']:<10} {r['workload']:<9} {r['dtype']:<8} {r['served']:>3}/{r['calls']:<3} "
             f"{100 * r['served_after_2']:>6.0f}% {100 * r['padding']:>5.1f} {100 * r['residual']:>6.1f} "
             f"{r['stock_ms']:>24} {r['a2acc_ms']:>24} {r['ratio']:>5.2f} "
             f"{r['sent_mib_stock']:>6.2f}/{r['sent_mib_a2acc']:<6.2f} {r['msgs_within_bound']!s:>10} "
@@ -261,21 +263,32 @@ def main() -> None:
     ap.add_argument("--executor-opts", default="", help="A2ACC_EXECUTOR_OPTS, e.g. overlap=true")
     ap.add_argument("--buckets", default="symmetric", choices=("symmetric", "plain"))
     ap.add_argument("--algorithm", default="fast")
-    ap.add_argument("--topology", action="append", default=[], metavar="PROCS=SPEC", help="e.g. 4=alps:1")
+    ap.add_argument(
+        "--topology",
+        action="append",
+        default=[],
+        metavar="PROCS=SPEC",
+        help="A2ACC_TOPOLOGY for a process count (repeatable; default 4=alps:1, 4=2x2, 8=dgx-h100:1, 8=alps:2)",
+    )
     ap.add_argument("--python-time", action="store_true", help="also the engine's Python time per call")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
-    args.topology = {int(k): v for k, v in (t.split("=", 1) for t in args.topology)}
+    chosen: dict[int, list[str]] = {}
+    for t in args.topology:
+        k, v = t.split("=", 1)
+        chosen.setdefault(int(k), []).append(v)
     all_rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for world in args.procs:
-            t0 = time.perf_counter()
-            rows = _summarise(world, _launch(world, args, tmp), args.python_time)
-            all_rows += rows
-            _print(rows)
-            print(
-                f"({world} processes: {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.2f})"
-            )
+            for topo in chosen.get(world) or TOPOLOGIES.get(world, (f"dgx-h100:{max(1, world // 8)}",)):
+                t0 = time.perf_counter()
+                rows = _summarise(world, topo, _launch(world, topo, args, tmp), args.python_time)
+                all_rows += rows
+                _print(rows)
+                print(
+                    f"({world} processes, {topo}: {time.perf_counter() - t0:.0f} s; "
+                    f"load average {os.getloadavg()[0]:.2f})"
+                )
     if args.json:
         Path(args.json).write_text(json.dumps(all_rows, indent=1))
 

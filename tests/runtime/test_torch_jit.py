@@ -60,13 +60,37 @@ def _run_world(tmp_path, world, env, seed=7, mode="full"):
     return [json.loads(o.read_text()) for o in outs], errs
 
 
+TWO_BY_TWO = """version: 1
+name: two-by-two
+servers: 2
+gpus_per_server: 2
+intra: {fabric: switch, bandwidth: 150}
+inter: {nics_per_server: 2, bandwidth: 25}
+"""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [2, 4])
-def test_jit_matches_stock_and_hits_cache(tmp_path, world):
-    topo = tmp_path / "two.yaml"
-    topo.write_text(TWO)
-    spec = str(topo) if world == 2 else "alps:1"
-    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY=spec, A2ACC_MISS="wait")  # every call through a plan
+@pytest.mark.parametrize(
+    ("world", "spec", "executor", "opts"),
+    [
+        (2, "two", "p2p", ""),
+        (4, "alps:1", "p2p", ""),
+        (4, "2x2", "p2p", "overlap=true"),
+        (4, "2x2", "reference", ""),
+    ],
+)
+def test_jit_matches_stock_and_hits_cache(tmp_path, world, spec, executor, opts):
+    topo = tmp_path / "t.yaml"
+    topo.write_text(TWO if spec == "two" else TWO_BY_TWO)
+    spec = str(topo) if spec in ("two", "2x2") else spec
+    env = _env(
+        tmp_path,
+        A2ACC_JIT="1",
+        A2ACC_TOPOLOGY=spec,
+        A2ACC_MISS="wait",  # every call through a plan
+        A2ACC_EXECUTOR=executor,
+        A2ACC_EXECUTOR_OPTS=opts,
+    )
     results, _ = _run_world(tmp_path, world, env)
     for res in results:
         assert res["patched"]
@@ -80,6 +104,7 @@ def test_jit_matches_stock_and_hits_cache(tmp_path, world):
         assert all(c["work"] is True and c["handled"] for c in res["checks"] if c["async"])
         st = res["stats"]
         assert st["fallbacks"] == {} and st["handled"] == st["calls"]
+        assert st["by_executor"] == {executor: st["handled"]}
         # calls 1..5 reuse call 0's matrix with other dtypes/async: the second call is served from memory
         assert res["checks"][1]["source"] == ["memory"]
         assert st["bucket_hits"] > 0
