@@ -81,17 +81,15 @@ def rank0_later(action: Callable[[], None]) -> None:
     """Run ``action`` on rank 0 only: now when the rank is known, else once ``init_process_group`` returns
     (``torch.multiprocessing.spawn`` sets no ``RANK``; every process would print otherwise)."""
     rank = job_rank()
-    if rank is not None:
-        if rank == 0:
+    if rank is not None or "torch.distributed" not in sys.modules:
+        # known; or unknowable yet at interpreter start (a bad A2ACC_JIT value): said now, the process may
+        # never start a process group
+        if rank in (0, None):
             action()
         return
     _DEFERRED.append(action)
-    if len(_DEFERRED) > 1:
-        return
-    if "torch.distributed" in sys.modules:
+    if len(_DEFERRED) == 1:
         _wrap_init()
-    else:  # at interpreter start: wrap it when the job imports torch.distributed
-        sys.meta_path.insert(0, _AfterImport(_wrap_init))
 
 
 def _wrap_init() -> None:
@@ -124,12 +122,8 @@ def _skipped_program() -> bool:
 
 
 class _AfterImport:
-    """A ``sys.meta_path`` finder that runs ``then`` (:func:`_activate_now` by default) right after
-    ``torch.distributed`` has been imported (a post-import hook; importlib.abc is not imported for its base
-    class: it costs ~35 ms)."""
-
-    def __init__(self, then: Callable[[], object] | None = None) -> None:
-        self.then = then
+    """A ``sys.meta_path`` finder that runs :func:`_activate_now` right after ``torch.distributed`` has been
+    imported (a post-import hook; importlib.abc is not imported for its base class: it costs ~35 ms)."""
 
     def find_spec(
         self, fullname: str, path: Any, target: Any = None
@@ -145,11 +139,9 @@ class _AfterImport:
         loader = spec.loader
         real_exec = loader.exec_module
 
-        then = self.then or _activate_now
-
         def exec_module(module: ModuleType) -> None:
             real_exec(module)
-            then()
+            _activate_now()
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec

@@ -73,10 +73,9 @@ inter: {nics_per_server: 2, bandwidth: 25}
 @pytest.mark.parametrize(
     ("world", "spec", "executor", "opts"),
     [
-        (2, "two", "p2p", ""),
+        (2, "two", "reference", ""),
         (4, "alps:1", "p2p", ""),
         (4, "2x2", "p2p", "overlap=true"),
-        (4, "2x2", "reference", ""),
     ],
 )
 def test_jit_matches_stock_and_hits_cache(tmp_path, world, spec, executor, opts):
