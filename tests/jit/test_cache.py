@@ -106,8 +106,9 @@ def test_cache_and_bucket_commands(tmp_path, capsys):
     np.save(tmp_path / "m.npy", m)
     assert main(["bucket", "-t", "mi300x", "-n", "1", "-m", str(tmp_path / "m.npy")]) == 0
     out = capsys.readouterr().out
-    b = BucketIndex(topo, "fast", "none").lookup(m)
+    b = BucketIndex(topo, "fast", "none", symmetric=True).lookup(m)  # as the JIT (and the command) look it up
     assert f"key        : {b.key}" in out and "padding" in out and "residual" in out
+    assert ("relabelled" in out) == (b.ranks is not None)
     # the msccl-xml backend caches the Program, the verified XML and the manifest together
     entry = compile_entry(topo, b.layout, b.unit, "fast", "msccl-xml", b.key)
     assert len(entry.files) == 1 and next(iter(entry.files)).endswith(".xml") and entry.manifest
