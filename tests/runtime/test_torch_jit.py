@@ -205,3 +205,17 @@ def test_invalid_settings_warn_once_and_keep_stock(tmp_path, extra, fragment):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "torch.distributed.distributed_c10d"
     assert out.stderr.count("a2acc: A2ACC_JIT is set but") == 1 and fragment in out.stderr
+
+
+@pytest.mark.slow
+def test_a_plan_that_fails_on_one_rank_sends_every_rank_to_the_stock_call(tmp_path):
+    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY="alps:1", A2ACC_LOG="error")
+    results, _ = _run_world(tmp_path, 4, env, mode="failrank")
+    served = [[c["served"] for c in r["checks"]["calls"]] for r in results]
+    assert all(s == served[0] for s in served)  # the same calls on every rank
+    for r in results:
+        calls = r["checks"]["calls"]
+        assert all(c["same"] for c in calls)
+        assert not any(c["served"] for c in calls if c["phase"] == 0)  # the failed bucket never runs
+        assert any(c["served"] for c in calls if c["phase"] == 1)  # the next one does
+        assert r["checks"]["fallbacks"].get("plan failed on a rank", 0) >= 1

@@ -157,6 +157,32 @@ def nccl(rank, world, seed, original, eng):
     }
 
 
+def failrank(rank, world, seed, original, eng):
+    """Rank 1 cannot compile the first bucket (a rank-local failure): every rank must take the stock call for
+    that bucket, together, and the next bucket runs normally."""
+    if rank == 1:
+        real = eng._load
+        first: list[str] = []
+
+        def load(g, bucket, group):
+            first.append(first[0] if first else bucket.key)
+            if bucket.key == first[0]:
+                raise RuntimeError("injected failure on rank 1")
+            return real(g, bucket, group)
+
+        eng._load = load
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for phase in range(2):
+        rows = torch.randint(20, 60, (world, world), generator=g) * (1 + 3 * phase)  # another bucket
+        for i in range(8):
+            before = eng.stats.handled
+            same, _ = _call(rows, rank, i, torch.float32, False, original)
+            out.append({"phase": phase, "same": same, "served": eng.stats.handled > before})
+            time.sleep(0.05)
+    return {"calls": out, "fallbacks": dict(eng.stats.fallbacks)}
+
+
 def capture(rank, world, seed, original, eng):
     """CUDA-graph capture (``torch.cuda.is_available``/``is_current_stream_capturing`` patched to say so) and
     torch.compile tracing (``torch.compiler.is_compiling`` patched): the hook must not reach the engine."""
@@ -222,9 +248,14 @@ def main() -> None:
     if result["patched"]:
         original = torch_patch._STATE["original"]
         eng = torch_patch.engine()
-        result["checks"] = {"full": full, "miss": miss, "groups": groups, "nccl": nccl, "capture": capture}[
-            mode
-        ](rank, world, seed, original, eng)
+        result["checks"] = {
+            "full": full,
+            "miss": miss,
+            "groups": groups,
+            "nccl": nccl,
+            "capture": capture,
+            "failrank": failrank,
+        }[mode](rank, world, seed, original, eng)
         result["stats"] = stats()
     dist.barrier()
     with open(out, "w") as fh:
