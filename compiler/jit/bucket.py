@@ -121,6 +121,7 @@ class BucketIndex:
     _stats: dict[int, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = field(default_factory=dict)
     _fp: str = ""
     _sym: Symmetry | None = None
+    _frame: npt.NDArray[np.int64] | None = None  # the relabelling last used (symmetric)
     _pinned: list[tuple[str, npt.NDArray[np.int64], int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -150,56 +151,82 @@ class BucketIndex:
 
     def lookup(self, matrix: npt.NDArray[np.int64]) -> Bucket:
         """Bucket for ``matrix``: a pinned layout that serves it, else the best serving cached layout (hit),
-        else a new layout (miss)."""
+        else a new layout (miss).
+
+        With ``symmetric``, two frames are tried: the relabelling last used (a stationary skew keeps its frame,
+        whatever the noise does to the order of similar ranks), then the matrix's canonical form (a hot expert
+        that moved); a miss is laid out in the canonical form."""
         m = np.asarray(matrix, dtype=np.int64)
         pinned = self._pinned_lookup(m) if self._pinned else None
         if pinned is not None:
             return pinned
-        ranks = None
-        if self._sym is not None:
-            ranks = self._sym.canonical(m)
-            if (ranks == np.arange(ranks.shape[0])).all():
-                ranks = None
-            else:
-                m = m[np.ix_(ranks, ranks)]
-        b = self._lookup(m)
-        return b if ranks is None else replace(b, ranks=ranks)
+        if self._sym is None:
+            hit = self._serve(m)
+            self._observe(m)
+            return hit if hit is not None else self._new(m)
+        canon = self._sym.canonical(m)
+        frames = [f for f in (self._frame,) if f is not None]
+        if not any(np.array_equal(f, canon) for f in frames):
+            frames.append(canon)
+        for perm in frames:
+            mp = m[np.ix_(perm, perm)]
+            hit = self._serve(mp)
+            if hit is not None:
+                self._observe(mp)
+                self._frame = perm
+                return _relabelled(hit, perm)
+        mp = m[np.ix_(canon, canon)]
+        self._observe(mp)
+        self._frame = canon
+        return _relabelled(self._new(mp), canon)
 
-    def _lookup(self, m: npt.NDArray[np.int64]) -> Bucket:
+    def _observe(self, m: npt.NDArray[np.int64]) -> None:
+        """Per-pair EWMA mean and variance of the required chunks (per unit)."""
+        unit = ladder_unit(m, self.pair_chunks)
+        req = quantize(m, unit)
+        mean, var = self._stats.get(unit, (req.astype(np.float64), np.zeros(req.shape)))
+        d = req - mean
+        self._stats[unit] = (mean + self.alpha * d, (1 - self.alpha) * (var + self.alpha * d * d))
+
+    def _serve(self, m: npt.NDArray[np.int64]) -> Bucket | None:
+        """The cached layout that serves ``m`` within both budgets (the most recently used first, else the least
+        waste), or None."""
+        unit = ladder_unit(m, self.pair_chunks)
+        payload = int(m.sum())
+        layouts = self._layouts.get(unit)
+        if not layouts:
+            return None
+        key, lay = layouts[-1]
+        cap = lay * unit
+        used = int(np.minimum(cap, m).sum())
+        pad0, over0 = int(cap.sum()) - used, payload - used
+        if pad0 <= self.max_padding * payload and over0 <= self.max_overflow * payload:
+            return Bucket(key, lay, unit, pad0, over0, payload, True)
+        stack = self._stacks.get(unit)
+        if stack is None:
+            stack = np.stack([lay for _k, lay in layouts]) * unit
+            self._stacks[unit] = stack
+        used_all = np.minimum(stack, m).sum(axis=(1, 2))
+        pads = stack.sum(axis=(1, 2)) - used_all
+        overs = payload - used_all
+        ok = (pads <= self.max_padding * payload) & (overs <= self.max_overflow * payload)
+        if not ok.any():
+            return None
+        waste = np.where(ok, pads + overs, np.iinfo(np.int64).max)
+        # least waste; ties go to the most recently used layout (the end of the list)
+        i = int(len(waste) - 1 - np.argmin(waste[::-1]))
+        key, lay = layouts[i]
+        if i != len(layouts) - 1:
+            layouts.append(layouts.pop(i))
+            self._stacks.pop(unit, None)
+        return Bucket(key, lay, unit, int(pads[i]), int(overs[i]), payload, True)
+
+    def _new(self, m: npt.NDArray[np.int64]) -> Bucket:
+        """A new layout for ``m``'s family (see the class docstring), remembered."""
         unit = ladder_unit(m, self.pair_chunks)
         req = quantize(m, unit)
         payload = int(m.sum())
-        mean, var = self._stats.get(unit, (req.astype(np.float64), np.zeros(req.shape)))
-        d = req - mean
-        mean = mean + self.alpha * d
-        var = (1 - self.alpha) * (var + self.alpha * d * d)
-        self._stats[unit] = (mean, var)
-        layouts = self._layouts.setdefault(unit, [])
-        if layouts:
-            # fast path: the most recently used layout, if it serves within both budgets
-            key, lay = layouts[-1]
-            cap = lay * unit
-            used = int(np.minimum(cap, m).sum())
-            pad0, over0 = int(cap.sum()) - used, payload - used
-            if pad0 <= self.max_padding * payload and over0 <= self.max_overflow * payload:
-                return Bucket(key, lay, unit, pad0, over0, payload, True)
-            stack = self._stacks.get(unit)
-            if stack is None:
-                stack = np.stack([lay for _k, lay in layouts]) * unit
-                self._stacks[unit] = stack
-            used = np.minimum(stack, m).sum(axis=(1, 2))
-            pads = stack.sum(axis=(1, 2)) - used
-            overs = payload - used
-            ok = (pads <= self.max_padding * payload) & (overs <= self.max_overflow * payload)
-            if ok.any():
-                waste = np.where(ok, pads + overs, np.iinfo(np.int64).max)
-                # least waste; ties go to the most recently used layout (the end of the list)
-                i = int(len(waste) - 1 - np.argmin(waste[::-1]))
-                key, lay = layouts[i]
-                if i != len(layouts) - 1:
-                    layouts.append(layouts.pop(i))
-                    self._stacks.pop(unit, None)
-                return Bucket(key, lay, unit, int(pads[i]), int(overs[i]), payload, True)
+        mean, var = self._stats[unit]
         lay = np.ceil(mean + self.z * np.sqrt(var)).astype(np.int64)
         lay = np.maximum(lay, (m > 0).astype(np.int64))  # every non-empty pair keeps at least one chunk
         grown = np.maximum(lay, req)
@@ -213,8 +240,13 @@ class BucketIndex:
             lay = own if fit(own, m, unit)[0] <= self.max_padding * payload else req
             pad, over = fit(lay, m, unit)
         key = bucket_key(lay, unit, self.planner, self.backend, self._fp)
+        layouts = self._layouts.setdefault(unit, [])
         layouts.append((key, lay))
         if len(layouts) > self.capacity:
             layouts.pop(0)
         self._stacks.pop(unit, None)
         return Bucket(key, lay, unit, pad, over, payload, False)
+
+
+def _relabelled(b: Bucket, perm: npt.NDArray[np.int64]) -> Bucket:
+    return b if bool((perm == np.arange(perm.shape[0])).all()) else replace(b, ranks=perm)
