@@ -200,7 +200,7 @@ class Engine:
         return why
 
     # ------------------------------------------------------------------ groups
-    def _group(self, group: Any, world: int) -> _Group | str:
+    def _group(self, group: Any, world: int, device: Any) -> _Group | str:
         import torch.distributed as dist
 
         ranks = tuple(range(world)) if group is None else tuple(dist.get_process_group_ranks(group))
@@ -226,7 +226,7 @@ class Engine:
                 index.pin(counts, unit)  # layouts the executor already holds files for (a2acc compile)
             state = _Group(ranks, topo, index, PlanTable(world))
             if self.overlap and topo.servers > 1:
-                state.side = self._side_group(group, ranks)
+                state.side = self._side_group(group, ranks, device)
             if dist.get_rank() == ranks[0]:
                 log.info(
                     "group of %d ranks (first %d): topology %s", world, ranks[0], topo.summary().describe()
@@ -234,15 +234,19 @@ class Engine:
         self._groups[ranks] = state
         return state
 
-    def _side_group(self, group: Any, ranks: tuple[int, ...]) -> Any:
+    def _side_group(self, group: Any, ranks: tuple[int, ...], device: Any) -> Any:
         """The second process group of the overlap option (its members create it together, at their first
-        call on ``group``); None (no overlap) when it cannot be made."""
+        call on ``group``), with one collective over all of them right away: NCCL wants the first operation on
+        a group that later carries batched send/recv to include every rank. None (no overlap) when it cannot be
+        made."""
         import torch.distributed as dist
 
         try:
-            return dist.new_group(
+            side = dist.new_group(
                 ranks=list(ranks), backend=str(dist.get_backend(group)), use_local_synchronization=True
             )
+            all_gather_ints([0], side, metadata_device(side, device), len(ranks))
+            return side
         except Exception as exc:  # the plans still run, on one group
             self.warn_once("side", f"no second process group for overlap=true ({exc})", tail="one group")
             return None
@@ -301,7 +305,7 @@ class Engine:
             cpu0 = time.thread_time()
             world = dist.get_world_size(group)
             rank = dist.get_rank(group)
-            g = self._group(group, world)
+            g = self._group(group, world, input.device)
             if isinstance(g, str):
                 self.warn_once(f"group:{world}", g, speak=rank == 0)
                 self.stats.fallback("unmapped group")
