@@ -22,7 +22,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from a2acc.analysis.calibrate import (
+from a2acc.analysis.model import CALIBRATED_ROCE, SimModel
+from a2acc.model.topology import load_topology
+from a2acc.studies.calibrate import (
     PARAMS,
     Accuracy,
     accuracy,
@@ -30,11 +32,9 @@ from a2acc.analysis.calibrate import (
     fast_log_split,
     fit,
     get_param,
-    read_logs,
     start_model,
 )
-from a2acc.analysis.model import CALIBRATED_ROCE, SimModel
-from a2acc.model.topology import load_topology
+from a2acc.studies.logs import read_logs
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "reference" / "peers" / "FAST" / "amd-result"
 

@@ -41,6 +41,7 @@ from a2acc.backends.mscclpp.model import (
     TbTable,
     ThreadBlock,
 )
+from a2acc.fileio import loads_json
 
 MAX_READ_GPUS = 4096
 OLD_SCHEMA_KEYS = frozenset(
@@ -556,7 +557,7 @@ def read_plan(text: str, src: str = "<plan>") -> ReadResult:
 
 def _read_plan(text: str, src: str) -> ReadResult:
     try:
-        doc = json.loads(text, object_pairs_hook=_pairs)
+        doc = loads_json(text, object_pairs_hook=_pairs)
     except json.JSONDecodeError as exc:
         return ReadResult(None, [f"{src}: not valid JSON ({exc})"])
     except RecursionError:

@@ -30,7 +30,7 @@ from a2acc.backends.mscclpp.read_dsl import read_dsl
 from a2acc.backends.mscclpp.reader import read_plan
 from a2acc.backends.target import CheckReport, Lowered, default_name, size_window
 from a2acc.errors import InputError, LoweringError
-from a2acc.fileio import atomic_write_text
+from a2acc.fileio import atomic_write_text, loads_json
 from a2acc.ir.layout import Manifest, export_manifest_path, manifest_file, manifest_for, manifest_from_json
 from a2acc.ir.program import Program
 from a2acc.model.units import parse_size
@@ -198,7 +198,7 @@ def is_plan_json(head: str) -> bool:
     if not s.startswith("{"):
         return False
     try:
-        doc = json.loads(head)
+        doc = loads_json(head)
     except json.JSONDecodeError:  # only the head of a large file: look for the keys instead
         return all(f'"{k}"' in s for k in ("collective", "protocol", "gpus"))
     return isinstance(doc, dict) and {"name", "collective", "protocol", "gpus"} <= set(doc)
@@ -357,7 +357,7 @@ class _MscclppTarget:
         if not is_plan_json(head):
             return False
         try:
-            name = json.loads(path.read_text(encoding="utf-8")).get("name", "")
+            name = loads_json(path.read_text(encoding="utf-8")).get("name", "")
         except (OSError, ValueError, AttributeError):
             return False
         return str(name).startswith("a2acc") or _beside(str(path)) is not None
@@ -379,11 +379,10 @@ class _MscclppTarget:
         return dataclasses.replace(rep, notes=(*notes, *rep.notes))
 
 
-TARGETS = {
-    "mscclpp-json": _MscclppTarget(
-        "mscclpp-json", "MSCCL++ JSON execution plan for mscclpp.Executor (--opt target=nvidia|amd)", "json"
-    ),
-    "mscclpp-dsl": _MscclppTarget(
-        "mscclpp-dsl", "MSCCL++ DSL program (mscclpp.language) from the same lowering as mscclpp-json", "dsl"
-    ),
-}
+JSON_TARGET = _MscclppTarget(
+    "mscclpp-json", "MSCCL++ JSON execution plan for mscclpp.Executor (--opt target=nvidia|amd)", "json"
+)
+DSL_TARGET = _MscclppTarget(
+    "mscclpp-dsl", "MSCCL++ DSL program (mscclpp.language) from the same lowering as mscclpp-json", "dsl"
+)
+TARGETS = {t.name: t for t in (JSON_TARGET, DSL_TARGET)}

@@ -34,7 +34,7 @@ together: ``E = integral of (k - 1)^fanin_power dt``; the probability that some 
 Synchronised senders (equal messages, all active to the end) accrue exposure at the full fan-in for the whole
 transfer; staggered ones (random sizes) see ``k`` fall as they finish - which is why FAST's fixed-size fan-out
 collapses at a smaller size than its random-size fan-out. The parameters of the RoCE default are fitted
-by :mod:`a2acc.analysis.calibrate` (docs/simulator.md says on which logs); the others are defaults.
+by :mod:`a2acc.studies.calibrate` (docs/simulator.md says on which logs); the others are defaults.
 """
 
 from __future__ import annotations

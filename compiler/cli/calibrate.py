@@ -9,23 +9,23 @@ from dataclasses import replace
 from pathlib import Path
 
 from a2acc import __version__
-from a2acc.analysis.calibrate import (
-    PARAMS,
-    Prediction,
-    build_cases,
-    evaluate,
-    fit,
-    get_param,
-    read_logs,
-    start_model,
-    summarise,
-)
 from a2acc.analysis.model import SimModel
 from a2acc.cli.common import add_topology_args, topology_from_args
 from a2acc.errors import InputError
 from a2acc.fileio import Output, atomic_write_text, check_outputs
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import load_matrix
+from a2acc.studies.calibrate import (
+    PARAMS,
+    Prediction,
+    build_cases,
+    evaluate,
+    fit,
+    get_param,
+    start_model,
+    summarise,
+)
+from a2acc.studies.logs import read_logs
 
 DEFAULT_FIT_ON = "spreadout,direct"
 ACCURACY_FROM = 8_000_000  # bytes per GPU: the accuracy summary covers sizes from 8 MB up
@@ -132,8 +132,12 @@ def _run(args: argparse.Namespace) -> int:
         bad = [p for p in params if p not in PARAMS]
         if bad:
             raise InputError("", "--fit", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
-    fit_meas = read_logs(args.logs, topo, traffic=traffic)
-    test_meas = read_logs(args.test, topo, traffic=traffic) if args.test else []
+
+    def warn(msg: str) -> None:
+        print(f"a2acc: warning: {msg}", file=sys.stderr, flush=True)
+
+    fit_meas = read_logs(args.logs, topo, traffic=traffic, warn=warn)
+    test_meas = read_logs(args.test, topo, traffic=traffic, warn=warn) if args.test else []
     fitted = [m for m in fit_meas if m.algorithm in fit_on]
     if not fitted:
         raise InputError(

@@ -24,9 +24,7 @@ from a2acc.planners import DEFAULT_ALGORITHM
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    backends = "\n".join(
-        f"  {t.name:14s} {t.summary}" for t in sorted(TARGETS.values(), key=lambda t: t.name)
-    )
+    backends = "\n".join(f"  {t.name:14s} {t.summary}" for t in TARGETS.entries())
     p = sub.add_parser(
         "compile",
         help="plan + lower to executor files (MSCCL XML), verified before anything is written",

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import InternalError, PlanFormatError
+from a2acc.fileio import loads_json
 
 # size limits of a layout read from a file (checked before anything is allocated from it)
 MAX_LAYOUT_RANKS = 16384
@@ -329,7 +330,7 @@ def _mfail(path: str, fld: str, value: object, allowed: str) -> PlanFormatError:
 def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
     """Parse a manifest; the offsets it lists must be the contiguous layout of its counts (checked)."""
     try:
-        doc = json.loads(text)
+        doc = loads_json(text)
     except json.JSONDecodeError as exc:
         raise _mfail(path, "", "JSON", f"not valid JSON ({exc})") from exc
     if not isinstance(doc, dict):

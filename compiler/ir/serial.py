@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import PlanFormatError
-from a2acc.fileio import atomic_write_text
+from a2acc.fileio import atomic_write_text, loads_json
 from a2acc.ir.layout import MAX_LAYOUT_CHUNKS, MAX_LAYOUT_RANKS
 from a2acc.ir.program import (
     LINK_CLASSES,
@@ -170,7 +170,7 @@ def program_from_json(text: str, source: str = "<plan>") -> Program:
     """Parse and validate a plan JSON (version 1 or 2); raises :class:`PlanFormatError` naming the field."""
     src = source
     try:
-        doc = json.loads(text)
+        doc = loads_json(text)
     except json.JSONDecodeError as exc:
         raise PlanFormatError(src, "", "JSON", f"not valid JSON (truncated or corrupt?): {exc}") from exc
     if not isinstance(doc, dict):

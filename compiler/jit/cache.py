@@ -35,7 +35,7 @@ from typing import Any
 
 from a2acc import __version__
 from a2acc.errors import InputError, InternalError
-from a2acc.fileio import atomic_write_text
+from a2acc.fileio import atomic_write_text, loads_json
 
 log = logging.getLogger("a2acc.jit.cache")
 ENTRY_FORMAT = "a2acc.cache-entry"
@@ -179,7 +179,7 @@ class PlanCache:
         if path is None or not (path.exists() or path.is_symlink()) or not self._usable(path):
             return None
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = loads_json(path.read_text(encoding="utf-8"))
             ok = (
                 isinstance(doc, dict)
                 and doc.get("format") == ENTRY_FORMAT

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import TrafficMatrixError
-from a2acc.fileio import atomic_write_bytes, atomic_write_text
+from a2acc.fileio import atomic_write_bytes, loads_json
 from a2acc.model.topology import MAX_RANKS
 
 Matrix = npt.NDArray[np.int64]
@@ -146,7 +146,7 @@ def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
             text = p.read_text(encoding="utf-8")
             if suffix == ".json":
                 try:
-                    doc = json.loads(text)
+                    doc = loads_json(text)
                 except json.JSONDecodeError as exc:
                     raise TrafficMatrixError(src, "", p.name, f"not valid JSON ({exc})") from exc
                 if isinstance(doc, dict):
@@ -196,21 +196,35 @@ def _parse_rows(rows: list[list[str]], src: str) -> list[list[float]]:
     return out
 
 
-def save_matrix(matrix: Matrix, path: str | Path) -> None:
-    """Write a matrix atomically in the format named by the extension."""
-    p = Path(path)
-    m = validate_matrix(matrix, str(p))
-    suffix = p.suffix.lower()
+#: the "format" key of a2acc's JSON matrices: what tells a later ``traffic gen -o`` that a2acc wrote the file
+MATRIX_FORMAT = "a2acc.matrix"
+
+
+def matrix_bytes(matrix: Matrix, suffix: str, source: str = "matrix") -> bytes:
+    """The file content of a matrix in the format named by ``suffix`` (.npy, .json, .csv, else nccl-tests'
+    whitespace-separated text)."""
+    m = validate_matrix(matrix, source)
+    suffix = suffix.lower()
     if suffix == ".npy":
         buf = io.BytesIO()
         np.save(buf, m, allow_pickle=False)
-        atomic_write_bytes(p, buf.getvalue())
-    elif suffix == ".json":
-        atomic_write_text(p, json.dumps({"units": "bytes", "matrix": m.tolist()}) + "\n")
-    elif suffix == ".csv":
-        atomic_write_text(p, "".join(",".join(str(int(x)) for x in row) + "\n" for row in m))
-    else:
-        atomic_write_text(p, "".join(" ".join(str(int(x)) for x in row) + "\n" for row in m))
+        return buf.getvalue()
+    if suffix == ".json":
+        return (json.dumps({"format": MATRIX_FORMAT, "units": "bytes", "matrix": m.tolist()}) + "\n").encode()
+    sep = "," if suffix == ".csv" else " "
+    return "".join(sep.join(str(int(x)) for x in row) + "\n" for row in m).encode()
+
+
+def owned_matrix(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is a matrix a2acc wrote (only JSON carries the mark; .npy, .csv
+    and text matrices are recognised only when their bytes are exactly what would be written)."""
+    return head.lstrip().startswith(b'{"format": "' + MATRIX_FORMAT.encode() + b'"')
+
+
+def save_matrix(matrix: Matrix, path: str | Path) -> None:
+    """Write a matrix atomically in the format named by the extension."""
+    p = Path(path)
+    atomic_write_bytes(p, matrix_bytes(matrix, p.suffix, str(p)))
 
 
 # ---------------------------------------------------------------------- generators

@@ -36,11 +36,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.analysis.fastsim import simulate_fast
+from a2acc.analysis.model import SimModel
 from a2acc.errors import InputError, PlannerError
 from a2acc.flows.parallel import parse_workers, run_all
 from a2acc.ir.builder import ProgramBuilder
 from a2acc.ir.program import Buf, MetaValue, Program
 from a2acc.model.topology import Topology
+from a2acc.options import bounded
 from a2acc.planners import PlanRequest
 from a2acc.planners.syccl import combine as comb
 from a2acc.planners.syccl.emit import Route, SubRoutes, build, rounds
@@ -48,7 +51,7 @@ from a2acc.planners.syccl.sketch import Pruning, SearchStats, Sketch, search
 from a2acc.planners.syccl.symmetry import Symmetry, invert
 from a2acc.planners.syccl.synth import GroupNet, SubSolution, direct_solution, group_net, hop_distance, solve
 
-__all__ = ["Options", "Pruning", "plan", "sketch_times", "symmetry"]
+__all__ = ["Options", "Pruning", "applies", "plan", "sketch_times", "symmetry"]
 
 
 @dataclass(frozen=True)
@@ -65,49 +68,56 @@ class Options:
         default="1",
         metadata={"help": "sub-demand LPs and simulations: 1, N local processes, or dask://HOST:PORT"},
     )
-    candidates: int = field(
-        default=6, metadata={"help": "sketches (besides the LP mix) whose sub-demands get coarse-epoch LPs"}
+    candidates: int = bounded(
+        6,
+        1,
+        64,
+        "sketches (besides the LP mix) whose sub-demands get coarse-epoch LPs",
+        "an LP per sub-demand each",
     )
-    evaluate: int = field(
-        default=3,
-        metadata={
-            "help": "top-K candidates solved with fine epochs, emitted and simulated (+ the direct tree)"
-        },
+    evaluate: int = bounded(
+        3,
+        1,
+        16,
+        "top-K candidates solved with fine epochs, emitted and simulated (+ the direct tree)",
+        "each is a fine-epoch LP, a Program and a simulation",
     )
-    epoch_ratio: float = field(
-        default=0.2, metadata={"help": "fine epoch length / coarse epoch length (the slides' E)"}
+    epoch_ratio: float = bounded(
+        0.2,
+        1e-3,
+        1.0,
+        "fine epoch length / coarse epoch length (the slides' E)",
+        "a share of the coarse epoch",
     )
-    max_epochs: int = field(default=8, metadata={"help": "at most this many fine epochs per sub-demand"})
-    pipeline: int = field(
-        default=1, metadata={"help": "cut each relayed route's chunks into up to this many pipeline pieces"}
+    max_epochs: int = bounded(
+        8, 1, 64, "at most this many fine epochs per sub-demand", "epochs multiply the fine LP's variables"
     )
-    max_depth: int = field(
-        default=0, metadata={"help": "relay depth limit (Pruning 3); 0: the number of dimensions"}
+    pipeline: int = bounded(
+        1,
+        1,
+        64,
+        "cut each relayed route's chunks into up to this many pipeline pieces",
+        "pieces multiply ops",
+    )
+    max_depth: int = bounded(
+        0, 0, 16, "relay depth limit (Pruning 3); 0: the number of dimensions", "sketch trees grow with depth"
     )
     prune: bool = field(default=True, metadata={"help": "Prunings 1 and 2 (isomorphism, ratio consistency)"})
-    search_limit: int = field(default=20000, metadata={"help": "partial sketches the search may expand"})
-    image_cap: int = field(default=512, metadata={"help": "most symmetric images replicated per sketch"})
-    eval_ops: int = field(
-        default=24000,
-        metadata={"help": "simulate further candidates only while their ops total at most this"},
+    search_limit: int = bounded(
+        20000, 1, 1_000_000, "partial sketches the search may expand", "each is held in memory"
+    )
+    image_cap: int = bounded(
+        512, 1, 65536, "most symmetric images replicated per sketch", "images multiply LP columns"
+    )
+    eval_ops: int = bounded(
+        24000,
+        1,
+        10_000_000,
+        "simulate further candidates only while their ops total at most this",
+        "simulation time grows with ops",
     )
 
     def check(self) -> None:
-        for name in (
-            "candidates",
-            "evaluate",
-            "max_epochs",
-            "pipeline",
-            "search_limit",
-            "image_cap",
-            "eval_ops",
-        ):
-            if getattr(self, name) < 1:
-                raise InputError("--opt", name, getattr(self, name), "must be an integer >= 1")
-        if self.max_depth < 0:
-            raise InputError("--opt", "max_depth", self.max_depth, "must be an integer >= 0")
-        if not 0 < self.epoch_ratio <= 1:
-            raise InputError("--opt", "epoch_ratio", self.epoch_ratio, "a number in (0, 1]")
         if not self.time_limit >= 0:
             raise InputError("--opt", "time_limit", self.time_limit, "seconds >= 0")
         parse_workers(self.workers)
@@ -196,14 +206,22 @@ def symmetry(topo: Topology) -> Symmetry:
 
 
 # ---------------------------------------------------------------------- plan
+def applies(topo: Topology) -> str | None:
+    """SyCCL's symmetry is the server/rail structure of scale-up + scale-out clusters (tiered topologies)."""
+    if topo.direct is not None:
+        return (
+            f"'{topo.name}' is a direct-connect graph ({topo.direct.kind}); SyCCL's symmetry is the server/rail "
+            "structure of scale-up + scale-out clusters: use mcf for direct-connect topologies"
+        )
+    return None
+
+
 def plan(req: PlanRequest) -> Program:
     opts: Options = req.options if isinstance(req.options, Options) else Options()
     topo = req.topology
-    if topo.direct is not None:
-        raise PlannerError(
-            f"syccl: '{topo.name}' is a direct-connect graph ({topo.direct.kind}); SyCCL's symmetry is the "
-            "server/rail structure of scale-up + scale-out clusters: use -a mcf for direct-connect topologies"
-        )
+    why = applies(topo)
+    if why is not None:
+        raise PlannerError(f"syccl: {why}")
     clock = _Clock(opts.time_limit)
     sym = symmetry(topo)
     if topo.nranks == 1:
@@ -500,16 +518,10 @@ def sketch_times(
     return out
 
 
-def _simulate(prog: Program, topo: Topology) -> float:
-    """Completion time under the topology's default simulator model (the fast engine when present: the same
-    model, organised for speed; else the event-driven reference)."""
-    try:
-        from a2acc.analysis.fastsim import simulate_fast
-    except ImportError:  # pragma: no cover - the reference engine is always there
-        from a2acc.analysis.simulate import simulate
-
-        return simulate(prog, topo, record_timeline=False).time_s
-    return simulate_fast(prog, topo).time_s
+def _simulate(prog: Program, topo: Topology, model: SimModel | None = None) -> float:
+    """Completion time under the request's simulator model (None: the topology's default), with the fast
+    engine (the reference engine's model, organised for speed)."""
+    return simulate_fast(prog, topo, model=model).time_s
 
 
 def _evaluation_pool(
@@ -596,7 +608,7 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
             progs.append(rounds(prog, topo))
     times: list[float] = []
     if len(progs) > 1 and not clock.over():
-        times = run_all(_simulate, [(p, topo) for p in progs], opts.workers, desc="syccl simulate")
+        times = run_all(_simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate")
     best = int(np.argmin(times)) if times else 0
     prog = progs[best]
     meta2 = dict(prog.meta)

@@ -1,21 +1,6 @@
 """Fit the simulator's few parameters to measured all-to-all runs (``a2acc calibrate``).
 
-Inputs, recognised by content:
-
-- **FAST's benchmark logs** (FAST repository ``amd/test_alltoall.cpp``, published as ``amd-result/*.txt``): one
-  run per line, 16 numbers: total bytes over all GPUs, Zipf skew (0 = none), FLASH / fan-out / FLASH-ablation /
-  SpreadOut algbw (GB/s), FLASH time and its load-balance / cross-node / restore phases, fan-out time, the
-  ablation's four times, SpreadOut time (ms). The traffic comes from the file name as FAST names its runs:
-  ``*fixed_sz*`` every off-diagonal entry equal (diagonal 0), ``*random*`` uniform entries
-  (``uniform_distribution2``: ``rand() % 1024``, scaled), ``*skew*`` Zipf entries over 1..1024 with the line's
-  skew (``zipf_distribution2``); ``<n>n_`` gives the number of servers, which must match the topology.
-  Columns used: FLASH time -> planner ``fast``, fan-out time -> ``direct`` (RCCL grouped send/recv),
-  SpreadOut time -> ``spreadout``; the matrices are drawn again with the same distributions (seeded), since
-  the logs record only their totals.
-- **nccl-tests** ``alltoall_perf`` / ``alltoallv_perf`` output: the ``#  Rank`` lines give the number of ranks
-  (it must match the topology), each data row a size and its out-of-place time (us). alltoall sends
-  ``size / nranks`` to every rank including itself; alltoallv needs the matrix the run used (``--traffic``),
-  rescaled to each size. Both are NCCL's grouped send/recv: planner ``direct``.
+The runs come from :mod:`a2acc.studies.logs` (FAST's logs, nccl-tests output).
 
 Fit (:func:`fit`): repeated runs of one configuration are reduced to their median; the objective is the mean
 squared log error ``log(predicted / measured)^2``. Parameters are fitted in two phases so each phase sees the
@@ -28,9 +13,8 @@ back is the caller's choice: ``--test`` logs are predicted with the fitted param
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +25,8 @@ from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import Routes, routes
 from a2acc.errors import InputError
 from a2acc.model.topology import Topology
+from a2acc.studies.logs import Measurement, matrix_for
 
-FAST_COLUMNS = 16
-#: FAST's column -> (planner, column index of its time in ms)
-FAST_TIMES = {"fast": 6, "direct": 10, "spreadout": 15}
 #: the parameters :func:`fit` can fit, in the order they are reported
 PARAMS = (
     "inter_efficiency",
@@ -58,242 +40,6 @@ PARAMS = (
 )
 STAGED_PARAMS = PARAMS[:4]
 INCAST_PARAMS = PARAMS[4:]
-
-
-class LogFormatError(InputError):
-    """A measurement log is malformed, of an unknown format, or does not fit the topology."""
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """How a measured run's matrix was drawn: ``fixed`` (FAST: equal entries, diagonal 0), ``balanced``
-    (nccl-tests alltoall: ``size / N`` to every rank including itself), ``uniform``/``zipf`` (FAST's random
-    workloads), ``matrix`` (a given matrix, rescaled)."""
-
-    kind: str
-    skew: float = 0.0
-    matrix: npt.NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
-
-    def label(self) -> str:
-        return f"zipf {self.skew:g}" if self.kind == "zipf" else self.kind
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One configuration: the median time over its repeated runs."""
-
-    source: str
-    algorithm: str
-    traffic: Traffic
-    size: int  # mean bytes one GPU sends (FAST: total / N; nccl-tests: the size column)
-    time_s: float
-    runs: int
-
-
-# ---------------------------------------------------------------------------------------------- readers
-def read_logs(
-    paths: Sequence[str], topo: Topology, *, traffic: npt.NDArray[np.int64] | None = None
-) -> list[Measurement]:
-    """Every measurement in ``paths`` (format recognised by content), grouped and reduced to medians."""
-    raw: list[tuple[str, str, Traffic, float, float]] = []
-    for p in paths:
-        text = _read(p)
-        if _is_nccl_tests(text):
-            raw += _nccl_tests(text, p, topo, traffic)
-        else:
-            raw += _fast(text, p, topo)
-    return _group(raw)
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LogFormatError(path, "", path, f"cannot read the file ({exc.__class__.__name__})") from exc
-
-
-def _is_nccl_tests(text: str) -> bool:
-    return any(
-        line.lstrip().startswith("#") and "size" in line and "count" in line for line in text.splitlines()
-    )
-
-
-_SERVERS_RE = re.compile(r"(?:^|[^0-9])(\d+)n_")
-
-
-def _fast(text: str, path: str, topo: Topology) -> list[tuple[str, str, Traffic, float, float]]:
-    name = Path(path).name
-    m = _SERVERS_RE.search(name)
-    if m and int(m.group(1)) != topo.servers:
-        raise LogFormatError(
-            path,
-            "file name",
-            name,
-            f"the run used {m.group(1)} servers ('{m.group(1)}n_'), the topology has {topo.servers} "
-            f"(give --servers {m.group(1)})",
-        )
-    low = name.lower()
-    if "fixed" in low:
-        kind = "fixed"
-    elif "random" in low or "uniform" in low:
-        kind = "uniform"
-    elif "skew" in low:
-        kind = "zipf"
-    else:
-        kind = ""
-    out: list[tuple[str, str, Traffic, float, float]] = []
-    n = topo.nranks
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split()
-        if len(parts) != FAST_COLUMNS:
-            raise LogFormatError(
-                path,
-                f"line {no}",
-                line.strip()[:60],
-                f"FAST's log format has {FAST_COLUMNS} numbers per line (amd/test_alltoall.cpp); "
-                "nccl-tests output has a '# size count type' header",
-            )
-        try:
-            vals = [float(x) for x in parts]
-        except ValueError:
-            raise LogFormatError(
-                path, f"line {no}", line.strip()[:60], "every column must be a number"
-            ) from None
-        total, skew = vals[0], vals[1]
-        if not (math.isfinite(total) and total > 0) or not (math.isfinite(skew) and 0 <= skew < 10):
-            raise LogFormatError(
-                path,
-                f"line {no}",
-                line.strip()[:60],
-                "column 1 is total bytes > 0, column 2 a skew in [0, 10)",
-            )
-        k = kind or ("zipf" if skew > 0 else "")
-        if not k:
-            raise LogFormatError(
-                path,
-                "file name",
-                name,
-                "cannot tell the traffic: FAST names its runs *fixed_sz*, *random_*, *skew*",
-            )
-        tr = Traffic(k, skew if k == "zipf" else 0.0)
-        for alg, col in FAST_TIMES.items():
-            t = vals[col]
-            if not (math.isfinite(t) and t > 0):
-                raise LogFormatError(path, f"line {no}, column {col + 1}", parts[col], "times are ms > 0")
-            out.append((path, alg, tr, total / n, t * 1e-3))
-    if not out:
-        raise LogFormatError(path, "", name, "no measurements in the file")
-    return out
-
-
-_RANK_RE = re.compile(r"^#\s*Rank\s+\d+\s")
-
-
-def _nccl_tests(
-    text: str, path: str, topo: Topology, traffic: npt.NDArray[np.int64] | None
-) -> list[tuple[str, str, Traffic, float, float]]:
-    lines = text.splitlines()
-    ranks = sum(1 for line in lines if _RANK_RE.match(line))
-    if ranks and ranks != topo.nranks:
-        raise LogFormatError(
-            path, "#  Rank lines", ranks, f"the run used {ranks} ranks, the topology has {topo.nranks} GPUs"
-        )
-    alltoallv = "alltoallv" in Path(path).name.lower() or any(
-        "alltoallv" in line for line in lines if line.startswith("#")
-    )
-    if alltoallv and traffic is None:
-        raise LogFormatError(
-            path, "--traffic", None, "an alltoallv_perf log needs the matrix the run used (--traffic FILE)"
-        )
-    tr = Traffic("matrix", 0.0, traffic) if alltoallv else Traffic("balanced")
-    out: list[tuple[str, str, Traffic, float, float]] = []
-    for no, line in enumerate(lines, 1):
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        parts = s.split()
-        try:
-            size = int(parts[0])
-            time_us = float(parts[5])
-        except (ValueError, IndexError):
-            raise LogFormatError(
-                path,
-                f"line {no}",
-                s[:60],
-                "nccl-tests rows are: size count type redop root time(us) algbw busbw ...",
-            ) from None
-        if size <= 0:
-            continue
-        if not (math.isfinite(time_us) and time_us > 0):
-            raise LogFormatError(path, f"line {no}, time", parts[5], "a time in us > 0")
-        out.append((path, "direct", tr, float(size), time_us * 1e-6))
-    if not out:
-        raise LogFormatError(path, "", Path(path).name, "no data rows (size count type redop root time ...)")
-    return out
-
-
-def _group(raw: list[tuple[str, str, Traffic, float, float]]) -> list[Measurement]:
-    """Runs of one (algorithm, traffic, size within 1 %) configuration -> one median measurement."""
-    groups: dict[tuple[str, str, float, int, int], list[tuple[str, float, float]]] = {}
-    for src, alg, tr, size, t in raw:
-        key = (
-            alg,
-            tr.kind,
-            tr.skew,
-            id(tr.matrix) if tr.matrix is not None else 0,
-            round(math.log2(size) * 4),
-        )
-        groups.setdefault(key, []).append((src, size, t))
-    out = []
-    for key, rows in groups.items():
-        alg, kind, skew, _mid, _sz = key
-        srcs = sorted({r[0] for r in rows})
-        tr = next(t for s, a, t, _z, _t in raw if a == alg and t.kind == kind and t.skew == skew)
-        out.append(
-            Measurement(
-                source=", ".join(Path(s).name for s in srcs),
-                algorithm=alg,
-                traffic=tr,
-                size=round(float(np.median([r[1] for r in rows]))),
-                time_s=float(np.median([r[2] for r in rows])),
-                runs=len(rows),
-            )
-        )
-    out.sort(key=lambda m: (m.algorithm, m.traffic.kind, m.traffic.skew, m.size))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------- matrices
-def matrix_for(tr: Traffic, n: int, size: int, seed: int = 0) -> npt.NDArray[np.int64]:
-    """A matrix drawn like the measured run's (mean bytes per GPU ``size``; module docstring)."""
-    rng = np.random.default_rng(seed)
-    if tr.kind == "balanced":
-        return np.full((n, n), max(size // n, 1), dtype=np.int64)
-    if tr.kind == "matrix":
-        assert tr.matrix is not None
-        w = tr.matrix.astype(np.float64)
-        mean = float(w.sum(axis=1).mean())
-        return (
-            np.asarray(np.rint(w * (size / mean) / 16) * 16, dtype=np.int64)
-            if mean > 0
-            else w.astype(np.int64)
-        )
-    if tr.kind == "fixed":
-        w = np.ones((n, n))
-    elif tr.kind == "uniform":
-        w = rng.integers(0, 1024, (n, n)).astype(np.float64)
-    elif tr.kind == "zipf":
-        k = np.arange(1, 1025, dtype=np.float64)
-        cdf = np.cumsum(k ** (-tr.skew))
-        w = k[np.searchsorted(cdf / cdf[-1], rng.random((n, n)))]
-    else:  # pragma: no cover - Traffic kinds are fixed by the readers
-        raise ValueError(tr.kind)
-    np.fill_diagonal(w, 0.0)
-    total = float(w.sum())
-    scaled = w * (size * n / total) if total > 0 else w
-    return np.asarray(np.rint(scaled / 512) * 512, dtype=np.int64)  # FAST aligns entries to 512 B (mem_align)
 
 
 # ---------------------------------------------------------------------------------------------- cases
@@ -314,6 +60,12 @@ class Case:
 
 
 RANDOM_DRAWS = 3
+#: how each logged algorithm is planned: FAST's FLASH column is FAST's own implementation - its stage sequence in
+#: FAST's (ascending) order, with balancing, steps and the last redistribution one after another (its logs time
+#: the three phases separately and they add up to the total)
+PLANNED_AS: dict[str, dict[str, str]] = {
+    "fast": {"shape": "staged", "order": "ascending", "phases": "sequential"}
+}
 
 
 def build_cases(
@@ -331,7 +83,8 @@ def build_cases(
         payload = 0
         for j in range(k):
             mat = matrix_for(m.traffic, topo.nranks, m.size, seed + 1000 * i + j)
-            prog = compile(Request(topo, mat, m.algorithm)).program
+            opts = PLANNED_AS.get(m.algorithm)
+            prog = compile(Request(topo, mat, m.algorithm, planner_options=opts)).program
             rts.append(routes(prog, topo))
             payload = int(mat.sum())
         out.append(Case(m, tuple(rts), payload))
@@ -388,6 +141,8 @@ def get_param(model: SimModel, name: str) -> float:
         "alpha_us": model.alpha_s * 1e6,
         "stage_us": model.stage_s * 1e6,
         "eager_bytes": model.eager_bytes,
+        "fill_bytes": model.fill_bytes,
+        "intra_efficiency": model.intra_efficiency,
         "buffer_bytes": inc.buffer_bytes,
         "retransmit": inc.retransmit,
         "storm_ms": inc.storm_s * 1e3,
@@ -407,6 +162,10 @@ def set_params(model: SimModel, values: dict[str, float]) -> SimModel:
             m = replace(m, stage_s=v * 1e-6)
         elif k == "eager_bytes":
             m = replace(m, eager_bytes=v)
+        elif k == "fill_bytes":
+            m = replace(m, fill_bytes=v)
+        elif k == "intra_efficiency":
+            m = replace(m, intra_efficiency=min(v, 1.0))
         elif k == "buffer_bytes":
             inc = replace(inc, buffer_bytes=v)
         elif k == "retransmit":
@@ -430,6 +189,7 @@ BOUNDS = {
     "alpha_us": (0.1, 1e4),
     "stage_us": (0.1, 1e5),
     "eager_bytes": (4096.0, 2.0**30),
+    "fill_bytes": (4096.0, 2.0**30),
     "buffer_bytes": (2.0**16, 2.0**34),
     "retransmit": (1e-3, 100.0),
     "storm_ms": (1e-2, 1e9),
@@ -438,7 +198,7 @@ BOUNDS = {
 
 
 def _to_x(name: str, v: float) -> float:
-    if name == "inter_efficiency":
+    if name in ("inter_efficiency", "intra_efficiency"):
         p = min(max(v, 1e-3), 1 - 1e-6)
         return math.log(p / (1 - p))
     lo, hi = BOUNDS[name]
@@ -447,7 +207,7 @@ def _to_x(name: str, v: float) -> float:
 
 
 def _from_x(name: str, x: float) -> float:
-    if name == "inter_efficiency":
+    if name in ("inter_efficiency", "intra_efficiency"):
         return 1.0 / (1.0 + math.exp(-x))
     lo, hi = BOUNDS[name]
     u = 1.0 / (1.0 + math.exp(-max(min(x, 50.0), -50.0)))

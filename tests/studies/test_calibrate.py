@@ -8,19 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from a2acc.analysis.calibrate import (
-    LogFormatError,
-    Measurement,
-    Traffic,
-    build_cases,
-    get_param,
-    matrix_for,
-    read_logs,
-    start_model,
-)
 from a2acc.analysis.model import load_model
 from a2acc.cli import main
 from a2acc.model.topology import load_topology
+from a2acc.studies.calibrate import build_cases, get_param, start_model
+from a2acc.studies.logs import LogFormatError, Measurement, Traffic, matrix_for, read_logs
 
 SHARED = Path(os.environ.get("A2ACC_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 FAST_LOGS = SHARED / "reference" / "peers" / "FAST" / "amd-result"
@@ -84,8 +76,9 @@ def test_fast_traffic_like_the_runs_and_nccl_tests_balanced():
     [
         ("3n_fixed_sz_x.txt", "1 2 3\n", r"line 1: .* 16 numbers per line"),
         ("3n_fixed_sz_x.txt", " ".join(["1"] * 15 + ["x"]) + "\n", "every column must be a number"),
-        ("3n_fixed_sz_x.txt", " ".join(["-5"] + ["1"] * 15) + "\n", "total bytes > 0"),
-        ("3n_fixed_sz_x.txt", " ".join(["100", "0"] + ["1"] * 13 + ["0"]) + "\n", "times are ms > 0"),
+        ("3n_fixed_sz_x.txt", " ".join(["-5"] + ["1"] * 15) + "\n", "column 1 is total bytes in"),
+        ("3n_fixed_sz_x.txt", " ".join(["100", "0"] + ["1"] * 13 + ["-1"]) + "\n", "times are ms in"),
+        ("3n_fixed_sz_x.txt", " ".join(["100", "0"] + ["1"] * 13 + ["1e99"]) + "\n", "times are ms in"),
         ("3n_mystery.txt", " ".join(["100", "0"] + ["1"] * 14) + "\n", "cannot tell the traffic"),
         ("3n_fixed_sz_x.txt", "", "no measurements"),
     ],
@@ -96,6 +89,21 @@ def test_malformed_fast_logs_name_file_field_and_value(tmp_path, name, text, mat
     with pytest.raises(LogFormatError, match=match) as exc:
         read_logs([str(p)], load_topology("mi300x-100g", 3))
     assert str(p) in str(exc.value)
+
+
+def test_zero_times_in_fast_logs_are_left_out_with_a_warning(tmp_path):
+    p = tmp_path / "3n_fixed_sz_x.txt"
+    cols = ["100", "0"] + ["1"] * 14
+    cols[15] = "0"  # SpreadOut's time
+    p.write_text(" ".join(cols) + "\n", encoding="utf-8")
+    said: list[str] = []
+    meas = read_logs([str(p)], load_topology("mi300x-100g", 3), warn=said.append)
+    assert {m.algorithm for m in meas} == {"fast", "direct"}
+    assert len(said) == 1 and "line 1" in said[0] and "spreadout time is 0" in said[0]
+    cols[6] = cols[10] = "0"
+    p.write_text(" ".join(cols) + "\n", encoding="utf-8")
+    with pytest.raises(LogFormatError, match="no measurements"):
+        read_logs([str(p)], load_topology("mi300x-100g", 3))
 
 
 def _nccl_tests_log(ranks: int, rows: list[tuple[int, float]]) -> str:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from a2acc.analysis.calibrate import accuracy, build_cases, fast_log_split, read_logs
 from a2acc.analysis.model import CALIBRATED_ROCE
 from a2acc.model.topology import load_topology
+from a2acc.studies.calibrate import accuracy, build_cases, fast_log_split
+from a2acc.studies.logs import read_logs
 
 SHARED = Path(os.environ.get("A2ACC_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 FAST_LOGS = SHARED / "reference" / "peers" / "FAST" / "amd-result"

@@ -1,0 +1,330 @@
+"""Measured all-to-all runs, read for calibration and accuracy checks.
+
+Inputs, recognised by content:
+
+- **FAST's benchmark logs** (FAST repository ``amd/test_alltoall.cpp``, published as ``amd-result/*.txt``): one
+  run per line, 16 numbers: total bytes over all GPUs, Zipf skew (0 = none), FLASH / fan-out / FLASH-ablation /
+  SpreadOut algbw (GB/s), FLASH time and its load-balance / cross-node / restore phases, fan-out time, the
+  ablation's four times, SpreadOut time (ms). The traffic comes from the file name as FAST names its runs:
+  ``*fixed_sz*`` every off-diagonal entry equal (diagonal 0), ``*random*`` uniform entries
+  (``uniform_distribution2``: ``rand() % 1024``, scaled), ``*skew*`` Zipf entries over 1..1024 with the line's
+  skew (``zipf_distribution2``); ``<n>n_`` gives the number of servers, which must match the topology.
+  Columns used: FLASH time -> planner ``fast``, fan-out time -> ``direct`` (RCCL grouped send/recv),
+  SpreadOut time -> ``spreadout``; the matrices are drawn again with the same distributions (seeded), since
+  the logs record only their totals.
+- **nccl-tests** ``alltoall_perf`` / ``alltoallv_perf`` output: the ``#  Rank`` lines give the number of ranks
+  (it must match the topology), each data row a size and its out-of-place time (us). alltoall sends
+  ``size / nranks`` to every rank including itself; alltoallv needs the matrix the run used (``--traffic``),
+  rescaled to each size. Both are NCCL's grouped send/recv: planner ``direct``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from a2acc.errors import InputError
+from a2acc.model.topology import Topology
+from a2acc.model.traffic import MAX_RANK_BYTES
+
+FAST_COLUMNS = 16
+#: FAST's column -> (planner, column index of its time in ms)
+FAST_TIMES = {"fast": 6, "direct": 10, "spreadout": 15}
+
+
+class LogFormatError(InputError):
+    """A measurement log is malformed, of an unknown format, or does not fit the topology."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """How a measured run's matrix was drawn: ``fixed`` (FAST: equal entries, diagonal 0), ``balanced``
+    (nccl-tests alltoall: ``size / N`` to every rank including itself), ``uniform``/``zipf`` (FAST's random
+    workloads), ``matrix`` (a given matrix, rescaled)."""
+
+    kind: str
+    skew: float = 0.0
+    matrix: npt.NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
+
+    def label(self) -> str:
+        return f"zipf {self.skew:g}" if self.kind == "zipf" else self.kind
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One configuration: the median time over its repeated runs."""
+
+    source: str
+    algorithm: str
+    traffic: Traffic
+    size: int  # mean bytes one GPU sends (FAST: total / N; nccl-tests: the size column)
+    time_s: float
+    runs: int
+
+
+# ---------------------------------------------------------------------------------------------- readers
+Warn = Callable[[str], None]
+
+
+def read_logs(
+    paths: Sequence[str],
+    topo: Topology,
+    *,
+    traffic: npt.NDArray[np.int64] | None = None,
+    warn: Warn | None = None,
+) -> list[Measurement]:
+    """Every measurement in ``paths`` (format recognised by content), grouped and reduced to medians.
+
+    A row that is no measurement (nccl-tests' ``#wrong`` column non-zero, a time of ``N/A`` or 0) is left out
+    and ``warn`` is told the file, the line and why; a file with nothing left is an error."""
+    say: Warn = warn if warn is not None else (lambda _msg: None)
+    raw: list[tuple[str, str, Traffic, float, float]] = []
+    for p in paths:
+        text = _read(p)
+        if _is_nccl_tests(text):
+            raw += _nccl_tests(text, p, topo, traffic, say)
+        else:
+            raw += _fast(text, p, topo, say)
+    return _group(raw)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LogFormatError(path, "", path, f"cannot read the file ({exc.__class__.__name__})") from exc
+
+
+def _is_nccl_tests(text: str) -> bool:
+    return any(
+        line.lstrip().startswith("#") and "size" in line and "count" in line for line in text.splitlines()
+    )
+
+
+_SERVERS_RE = re.compile(r"(?:^|[^0-9])(\d+)n_")
+
+
+def _fast(text: str, path: str, topo: Topology, warn: Warn) -> list[tuple[str, str, Traffic, float, float]]:
+    name = Path(path).name
+    m = _SERVERS_RE.search(name)
+    if m and int(m.group(1)) != topo.servers:
+        raise LogFormatError(
+            path,
+            "file name",
+            name,
+            f"the run used {m.group(1)} servers ('{m.group(1)}n_'), the topology has {topo.servers} "
+            f"(give --servers {m.group(1)})",
+        )
+    low = name.lower()
+    if "fixed" in low:
+        kind = "fixed"
+    elif "random" in low or "uniform" in low:
+        kind = "uniform"
+    elif "skew" in low:
+        kind = "zipf"
+    else:
+        kind = ""
+    out: list[tuple[str, str, Traffic, float, float]] = []
+    n = topo.nranks
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != FAST_COLUMNS:
+            raise LogFormatError(
+                path,
+                f"line {no}",
+                line.strip()[:60],
+                f"FAST's log format has {FAST_COLUMNS} numbers per line (amd/test_alltoall.cpp); "
+                "nccl-tests output has a '# size count type' header",
+            )
+        try:
+            vals = [float(x) for x in parts]
+        except ValueError:
+            raise LogFormatError(
+                path, f"line {no}", line.strip()[:60], "every column must be a number"
+            ) from None
+        total, skew = vals[0], vals[1]
+        if not (math.isfinite(total) and 0 < total <= MAX_RANK_BYTES * n) or not (
+            math.isfinite(skew) and 0 <= skew < 10
+        ):
+            raise LogFormatError(
+                path,
+                f"line {no}",
+                line.strip()[:60],
+                f"column 1 is total bytes in (0, {MAX_RANK_BYTES} x GPUs], column 2 a skew in [0, 10)",
+            )
+        k = kind or ("zipf" if skew > 0 else "")
+        if not k:
+            raise LogFormatError(
+                path,
+                "file name",
+                name,
+                "cannot tell the traffic: FAST names its runs *fixed_sz*, *random_*, *skew*",
+            )
+        tr = Traffic(k, skew if k == "zipf" else 0.0)
+        for alg, col in FAST_TIMES.items():
+            t = vals[col]
+            if t == 0:
+                warn(f"{path}: line {no}: {alg} time is 0: left out (no measurement)")
+                continue
+            if not (math.isfinite(t) and 0 < t <= MAX_TIME_S * 1e3):
+                raise LogFormatError(
+                    path,
+                    f"line {no}, column {col + 1}",
+                    parts[col],
+                    f"times are ms in (0, {MAX_TIME_S * 1e3:g}]",
+                )
+            out.append((path, alg, tr, total / n, t * 1e-3))
+    if not out:
+        raise LogFormatError(path, "", name, "no measurements in the file")
+    return out
+
+
+_RANK_RE = re.compile(r"^#\s*Rank\s+\d+\s")
+
+
+def _nccl_tests(
+    text: str, path: str, topo: Topology, traffic: npt.NDArray[np.int64] | None, warn: Warn
+) -> list[tuple[str, str, Traffic, float, float]]:
+    lines = text.splitlines()
+    ranks = sum(1 for line in lines if _RANK_RE.match(line))
+    if ranks and ranks != topo.nranks:
+        raise LogFormatError(
+            path, "#  Rank lines", ranks, f"the run used {ranks} ranks, the topology has {topo.nranks} GPUs"
+        )
+    alltoallv = "alltoallv" in Path(path).name.lower() or any(
+        "alltoallv" in line for line in lines if line.startswith("#")
+    )
+    if alltoallv and traffic is None:
+        raise LogFormatError(
+            path, "--traffic", None, "an alltoallv_perf log needs the matrix the run used (--traffic FILE)"
+        )
+    tr = Traffic("matrix", 0.0, traffic) if alltoallv else Traffic("balanced")
+    out: list[tuple[str, str, Traffic, float, float]] = []
+    left_out = 0
+    for no, line in enumerate(lines, 1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        row = _nccl_row(s.split(), path, no, topo.nranks)
+        if isinstance(row, str):
+            warn(f"{path}: line {no}: {row}: left out")
+            left_out += 1
+            continue
+        if row is not None:
+            out.append((path, "direct", tr, float(row[0]), row[1]))
+    if not out:
+        why = f" ({left_out} rows left out: wrong results, N/A or zero times)" if left_out else ""
+        raise LogFormatError(
+            path, "", Path(path).name, f"no usable data rows (size count type redop root time ...){why}"
+        )
+    return out
+
+
+#: the longest measured time a log may report (a day): larger values are corrupt, not slow
+MAX_TIME_S = 86400.0
+_NCCL_ROW = "nccl-tests rows are: size count type redop root time(us) algbw busbw #wrong ..."
+
+
+def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, float] | str | None:
+    """One nccl-tests data row as (bytes, seconds); a string says why a row is no measurement; None: size 0."""
+    if len(parts) < 6:
+        raise LogFormatError(path, f"line {no}", " ".join(parts)[:60], _NCCL_ROW)
+    try:
+        size = int(parts[0])
+    except ValueError:
+        raise LogFormatError(path, f"line {no}, size", parts[0], _NCCL_ROW) from None
+    if size <= 0:
+        return None
+    if size > MAX_RANK_BYTES:
+        raise LogFormatError(path, f"line {no}, size", parts[0], f"bytes per rank <= {MAX_RANK_BYTES}")
+    wrong = parts[8] if len(parts) > 8 else "0"
+    if wrong != "N/A":  # N/A: the run did not check (-c 0), not a wrong result
+        try:
+            nwrong = int(wrong)
+        except ValueError:
+            raise LogFormatError(
+                path, f"line {no}, #wrong", wrong, "a count of wrong results or N/A"
+            ) from None
+        if nwrong != 0:
+            return f"{nwrong} wrong results (#wrong)"
+    if parts[5] == "N/A":
+        return "time is N/A"
+    try:
+        time_us = float(parts[5])
+    except ValueError:
+        raise LogFormatError(path, f"line {no}, time", parts[5], "a time in us, or N/A") from None
+    if time_us == 0:
+        return "time is 0"
+    if not (math.isfinite(time_us) and 0 < time_us <= MAX_TIME_S * 1e6):
+        raise LogFormatError(path, f"line {no}, time", parts[5], f"a time in us in (0, {MAX_TIME_S * 1e6:g}]")
+    return size, time_us * 1e-6
+
+
+def _group(raw: list[tuple[str, str, Traffic, float, float]]) -> list[Measurement]:
+    """Runs of one (algorithm, traffic, size within 1 %) configuration -> one median measurement."""
+    groups: dict[tuple[str, str, float, int, int], list[tuple[str, float, float]]] = {}
+    for src, alg, tr, size, t in raw:
+        key = (
+            alg,
+            tr.kind,
+            tr.skew,
+            id(tr.matrix) if tr.matrix is not None else 0,
+            round(math.log2(size) * 4),
+        )
+        groups.setdefault(key, []).append((src, size, t))
+    out = []
+    for key, rows in groups.items():
+        alg, kind, skew, _mid, _sz = key
+        srcs = sorted({r[0] for r in rows})
+        tr = next(t for s, a, t, _z, _t in raw if a == alg and t.kind == kind and t.skew == skew)
+        out.append(
+            Measurement(
+                source=", ".join(Path(s).name for s in srcs),
+                algorithm=alg,
+                traffic=tr,
+                size=round(float(np.median([r[1] for r in rows]))),
+                time_s=float(np.median([r[2] for r in rows])),
+                runs=len(rows),
+            )
+        )
+    out.sort(key=lambda m: (m.algorithm, m.traffic.kind, m.traffic.skew, m.size))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- matrices
+def matrix_for(tr: Traffic, n: int, size: int, seed: int = 0) -> npt.NDArray[np.int64]:
+    """A matrix drawn like the measured run's (mean bytes per GPU ``size``; module docstring)."""
+    rng = np.random.default_rng(seed)
+    if tr.kind == "balanced":
+        return np.full((n, n), max(size // n, 1), dtype=np.int64)
+    if tr.kind == "matrix":
+        assert tr.matrix is not None
+        w = tr.matrix.astype(np.float64)
+        mean = float(w.sum(axis=1).mean())
+        return (
+            np.asarray(np.rint(w * (size / mean) / 16) * 16, dtype=np.int64)
+            if mean > 0
+            else w.astype(np.int64)
+        )
+    if tr.kind == "fixed":
+        w = np.ones((n, n))
+    elif tr.kind == "uniform":
+        w = rng.integers(0, 1024, (n, n)).astype(np.float64)
+    elif tr.kind == "zipf":
+        k = np.arange(1, 1025, dtype=np.float64)
+        cdf = np.cumsum(k ** (-tr.skew))
+        w = k[np.searchsorted(cdf / cdf[-1], rng.random((n, n)))]
+    else:  # pragma: no cover - Traffic kinds are fixed by the readers
+        raise ValueError(tr.kind)
+    np.fill_diagonal(w, 0.0)
+    total = float(w.sum())
+    scaled = w * (size * n / total) if total > 0 else w
+    return np.asarray(np.rint(scaled / 512) * 512, dtype=np.int64)  # FAST aligns entries to 512 B (mem_align)
