@@ -29,7 +29,9 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--algorithm", default="fast")
-    ap.add_argument("--plain", action="store_true", help="buckets without the canonical form (A2ACC_BUCKETS=plain)")
+    ap.add_argument(
+        "--plain", action="store_true", help="buckets without the canonical form (A2ACC_BUCKETS=plain)"
+    )
     args = ap.parse_args()
     topo = load_topology("dgx-h100", 4)
     index = BucketIndex(topo, args.algorithm, "none", symmetric=not args.plain)  # as the JIT runs it

@@ -253,6 +253,30 @@ def _print(rows: list[dict]) -> None:
         )
 
 
+def _print_summary(rows: list[dict]) -> None:
+    """One line per (processes, topology): ranges over workloads and dtypes (what docs/runtime.md reports)."""
+    print("\nsummary (ranges over workloads and dtypes; x = a2acc median / stock median per served call)")
+    groups: dict[tuple[int, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["procs"], r["topology"]), []).append(r)
+    for (procs, topo), rs in groups.items():
+
+        def rng(key: str, scale: float = 1.0, fmt: str = ".1f", rs: list[dict] = rs) -> str:
+            vals = [r[key] * scale for r in rs]
+            return f"{min(vals):{fmt}}-{max(vals):{fmt}}"
+
+        line = (
+            f"{procs} processes, {topo}: served after call 2 {rng('served_after_2', 100, '.0f')} %, padding "
+            f"{rng('padding', 100)} %, residual {rng('residual', 100)} %, x {rng('ratio', 1, '.2f')}, MiB/rank "
+            f"stock {rng('sent_mib_stock', 1, '.2f')} a2acc {rng('sent_mib_a2acc', 1, '.2f')}, messages within "
+            f"stages x peers: {all(r['msgs_within_bound'] for r in rs)}, byte-identical: "
+            f"{all(r['identical'] for r in rs)}"
+        )
+        if "python_ms" in rs[0]:
+            line += f", CPU per served call {rng('python_ms', 1, '.1f')} ms"
+        print(line)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--procs", type=int, nargs="+", default=[4, 8])
@@ -289,6 +313,7 @@ def main() -> None:
                     f"({world} processes, {topo}: {time.perf_counter() - t0:.0f} s; "
                     f"load average {os.getloadavg()[0]:.2f})"
                 )
+    _print_summary(all_rows)
     if args.json:
         Path(args.json).write_text(json.dumps(all_rows, indent=1))
 

@@ -77,7 +77,9 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
         progs[label] = prog
     rough = {k: _time(p, req, model, RANK_TOLERANCE) for k, p in progs.items()}
     order = sorted(progs, key=lambda k: rough[k])  # stable: ties keep the candidates' order
-    finalists = [k for k in progs if k in order[:FINALISTS] or k == "direct"]  # direct always: never behind it
+    finalists = [
+        k for k in progs if k in order[:FINALISTS] or k == "direct"
+    ]  # direct always: never behind it
     exact = {k: _time(progs[k], req, model, DEFAULT_TOLERANCE) for k in finalists}
     best = min(exact, key=lambda k: exact[k])
     times = {**rough, **exact}
