@@ -180,11 +180,12 @@ def test_local_copies_before_sends_and_staged_messages(overlap):
 
 
 def test_steps_follow_dependencies_through_other_ranks():
-    """FAST on two servers relays through other GPUs: several steps, and the same step function on every rank."""
+    """A relaying plan (hierarchical: gather at one GPU, cross, scatter) has several steps and local copies, and
+    the same step function on every rank."""
     n = 8
     layout = np.full((n, n), 2)
-    layout[0, 4:] = 9  # server 0 -> server 1 heavy from GPU 0: balanced over its server first
-    entry = compile_entry(TWO_BY_FOUR, layout, UNIT, "fast", None, "relay")
+    layout[0, 4:] = 9
+    entry = compile_entry(TWO_BY_FOUR, layout, UNIT, "hierarchical", None, "relay")
     prog = program_from_json(entry.program_json)
     sps = check_program(prog, overlap=True)
     assert max(sp.transfer_steps for sp in sps) >= 2
