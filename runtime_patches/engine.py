@@ -453,10 +453,12 @@ class Engine:
         arena = self._arena(g, dev, reg.total)
         rb = call.row_bytes
         t0 = time.perf_counter()
+        io = ex.io(prepared, c) if hasattr(ex, "io") else None
+        direct = _Direct.of(call, rows, io, ranks)
         copy_segments(
             arena[reg.input[0] : reg.input[1]],
             byte_view(call.input),
-            lay.pack_segments(rows, rb, unit, call.rank, ranks),
+            lay.pack_segments(rows, rb, unit, call.rank, ranks, direct.pack),
         )
         t1 = time.perf_counter()
         waited = float(getattr(ex, "wait_s", 0.0))
@@ -464,15 +466,15 @@ class Engine:
         fit = _fitting(lay.counts, rows, rb, unit, ranks)
         resid = bool((rows > fit).any())
         extra: list[tuple[bool, Any, int]] = []
-        if resid and getattr(ex, "carries_residual", False):
-            extra = _residual_messages(call, rows, fit, g.ranks)
-            tail = ex.start(prepared, c, arena, peers, groups, stock, extra)
+        if getattr(ex, "carries_residual", False):
+            extra = _residual_messages(call, rows, fit, g.ranks, direct) if resid else []
+            tail = ex.start(prepared, c, arena, peers, groups, stock, extra, direct.views)
         else:
             tail = ex.start(prepared, c, arena, peers, groups, stock)
             if resid:
                 _residual(call, rows, fit, stock)
-        segs = lay.unpack_segments(rows, rb, unit, call.rank, ranks)
-        self._count(ex, prepared, c, plan, bucket, extra)
+        segs = lay.unpack_segments(rows, rb, unit, call.rank, ranks, direct.unpack)
+        self._count(ex, prepared, c, plan, bucket, extra, direct.sent)
         t2 = time.perf_counter()
         phases = self.stats.phase_s
         phases["pack"] += t1 - t0
@@ -499,6 +501,7 @@ class Engine:
         plan: Plan,
         bucket: Bucket,
         extra: list[tuple[bool, Any, int]],
+        direct_sent: int,
     ) -> None:
         s = self.stats
         s.handled += 1
@@ -511,6 +514,8 @@ class Engine:
         s.padding_bytes += bucket.padding_bytes
         s.residual_bytes += bucket.overflow_bytes
         counters = dict(ex.counters(prepared, c)) if hasattr(ex, "counters") else {}
+        if direct_sent:
+            counters["sent_bytes"] = counters.get("sent_bytes", 0) + direct_sent
         if extra:  # the residual's messages: one more stage of at most one message per peer and direction
             counters["sends"] = counters.get("sends", 0) + sum(1 for e in extra if e[0])
             counters["recvs"] = counters.get("recvs", 0) + sum(1 for e in extra if not e[0])
@@ -584,11 +589,58 @@ def _fitting(counts: np.ndarray, rows: np.ndarray, row_bytes: int, unit: int, ra
     return fitting_rows(counts, rows, row_bytes, unit, ranks)
 
 
+@dataclass
+class _Direct:
+    """What the ``p2p`` executor's direct messages carry this call (see ``stages.direct_ops``): the caller's
+    bytes per direct message (keyed ``(send?, program peer)``; None when there are no rows), the group ranks
+    whose rows travel that way (their residual with them), and the peers left to pack and unpack (None: all,
+    for executors without direct messages)."""
+
+    views: dict[tuple[bool, int], Any] = field(default_factory=dict)
+    sends: set[int] = field(default_factory=set)
+    recvs: set[int] = field(default_factory=set)
+    pack: list[int] | None = None
+    unpack: list[int] | None = None
+    sent: int = 0
+
+    @staticmethod
+    def of(call: _Call, rows: np.ndarray, io: Any, ranks: Any) -> _Direct:
+        d = _Direct()
+        if io is None:
+            return d
+        r, rb = call.rank, call.row_bytes
+        real = ranks if ranks is not None else np.arange(call.world)
+        src, dst = byte_view(call.input), byte_view(call.output)
+        in_off = np.cumsum(rows[r]) - rows[r]
+        out_off = np.cumsum(rows[:, r]) - rows[:, r]
+        for m in io.messages:
+            if not m.direct:
+                continue
+            p = int(real[m.peer])
+            k = int(rows[r, p] if m.send else rows[p, r])
+            lo = int(in_off[p] if m.send else out_off[p]) * rb
+            d.views[(m.send, m.peer)] = (src if m.send else dst)[lo : lo + k * rb] if k else None
+            (d.sends if m.send else d.recvs).add(p)
+            d.sent += k * rb if m.send else 0
+        if io.self_direct:  # this rank's own rows: one copy, input to output, residual included
+            k = int(rows[r, r]) * rb
+            if k:
+                dst[int(out_off[r]) * rb : int(out_off[r]) * rb + k].copy_(
+                    src[int(in_off[r]) * rb : int(in_off[r]) * rb + k]
+                )
+            d.sends.add(r)
+            d.recvs.add(r)
+        d.pack = [int(real[q]) for q in io.packed]
+        d.unpack = [int(real[q]) for q in io.unpacked]
+        return d
+
+
 def _residual_messages(
-    call: _Call, rows: np.ndarray, fit: np.ndarray, ranks: tuple[int, ...]
+    call: _Call, rows: np.ndarray, fit: np.ndarray, ranks: tuple[int, ...], direct: _Direct
 ) -> list[tuple[bool, Any, int]]:
     """Rows beyond the layout as point-to-point messages, straight from the caller's input into the peer's
-    output: ``(send?, uint8 view, global peer)``; a rank's residual for one peer is one contiguous run."""
+    output: ``(send?, uint8 view, global peer)``; a rank's residual for one peer is one contiguous run. Pairs
+    whose rows travel in a direct message carry their residual there."""
     r, n = call.rank, call.world
     rb = call.row_bytes
     src, dst = byte_view(call.input), byte_view(call.output)
@@ -596,14 +648,14 @@ def _residual_messages(
     out_off = np.cumsum(rows[:, r]) - rows[:, r]
     out: list[tuple[bool, Any, int]] = []
     for p in range(n):  # sends then receives, peers ascending: the same order on both sides of every pair
-        if p != r and rows[r, p] > fit[r, p]:
+        if p != r and rows[r, p] > fit[r, p] and p not in direct.sends:
             lo = int(in_off[p] + fit[r, p]) * rb
             out.append((True, src[lo : int(in_off[p] + rows[r, p]) * rb], ranks[p]))
     for p in range(n):
-        if p != r and rows[p, r] > fit[p, r]:
+        if p != r and rows[p, r] > fit[p, r] and p not in direct.recvs:
             lo = int(out_off[p] + fit[p, r]) * rb
             out.append((False, dst[lo : int(out_off[p] + rows[p, r]) * rb], ranks[p]))
-    if rows[r, r] > fit[r, r]:  # to itself: a copy
+    if rows[r, r] > fit[r, r] and r not in direct.sends:  # to itself: a copy
         a, b = int(in_off[r] + fit[r, r]) * rb, int(out_off[r] + fit[r, r]) * rb
         k = int(rows[r, r] - fit[r, r]) * rb
         dst[b : b + k].copy_(src[a : a + k])

@@ -94,6 +94,7 @@ class ChunkLayout:
         unit: int,
         rank: int,
         ranks: npt.NDArray[np.int64] | None = None,
+        peers: Any = None,
     ) -> Segments:
         """Copies that pack rank ``rank``'s contiguous input (``rows[rank][d]`` rows of ``row_bytes`` for peer
         ``d``, as ``all_to_all_single`` lays it out) into the layout: ``(src byte, dst byte, nbytes)``.
@@ -101,11 +102,12 @@ class ChunkLayout:
         ``ranks[c]`` is the caller's rank that plays layout rank ``c`` (a relabelling under the topology's
         symmetries, :mod:`a2acc.jit.symmetry`; identity when None): ``rows`` and ``rank`` are in the caller's
         ranks, the regions in the layout's. Rows beyond a peer's region (the residual of a skew bucket) are
-        left out; see :func:`fitting_rows`. Empty segments are dropped."""
+        left out; see :func:`fitting_rows`. Empty segments are dropped; ``peers`` (the caller's ranks) keeps
+        only those peers' segments."""
         inv = _inverse(self.nranks, ranks)
         c = int(inv[rank])
         mine = np.asarray(rows[rank], dtype=np.int64)
-        fit = _fit(mine, self.counts[c, inv], row_bytes, unit)
+        fit = _only(_fit(mine, self.counts[c, inv], row_bytes, unit), peers)
         row_off = np.cumsum(mine) - mine
         return _segments(row_off * row_bytes, self.in_off[c, inv] * unit, fit * row_bytes)
 
@@ -116,13 +118,14 @@ class ChunkLayout:
         unit: int,
         rank: int,
         ranks: npt.NDArray[np.int64] | None = None,
+        peers: Any = None,
     ) -> Segments:
         """Copies from the layout's output to rank ``rank``'s contiguous output: ``(src byte, dst byte, n)``
-        (``ranks`` as in :meth:`pack_segments`)."""
+        (``ranks`` and ``peers``, the sources kept, as in :meth:`pack_segments`)."""
         inv = _inverse(self.nranks, ranks)
         c = int(inv[rank])
         theirs = np.asarray(rows[:, rank], dtype=np.int64)
-        fit = _fit(theirs, self.counts[inv, c], row_bytes, unit)
+        fit = _only(_fit(theirs, self.counts[inv, c], row_bytes, unit), peers)
         row_off = np.cumsum(theirs) - theirs
         return _segments(self.out_off[c, inv] * unit, row_off * row_bytes, fit * row_bytes)
 
@@ -151,6 +154,15 @@ def _segments(src: Any, dst: Any, nbytes: Any) -> Segments:
     nb = np.asarray(nbytes, dtype=np.int64)
     keep = nb > 0
     return Segments(np.asarray(src, dtype=np.int64)[keep], np.asarray(dst, dtype=np.int64)[keep], nb[keep])
+
+
+def _only(fit: Any, peers: Any) -> Any:
+    """``fit`` with every entry outside ``peers`` zeroed (None: all kept)."""
+    if peers is None:
+        return fit
+    keep = np.zeros(fit.shape[0], dtype=bool)
+    keep[np.asarray(list(peers), dtype=np.int64)] = True
+    return np.where(keep, fit, 0)
 
 
 def _inverse(n: int, ranks: npt.NDArray[np.int64] | None) -> npt.NDArray[np.int64]:

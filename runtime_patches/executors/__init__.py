@@ -16,7 +16,7 @@ executor names (settings, docs and the CLI read it).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -101,12 +101,13 @@ class Executor(Protocol):
         groups: tuple[Any, Any],
         stock: Any,
         extra: Sequence[tuple[bool, Any, int]] = (),
+        direct: Mapping[tuple[bool, int], Any] | None = None,
     ) -> Callable[[], None]:
         """Start program rank ``rank``'s part over ``arena`` (its input region already packed); return the
         tail that completes it (the caller runs the tail, then unpacks the output region). ``peers[c]`` is
         the global rank playing program rank ``c``; ``groups`` the (main, intra-server) process groups;
-        ``extra`` point-to-point messages to post alongside, given only to executors with
-        ``carries_residual = True``."""
+        ``extra`` point-to-point messages to post alongside and ``direct`` the caller's bytes for the
+        messages that carry them, given only to executors with ``carries_residual = True``."""
         ...
 
 

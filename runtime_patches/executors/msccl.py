@@ -342,6 +342,7 @@ class MscclExecutor:
         groups: tuple[Any, Any],
         stock: Any,
         extra: Sequence[tuple[bool, Any, int]] = (),
+        direct: Mapping[tuple[bool, int], Any] | None = None,
     ) -> Callable[[], None]:
         r = self.regions(prog, rank)
         stock(arena[r.output[0] : r.output[1]], arena[r.input[0] : r.input[1]], group=groups[0])

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +224,7 @@ class MscclppExecutor:
         groups: tuple[Any, Any],
         stock: Any,
         extra: Sequence[tuple[bool, Any, int]] = (),
+        direct: Mapping[tuple[bool, int], Any] | None = None,
     ) -> Callable[[], None]:
         r = self.regions(prepared, rank)
         self.run(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,10 +126,14 @@ class P2PExecutor:
         )
 
     def counters(self, prepared: Prepared, rank: int) -> dict[str, int]:
-        """Per call on program rank ``rank``: messages posted, transfer steps, bytes sent (relays and padding
-        included)."""
+        """Per call on program rank ``rank``: messages posted, transfer steps, bytes sent over the arena (relays
+        and padding included; the engine adds what direct messages carried)."""
         sp = prepared.rank(rank)
         return {"sends": sp.sends, "recvs": sp.recvs, "steps": sp.transfer_steps, "sent_bytes": sp.bytes_sent}
+
+    def io(self, prepared: Prepared, rank: int) -> StageProgram:
+        """Which regions the engine must pack and unpack, and which messages carry the caller's rows."""
+        return prepared.rank(rank)
 
     def bind(self, sp: StageProgram, arena: Any) -> _Bound:
         key = (id(sp), int(arena.data_ptr()), int(arena.numel()))
@@ -149,15 +153,18 @@ class P2PExecutor:
         groups: tuple[Any, Any],
         stock: Any,
         extra: Sequence[tuple[bool, Any, int]] = (),
+        direct: Mapping[tuple[bool, int], Any] | None = None,
     ) -> Callable[[], None]:
         """Run every step but the last; return the tail (the last waits and copies). ``peers[c]`` is the global
         rank playing program rank ``c``; ``groups`` the process groups of the two lanes (the same group twice
         without overlap). ``extra`` are messages outside the plan, ``(send?, tensor, global peer)``: the rows
         beyond a skew bucket's layout, sent straight from the caller's input into the peer's output with the
-        first step's batch (one more message per peer instead of a stock collective)."""
+        first step's batch (one more message per peer instead of a stock collective). ``direct`` holds, for
+        every direct message (``(send?, program peer)``), the caller's bytes it carries (None: no rows this
+        call, the message is skipped on both ends)."""
         sp = prepared.rank(rank)
         b = self.bind(sp, arena)
-        run = _Run(self, b, sp, peers, groups)
+        run = _Run(self, b, sp, peers, groups, direct or {})
         pending_extra = list(extra)
         for waits, scatter, copies, pack, posts in b.steps[:-1]:
             run.settle(waits, scatter)
@@ -183,9 +190,15 @@ class _Run:
     """One call of a bound stage program: posts, waits and copies."""
 
     def __init__(
-        self, ex: P2PExecutor, b: _Bound, sp: StageProgram, peers: list[int], groups: tuple[Any, Any]
+        self,
+        ex: P2PExecutor,
+        b: _Bound,
+        sp: StageProgram,
+        peers: list[int],
+        groups: tuple[Any, Any],
+        direct: Mapping[tuple[bool, int], Any],
     ) -> None:
-        self.ex, self.b, self.sp, self.peers, self.groups = ex, b, sp, peers, groups
+        self.ex, self.b, self.sp, self.peers, self.groups, self.direct = ex, b, sp, peers, groups, direct
         self.works: dict[int, list[Any]] = {}
 
     def settle(self, waits: tuple[int, ...], scatter: Any) -> None:
@@ -213,9 +226,12 @@ class _Run:
         lanes: dict[int, list[tuple[int, Any]]] = {}
         for k in posts:
             m = msgs[k]
+            view = self.direct.get((m.send, m.peer)) if m.direct else views[k]
+            if view is None:  # a direct message with no rows this call (both ends know it)
+                continue
             op = dist.isend if m.send else dist.irecv
             lanes.setdefault(m.lane, []).append(
-                (k, dist.P2POp(op, views[k], peers[m.peer], groups[m.lane], m.step))
+                (k, dist.P2POp(op, view, peers[m.peer], groups[m.lane], m.step))
             )
         for send, tensor, peer in extra:
             op = dist.isend if send else dist.irecv

@@ -15,7 +15,7 @@ its portable executor.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from a2acc.ir import Buf, Program
@@ -107,6 +107,7 @@ class ReferenceExecutor:
         groups: tuple[Any, Any],
         stock: Any,
         extra: Sequence[tuple[bool, Any, int]] = (),
+        direct: Mapping[tuple[bool, int], Any] | None = None,
     ) -> Callable[[], None]:
         r = self.regions(prog, rank)
         bufs = {

@@ -53,6 +53,7 @@ class GlobalSteps:
     depth: I64  # per op (local copies; 0 for transfers)
     is_local: npt.NDArray[np.bool_]
     nsteps: int  # transfer steps (local copies may also run at step ``nsteps``, after the last transfers)
+    direct: npt.NDArray[np.bool_]  # per op: carries the caller's rows itself (see :func:`direct_ops`)
 
 
 def global_steps(prog: Program) -> GlobalSteps:
@@ -81,7 +82,48 @@ def global_steps(prog: Program) -> GlobalSteps:
     st = np.array(step, dtype=np.int64)
     transfers = st[~loc]
     nsteps = int(transfers.max()) + 1 if transfers.size else 0
-    return GlobalSteps(st, np.array(depth, dtype=np.int64), loc, nsteps)
+    return GlobalSteps(st, np.array(depth, dtype=np.int64), loc, nsteps, direct_ops(prog, st, loc))
+
+
+def direct_ops(prog: Program, step: I64, local: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Ops that move one whole region of the layout straight to its place: from sender ``s``'s input region for
+    ``d`` to ``d``'s output region from ``s``, all of its chunks, alone in its message (the only transfer of its
+    step between the pair) and the only op that touches that output region. Such an op can carry the caller's
+    rows themselves, straight from the caller's input tensor into the peer's output tensor: no packing, no
+    unpacking, no padding on the wire, and the rows beyond the layout in the same message. Both ends know the
+    rows (the call's exchange), and this function depends on the Program only, so they agree."""
+    t = prog.table
+    lay = prog.layout
+    s_, d_ = t.src_rank, t.dst_rank
+    whole = (
+        (t.src_buf == int(Buf.INPUT))
+        & (t.dst_buf == int(Buf.OUTPUT))
+        & (t.src_off == lay.in_off[s_, d_])
+        & (t.dst_off == lay.out_off[d_, s_])
+        & (t.cnt == lay.counts[s_, d_])
+        & (t.cnt > 0)
+    )
+    if not whole.any():
+        return whole
+    n = prog.nranks
+    # ops per (step, src, dst) among transfers: a direct op must be alone in its message
+    key = (step * n + s_) * n + d_
+    alone = np.ones(len(t), dtype=bool)
+    tr = np.flatnonzero(~local)
+    _, inv, cnt = np.unique(key[tr], return_inverse=True, return_counts=True)
+    alone[tr] = cnt[inv] == 1
+    # ops touching each (rank, output region of a source): a direct op must be the only one
+    touches = np.zeros((n, n), dtype=np.int64)
+    for rank_col, buf_col, off_col in ((d_, t.dst_buf, t.dst_off), (s_, t.src_buf, t.src_off)):
+        on = np.flatnonzero(buf_col == int(Buf.OUTPUT))
+        for i in on.tolist():
+            r = int(rank_col[i])
+            lo, hi = int(off_col[i]), int(off_col[i]) + int(t.cnt[i])
+            starts, sizes = lay.out_off[r], lay.counts[:, r]
+            hit = np.flatnonzero((starts < hi) & (starts + sizes > lo) & (sizes > 0))
+            touches[r, hit] += 1
+    only = touches[d_, s_] == 1
+    return np.asarray(whole & alone & only, dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -95,6 +137,7 @@ class Message:
     lo: int
     hi: int
     scatter: tuple[I64, I64] | None = None  # staged receive: (staging rows, destination rows)
+    direct: bool = False  # carries the caller's rows (lo:hi is then the region it stands for; see direct_ops)
 
     @property
     def rows(self) -> int:
@@ -133,6 +176,11 @@ class StageProgram:
     messages: tuple[Message, ...]
     steps: tuple[Step, ...]
     lanes: int
+    packed: tuple[int, ...] = ()  # peers whose input region must be packed into the arena (read by some op)
+    unpacked: tuple[int, ...] = ()  # sources whose output region must be unpacked from the arena
+    self_direct: bool = (
+        False  # the self region is one direct local copy: the caller's rows are copied directly
+    )
 
     @property
     def transfer_steps(self) -> int:
@@ -148,7 +196,8 @@ class StageProgram:
 
     @property
     def bytes_sent(self) -> int:
-        return sum(m.rows for m in self.messages if m.send) * self.unit
+        """Bytes of the messages over the arena (direct messages carry the caller's rows: counted per call)."""
+        return sum(m.rows for m in self.messages if m.send and not m.direct) * self.unit
 
     @property
     def copied_rows(self) -> int:
@@ -206,9 +255,12 @@ def compile_rank(prog: Program, rank: int, steps: GlobalSteps, overlap: bool = F
     # group this rank's ops: local copies by (step, depth), transfers by (step, send?, peer)
     copies: dict[tuple[int, int], list[int]] = defaultdict(list)
     groups: dict[tuple[int, bool, int], list[int]] = defaultdict(list)
+    self_direct = False
     for i in mine.tolist():
         s = int(steps.step[i])
-        if steps.is_local[i]:
+        if steps.is_local[i] and steps.direct[i]:
+            self_direct = True  # the caller's own rows, copied by the engine from input to output
+        elif steps.is_local[i]:
             copies[(s, int(steps.depth[i]))].append(i)
         elif int(t.src_rank[i]) == rank:
             groups[(s, True, int(t.dst_rank[i]))].append(i)
@@ -222,7 +274,8 @@ def compile_rank(prog: Program, rank: int, steps: GlobalSteps, overlap: bool = F
         ops = np.array(groups[(s, send, peer)], dtype=np.int64)  # id order
         rows = _runs((src_row if send else dst_row)[ops], t.cnt[ops])
         if _contiguous(rows):
-            messages.append(Message(peer, lane(peer), send, s, int(rows[0]), int(rows[-1]) + 1))
+            direct = bool(steps.direct[ops[0]]) and len(ops) == 1
+            messages.append(Message(peer, lane(peer), send, s, int(rows[0]), int(rows[-1]) + 1, None, direct))
             continue
         lo, hi = top, top + rows.size
         top = hi
@@ -240,6 +293,7 @@ def compile_rank(prog: Program, rank: int, steps: GlobalSteps, overlap: bool = F
         for key, v in copies.items()
     }
     plan_steps = _schedule(messages, local_copies, packs, nsteps, top)
+    packed, unpacked = _regions_used(prog, rank, mine, steps.direct)
     return StageProgram(
         rank=rank,
         nranks=prog.nranks,
@@ -251,7 +305,34 @@ def compile_rank(prog: Program, rank: int, steps: GlobalSteps, overlap: bool = F
         messages=tuple(messages),
         steps=tuple(plan_steps),
         lanes=2 if overlap else 1,
+        packed=packed,
+        unpacked=unpacked,
+        self_direct=self_direct,
     )
+
+
+def _regions_used(
+    prog: Program, rank: int, mine: I64, direct: npt.NDArray[np.bool_]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Peers whose input region some op other than a direct one reads (they must be packed), and sources
+    whose output region some op other than a direct one writes (they must be unpacked)."""
+    t = prog.table
+    lay = prog.layout
+    packed: set[int] = set()
+    unpacked: set[int] = set()
+    for i in mine[~direct[mine]].tolist():
+        cnt = int(t.cnt[i])
+        if int(t.src_rank[i]) == rank and int(t.src_buf[i]) == int(Buf.INPUT):
+            lo = int(t.src_off[i])
+            starts, sizes = lay.in_off[rank], lay.counts[rank]
+            packed.update(np.flatnonzero((starts < lo + cnt) & (starts + sizes > lo) & (sizes > 0)).tolist())
+        if int(t.dst_rank[i]) == rank and int(t.dst_buf[i]) == int(Buf.OUTPUT):
+            lo = int(t.dst_off[i])
+            starts, sizes = lay.out_off[rank], lay.counts[:, rank]
+            unpacked.update(
+                np.flatnonzero((starts < lo + cnt) & (starts + sizes > lo) & (sizes > 0)).tolist()
+            )
+    return tuple(sorted(packed)), tuple(sorted(unpacked))
 
 
 def _mask(n: int, *parts: I64) -> npt.NDArray[np.bool_]:

@@ -123,6 +123,11 @@ def check_program(prog, overlap: bool) -> list[StageProgram]:
     inputs = [a[sp.in_rows[0] : sp.in_rows[1]].copy() for a, sp in zip(arenas, sps)]
     run(sps, arenas)
     lay = prog.layout
+    for r, sp in enumerate(sps):  # the self region of a direct local copy is the engine's copy
+        if sp.self_direct:
+            c = int(lay.counts[r, r])
+            src, dst = sp.in_rows[0] + int(lay.in_off[r, r]), sp.out_rows[0] + int(lay.out_off[r, r])
+            arenas[r][dst : dst + c] = arenas[r][src : src + c]
     for d in range(n):
         out = arenas[d][sps[d].out_rows[0] : sps[d].out_rows[1]]
         for s in range(n):
@@ -130,6 +135,18 @@ def check_program(prog, overlap: bool) -> list[StageProgram]:
             got = out[int(lay.out_off[d, s]) : int(lay.out_off[d, s]) + c]
             want = inputs[s][int(lay.in_off[s, d]) : int(lay.in_off[s, d]) + c]
             assert np.array_equal(got, want), f"rank {d} from {s}"
+    for r, sp in enumerate(sps):  # regions left to pack / unpack: exactly those some non-direct op touches
+        assert set(sp.packed) <= set(range(n)) and set(sp.unpacked) <= set(range(n))
+        for m in sp.messages:
+            if m.direct:
+                region = lay.in_off[r] if m.send else lay.out_off[r]
+                start = (sp.in_rows if m.send else sp.out_rows)[0] + int(region[m.peer])
+                assert (m.lo, m.hi) == (
+                    start,
+                    start + int(lay.counts[r, m.peer] if m.send else lay.counts[m.peer, r]),
+                )
+                if not m.send:
+                    assert m.peer not in sp.unpacked
     for sp in sps:  # at most one message per peer and direction per transfer step
         for s in {m.step for m in sp.messages}:
             ms = [m for m in sp.messages if m.step == s]
@@ -165,6 +182,9 @@ def test_stage_programs_are_the_layouts_all_to_all(algorithm, spec, seed, overla
     layout[rng.integers(n), :] += rng.integers(0, 20)  # a hot sender now and then
     entry = compile_entry(topo, layout, UNIT, algorithm, None, f"k{seed}")
     sps = check_program(program_from_json(entry.program_json), overlap)
+    if algorithm == "direct":  # every region moves whole: nothing packed or unpacked, all messages direct
+        assert all(m.direct for sp in sps for m in sp.messages)
+        assert all(not sp.packed and not sp.unpacked for sp in sps)
     if overlap:
         node = [r // topo.gpus_per_server for r in range(n)]
         for sp in sps:
