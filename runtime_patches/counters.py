@@ -17,7 +17,8 @@ class EngineStats:
     ``stock_while_compiling`` (served by the stock call while a plan compiled in the background);
     ``fallbacks`` by reason; ``bucket_hits``; ``cache`` (plans taken from memory, disk, or compiled);
     ``payload_bytes``, ``padding_bytes``, ``residual_bytes`` of handled calls; ``sent_bytes`` (bytes this rank
-    sent through the plans' messages, relays and padding included), ``p2p_sends``/``p2p_recvs`` (messages
+    sent through the plans' messages: relays and the padding of arena messages included, direct messages and the
+    residual at their actual size), ``p2p_sends``/``p2p_recvs`` (messages
     posted) and ``p2p_steps`` (transfer steps) of the ``p2p`` executor; ``host_syncs`` (device-to-host copies
     the engine made: one per exchanged call on a GPU group, none on a CPU group); ``phase_s`` (seconds per phase
     of handled calls, see the field); ``cpu_s`` (CPU time of the handled calls in the calling thread: the
