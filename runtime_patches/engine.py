@@ -432,18 +432,7 @@ class Engine:
         self, g: _Group, call: _Call, plan: Plan, status: int, bucket: Bucket, rows: np.ndarray, stock: Any
     ) -> Any:
         """Pack, start the plan, exchange the residual; returns the tail (finish the plan, unpack)."""
-
-        ex = self.executor if status == OK else self.fallback
-        if status != OK:
-            self.warn_once(
-                "executor",
-                f"A2ACC_EXECUTOR={self.settings.executor} cannot run here ({plan.why or 'on another rank'})",
-                speak=call.rank == 0,
-                tail=f"running a2acc's plans with the {ex.name} executor instead",
-            )
-        prepared = plan.prepared.get(ex.name)
-        if prepared is None:
-            prepared = plan.prepared[ex.name] = ex.prepare(plan.prog, plan.entry)
+        ex, prepared = self._executor_for(plan, status, call.rank)
         lay, unit = plan.prog.layout, plan.prog.unit_bytes
         ranks = bucket.ranks
         c = call.rank if ranks is None else int(np.flatnonzero(ranks == call.rank)[0])
@@ -492,6 +481,22 @@ class Engine:
                 self.stats.add_cpu(time.thread_time() - cpu3)
 
         return finish
+
+    def _executor_for(self, plan: Plan, status: int, rank: int) -> tuple[Executor, Any]:
+        """The executor every rank runs this plan with (the fallback when the chosen one cannot run it on some
+        rank: said once, naming the fallback) and its prepared state."""
+        ex = self.executor if status == OK else self.fallback
+        if status != OK:
+            self.warn_once(
+                "executor",
+                f"A2ACC_EXECUTOR={self.settings.executor} cannot run here ({plan.why or 'on another rank'})",
+                speak=rank == 0,
+                tail=f"running a2acc's plans with the {ex.name} executor instead",
+            )
+        prepared = plan.prepared.get(ex.name)
+        if prepared is None:
+            prepared = plan.prepared[ex.name] = ex.prepare(plan.prog, plan.entry)
+        return ex, prepared
 
     def _count(
         self,

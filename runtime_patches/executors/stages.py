@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -252,40 +253,10 @@ def compile_rank(prog: Program, rank: int, steps: GlobalSteps, overlap: bool = F
         src_row[m] = t.src_off[m] + off
         m = mine[t.dst_buf[mine] == b]
         dst_row[m] = t.dst_off[m] + off
-    # group this rank's ops: local copies by (step, depth), transfers by (step, send?, peer)
-    copies: dict[tuple[int, int], list[int]] = defaultdict(list)
-    groups: dict[tuple[int, bool, int], list[int]] = defaultdict(list)
-    self_direct = False
-    for i in mine.tolist():
-        s = int(steps.step[i])
-        if steps.is_local[i] and steps.direct[i]:
-            self_direct = True  # the caller's own rows, copied by the engine from input to output
-        elif steps.is_local[i]:
-            copies[(s, int(steps.depth[i]))].append(i)
-        elif int(t.src_rank[i]) == rank:
-            groups[(s, True, int(t.dst_rank[i]))].append(i)
-        else:
-            groups[(s, False, int(t.src_rank[i]))].append(i)
+    copies, groups, self_direct = _group_ops(prog, rank, mine, steps)
     nsteps = max(steps.nsteps, 1 + max((s for s, _d in copies), default=-1))
     main_rows = top
-    messages: list[Message] = []
-    packs: dict[int, tuple[list[I64], list[I64]]] = defaultdict(lambda: ([], []))
-    for s, send, peer in sorted(groups):
-        ops = np.array(groups[(s, send, peer)], dtype=np.int64)  # id order
-        rows = _runs((src_row if send else dst_row)[ops], t.cnt[ops])
-        if _contiguous(rows):
-            direct = bool(steps.direct[ops[0]]) and len(ops) == 1
-            messages.append(Message(peer, lane(peer), send, s, int(rows[0]), int(rows[-1]) + 1, None, direct))
-            continue
-        lo, hi = top, top + rows.size
-        top = hi
-        stage = np.arange(lo, hi, dtype=np.int64)
-        if send:
-            packs[s][0].append(rows)
-            packs[s][1].append(stage)
-            messages.append(Message(peer, lane(peer), True, s, lo, hi))
-        else:
-            messages.append(Message(peer, lane(peer), False, s, lo, hi, (stage, rows)))
+    messages, packs, top = _messages(groups, src_row, dst_row, t.cnt, steps.direct, lane, top)
     local_copies = {
         key: Copy(
             _runs(src_row[np.array(v)], t.cnt[np.array(v)]), _runs(dst_row[np.array(v)], t.cnt[np.array(v)])
@@ -309,6 +280,63 @@ def compile_rank(prog: Program, rank: int, steps: GlobalSteps, overlap: bool = F
         unpacked=unpacked,
         self_direct=self_direct,
     )
+
+
+def _group_ops(
+    prog: Program, rank: int, mine: I64, steps: GlobalSteps
+) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, bool, int], list[int]], bool]:
+    """This rank's ops: local copies by (step, depth), transfers by (step, send?, peer), and whether its self
+    region is one direct copy (the engine copies the caller's own rows then)."""
+    t = prog.table
+    copies: dict[tuple[int, int], list[int]] = defaultdict(list)
+    groups: dict[tuple[int, bool, int], list[int]] = defaultdict(list)
+    self_direct = False
+    for i in mine.tolist():
+        s = int(steps.step[i])
+        if steps.is_local[i] and steps.direct[i]:
+            self_direct = True
+        elif steps.is_local[i]:
+            copies[(s, int(steps.depth[i]))].append(i)
+        elif int(t.src_rank[i]) == rank:
+            groups[(s, True, int(t.dst_rank[i]))].append(i)
+        else:
+            groups[(s, False, int(t.src_rank[i]))].append(i)
+    return copies, groups, self_direct
+
+
+def _messages(
+    groups: dict[tuple[int, bool, int], list[int]],
+    src_row: I64,
+    dst_row: I64,
+    cnt: I64,
+    direct: npt.NDArray[np.bool_],
+    lane: Any,
+    top: int,
+) -> tuple[list[Message], dict[int, tuple[list[I64], list[I64]]], int]:
+    """One message per (step, direction, peer): in place when its rows are one run (direct when it is one
+    direct op), else over a new staging block from row ``top``; returns the messages, the staged sends' packs
+    per step and the new top row."""
+    messages: list[Message] = []
+    packs: dict[int, tuple[list[I64], list[I64]]] = defaultdict(lambda: ([], []))
+    for s, send, peer in sorted(groups):
+        ops = np.array(groups[(s, send, peer)], dtype=np.int64)  # id order
+        rows = _runs((src_row if send else dst_row)[ops], cnt[ops])
+        if _contiguous(rows):
+            is_direct = bool(direct[ops[0]]) and len(ops) == 1
+            messages.append(
+                Message(peer, lane(peer), send, s, int(rows[0]), int(rows[-1]) + 1, None, is_direct)
+            )
+            continue
+        lo, hi = top, top + rows.size
+        top = hi
+        stage = np.arange(lo, hi, dtype=np.int64)
+        if send:
+            packs[s][0].append(rows)
+            packs[s][1].append(stage)
+            messages.append(Message(peer, lane(peer), True, s, lo, hi))
+        else:
+            messages.append(Message(peer, lane(peer), False, s, lo, hi, (stage, rows)))
+    return messages, packs, top
 
 
 def _regions_used(
