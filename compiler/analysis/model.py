@@ -225,8 +225,35 @@ def _req_num(src: str, fld: str, v: object, lo: float, hi: float) -> float:
 
 
 def parse_model(data: Any, source: str) -> SimModel:
-    """Validate a params mapping (YAML already parsed) into a :class:`SimModel`."""
+    """Validate a params mapping (YAML already parsed) into a :class:`SimModel`.
+
+    A field the file leaves out takes the transport's default (:func:`transport_defaults`), never an ideal
+    value."""
     src = source
+    transport, name, inc_raw = _check_layout(data, src)
+    base = transport_defaults(str(transport))
+    incast = _parse_incast(inc_raw, base.incast, str(transport), src)
+    source_txt = data.get("source", f"model file {source}")
+    return SimModel(
+        name=name,
+        transport=str(transport),
+        inter_efficiency=_req_num(
+            src, "inter_efficiency", data.get("inter_efficiency", base.inter_efficiency), 1e-3, 1.0
+        ),
+        intra_efficiency=_req_num(
+            src, "intra_efficiency", data.get("intra_efficiency", base.intra_efficiency), 1e-3, 1.0
+        ),
+        alpha_s=_req_num(src, "alpha_us", data.get("alpha_us", base.alpha_s * 1e6), 0, 1e7) * 1e-6,
+        stage_s=_req_num(src, "stage_us", data.get("stage_us", base.stage_s * 1e6), 0, 1e7) * 1e-6,
+        eager_bytes=_req_num(src, "eager_bytes", data.get("eager_bytes", base.eager_bytes), 0, 2**40),
+        incast=incast,
+        source=str(source_txt),
+    )
+
+
+def _check_layout(data: Any, src: str) -> tuple[object, str, dict[Any, Any]]:
+    """The file's shape before any value: a mapping of known fields, the version, the transport, the name
+    (default: the file's stem) and the incast mapping (known fields only). Returns (transport, name, incast)."""
     if not isinstance(data, dict):
         raise ModelFileError(
             src, "", type(data).__name__, "a model file is a YAML mapping (a2acc calibrate -o)"
@@ -243,7 +270,7 @@ def parse_model(data: Any, source: str) -> SimModel:
     transport = data.get("transport")
     if transport not in MODEL_TRANSPORTS:
         raise ModelFileError(src, "transport", transport, f"one of {', '.join(MODEL_TRANSPORTS)}")
-    name = data.get("name", Path(source).stem)
+    name = data.get("name", Path(src).stem)
     if not isinstance(name, str) or not name:
         raise ModelFileError(src, "name", name, "a non-empty string")
     inc_raw = data.get("incast") or {}
@@ -254,12 +281,15 @@ def parse_model(data: Any, source: str) -> SimModel:
             raise ModelFileError(
                 src, f"incast.{k}", inc_raw[k], f"unknown field; allowed: {', '.join(_INCAST)}"
             )
-    # a field the file leaves out takes the transport's default (transport_defaults), never an ideal value
-    base = transport_defaults(str(transport))
-    bi = base.incast
+    return transport, name, inc_raw
+
+
+def _parse_incast(inc_raw: dict[Any, Any], bi: IncastModel, transport: str, src: str) -> IncastModel:
+    """The ``incast`` mapping, each missing field taken from the transport's incast model ``bi``; ``storm_ms``
+    may be null (no storm ceiling)."""
     storm_default = bi.storm_s * 1e3 if math.isfinite(bi.storm_s) else None
     storm = _num(src, "incast.storm_ms", inc_raw.get("storm_ms", storm_default), 1e-6, 1e9, allow_none=True)
-    incast = IncastModel(
+    return IncastModel(
         name=str(inc_raw.get("name", bi.name if bi.name != "off" else transport)),
         buffer_bytes=_req_num(
             src, "incast.buffer_bytes", inc_raw.get("buffer_bytes", bi.buffer_bytes), 0, 2**40
@@ -275,22 +305,6 @@ def parse_model(data: Any, source: str) -> SimModel:
         fanin_power=_req_num(
             src, "incast.fanin_power", inc_raw.get("fanin_power", bi.fanin_power), 0.0, 10.0
         ),
-    )
-    source_txt = data.get("source", f"model file {source}")
-    return SimModel(
-        name=name,
-        transport=str(transport),
-        inter_efficiency=_req_num(
-            src, "inter_efficiency", data.get("inter_efficiency", base.inter_efficiency), 1e-3, 1.0
-        ),
-        intra_efficiency=_req_num(
-            src, "intra_efficiency", data.get("intra_efficiency", base.intra_efficiency), 1e-3, 1.0
-        ),
-        alpha_s=_req_num(src, "alpha_us", data.get("alpha_us", base.alpha_s * 1e6), 0, 1e7) * 1e-6,
-        stage_s=_req_num(src, "stage_us", data.get("stage_us", base.stage_s * 1e6), 0, 1e7) * 1e-6,
-        eager_bytes=_req_num(src, "eager_bytes", data.get("eager_bytes", base.eager_bytes), 0, 2**40),
-        incast=incast,
-        source=str(source_txt),
     )
 
 
