@@ -19,11 +19,30 @@ PACKAGES = {"compiler": "a2acc", "backends": "a2acc.backends", "runtime_patches"
 
 #: what each folder may never import, with why
 FORBIDDEN = {
-    "analysis": {"planners", "pipeline", "studies", "backends", "jit", "cli", "runtime"},  # below the planners
+    "analysis": {
+        "planners",
+        "pipeline",
+        "studies",
+        "backends",
+        "jit",
+        "cli",
+        "runtime",
+    },  # below the planners
     "planners": {"pipeline", "studies", "backends", "jit", "cli", "runtime"},  # emit Programs, nothing else
     "backends": {"planners", "pipeline", "analysis", "studies", "jit", "cli", "runtime"},  # read Programs
     "ir": {"planners", "pipeline", "analysis", "studies", "backends", "jit", "cli", "runtime", "flows"},
-    "model": {"ir", "planners", "pipeline", "analysis", "studies", "backends", "jit", "cli", "runtime", "flows"},
+    "model": {
+        "ir",
+        "planners",
+        "pipeline",
+        "analysis",
+        "studies",
+        "backends",
+        "jit",
+        "cli",
+        "runtime",
+        "flows",
+    },
     "flows": {"ir", "planners", "pipeline", "analysis", "studies", "backends", "jit", "cli", "runtime"},
     "pipeline": {"studies", "jit", "cli", "runtime"},
 }

@@ -14,6 +14,14 @@ run a Program's DAG as a fluid model on the topology graph with these costs (doc
     waits for: a staged schedule pays a kernel launch or a host/stream synchronisation per stage (FAST's
     implementation synchronises the host between steps, FAST repository ``amd/test_alltoall.cpp``; MPI-style
     shifts pay a rendezvous per step).
+``fill_bytes``
+    the pipeline fill of a synchronised step: a message that starts in step with its receiver (it waits for
+    the receiver's previous step, as SpreadOut's shifts and FAST's stages do) first pays ``min(message,
+    fill_bytes)`` at its route's slowest link - the collective library's per-connection FIFO (NCCL/RCCL
+    ``NCCL_BUFFSIZE``, split in ``NCCL_STEPS`` slots) drains completely between two synchronised steps, so each
+    step exposes one FIFO's worth of transfer before the next one streams. 0 switches it off. FAST's
+    fixed-size SpreadOut runs show the shape: the time above the bandwidth term, per step, grows with the
+    message up to ~2.5 MB and is flat beyond.
 ``incast``
     the receive-port model of :mod:`a2acc.analysis.incast`.
 
@@ -61,6 +69,7 @@ class SimModel:
     eager_bytes: float = 4.0 * 2**20
     incast: IncastModel = field(default_factory=IncastModel.off)
     source: str = "ideal fabric: line rate, no software costs, no incast"
+    fill_bytes: float = 0.0
 
     def with_incast(self, incast: IncastModel) -> SimModel:
         return replace(self, incast=incast)
@@ -91,6 +100,7 @@ class SimModel:
             "alpha_us": self.alpha_s * 1e6,
             "stage_us": self.stage_s * 1e6,
             "eager_bytes": int(self.eager_bytes),
+            "fill_bytes": int(self.fill_bytes),
             "incast": _incast_doc(self.incast),
             "source": self.source,
         }
@@ -191,6 +201,7 @@ _TOP = (
     "alpha_us",
     "stage_us",
     "eager_bytes",
+    "fill_bytes",
     "incast",
 )
 _TOP_INFO = ("source", "fit")  # informational, kept as written
@@ -246,6 +257,7 @@ def parse_model(data: Any, source: str) -> SimModel:
         alpha_s=_req_num(src, "alpha_us", data.get("alpha_us", base.alpha_s * 1e6), 0, 1e7) * 1e-6,
         stage_s=_req_num(src, "stage_us", data.get("stage_us", base.stage_s * 1e6), 0, 1e7) * 1e-6,
         eager_bytes=_req_num(src, "eager_bytes", data.get("eager_bytes", base.eager_bytes), 0, 2**40),
+        fill_bytes=_req_num(src, "fill_bytes", data.get("fill_bytes", base.fill_bytes), 0, 2**40),
         incast=incast,
         source=str(source_txt),
     )

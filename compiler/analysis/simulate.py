@@ -166,13 +166,30 @@ class Routes:
     dep_ids: npt.NDArray[np.int64]
     succ_ptr: npt.NDArray[np.int64]
     succ_ids: npt.NDArray[np.int64]
-    _rendezvous: dict[float, npt.NDArray[np.bool_]] = field(default_factory=dict, compare=False, repr=False)
+    _sync: list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]] = field(
+        default_factory=list, compare=False, repr=False
+    )
+
+    def synchronised(self) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+        if not self._sync:
+            self._sync.append(synchronised(self.prog))
+        return self._sync[0]
 
     def rendezvous(self, eager_bytes: float) -> npt.NDArray[np.bool_]:
-        got = self._rendezvous.get(eager_bytes)
-        if got is None:
-            got = self._rendezvous[eager_bytes] = rendezvous(self.prog, eager_bytes)
-        return got
+        sync, msg = self.synchronised()
+        return sync & (msg > eager_bytes)
+
+    def fill_time(self, cap: npt.NDArray[np.float64], fill_bytes: float) -> npt.NDArray[np.float64]:
+        """Per op, the pipeline fill a synchronised message pays: ``min(message, fill_bytes)`` at its route's
+        slowest link (0 for ops that do not start in step with their receiver)."""
+        sync, msg = self.synchronised()
+        out = np.zeros(len(sync))
+        ids = np.flatnonzero(sync)
+        if len(ids):
+            ext = np.append(cap, np.inf)
+            rate = ext[self.bind[ids]].min(axis=1)
+            out[ids] = np.minimum(msg[ids], fill_bytes) / rate
+        return out
 
     def setup(self, model: SimModel) -> Setup:
         """Capacities and latencies under ``model``."""
@@ -181,6 +198,8 @@ class Routes:
         lat = self.route_alpha + model.alpha_s
         if model.stage_s > 0 and len(self.dep_ids):
             lat = lat + model.stage_s * self.rendezvous(model.eager_bytes)
+        if model.fill_bytes > 0 and len(self.dep_ids):
+            lat = lat + self.fill_time(cap, model.fill_bytes)
         return Setup(
             nranks=self.nranks,
             cap=cap,
@@ -316,8 +335,17 @@ def rendezvous(prog: Program, eager_bytes: float) -> npt.NDArray[np.bool_]:
     collective library's per-connection FIFO) is pushed without waiting for the receiver's go-ahead; a larger
     one pays a rendezvous round trip (the eager/rendezvous protocols of MPI and NCCL). Concurrent ops between
     the same pair with the same dependencies are one message on one connection: their bytes add up."""
+    sync, msg = synchronised(prog)
+    return sync & (msg > eager_bytes)
+
+
+def synchronised(prog: Program) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+    """Per op: does it start in step with its receiver (it waits for an op not involving its sender), and the
+    bytes of the message it belongs to (concurrent ops between one pair with the same dependencies are one
+    message on one connection). What :func:`rendezvous` and the pipeline fill of ``fill_bytes`` charge."""
     ops = prog.ops
-    out = np.zeros(len(ops), dtype=bool)
+    sync = np.zeros(len(ops), dtype=bool)
+    msg = np.zeros(len(ops), dtype=np.float64)
     groups: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
     for op in ops:
         if not op.deps or op.src_rank == op.dst_rank:
@@ -328,9 +356,9 @@ def rendezvous(prog: Program, eager_bytes: float) -> npt.NDArray[np.bool_]:
         groups.setdefault((s, op.dst_rank, op.deps), []).append(op.id)
     unit = prog.unit_bytes
     for ids in groups.values():
-        if sum(ops[i].cnt for i in ids) * unit > eager_bytes:
-            out[ids] = True
-    return out
+        sync[ids] = True
+        msg[ids] = float(sum(ops[i].cnt for i in ids) * unit)
+    return sync, msg
 
 
 #: ops, their routes (one row of link indices per op: an array when all have one length) and latencies (s)

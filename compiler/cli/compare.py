@@ -35,11 +35,14 @@ from a2acc.studies.compare import (
     owned_plot,
     plot,
     size_label,
+    summary_lines,
     write_csv,
     write_json,
 )
 
 DEFAULT_ALGOS = "fast,spreadout,direct,hierarchical"
+#: runs last: its candidates' simulations are the rows above, remembered (a2acc.analysis.fastsim)
+AUTO = "auto"
 #: ``syccl`` joins the defaults on the tiered topologies it applies to, up to this many GPUs (its
 #: synthesis takes ~13 s at 64 GPUs on a 2-core machine; larger ones ask for it with ``-a``)
 SYCCL_DEFAULT_MAX_GPUS = 64
@@ -51,7 +54,7 @@ def default_algorithms(topo: Topology) -> list[str]:
     algos = DEFAULT_ALGOS.split(",")
     if 1 < topo.nranks <= SYCCL_DEFAULT_MAX_GPUS and applies("syccl", topo) is None:
         algos.append("syccl")
-    return algos
+    return [*algos, AUTO]
 
 
 DEFAULT_SIZES = "1M:1G:x4"
@@ -94,8 +97,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--algorithms",
         "-a",
         default=None,
-        help=f"comma list (default {DEFAULT_ALGOS}, plus syccl on tiered topologies of up to "
-        f"{SYCCL_DEFAULT_MAX_GPUS} GPUs)",
+        help=f"comma list of planners (default {DEFAULT_ALGOS}, plus syccl on tiered topologies of up to "
+        f"{SYCCL_DEFAULT_MAX_GPUS} GPUs, then {AUTO}, whose pick the closing table shows)",
     )
     p.add_argument("--seed", type=int, default=0, help="generator seed")
     p.add_argument("--skew", type=float, default=0.8, help="generator skew (zipf, moe)")
@@ -231,6 +234,7 @@ def _run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     print(f"# bound terms: {', '.join(sorted({r.bound_term for r in rows}))}")
+    print("\n".join(summary_lines(rows)))
     meta: dict[str, object] = {
         "a2acc_version": __version__,
         "tool": "a2acc compare",

@@ -9,7 +9,8 @@ signatures.
 - ``stageplan``: FAST's stage plan (balancing, Birkhoff stages) and fast's op emission;
 - ``verify``: the verifier's symbolic execution and race checks, op-column helpers (levels, plan JSON rows,
   Op tuples);
-- ``xmlinterp``: MSCCL XML lowering and the strict check of a2acc's own XML.
+- ``xmlinterp``: MSCCL XML lowering and the strict check of a2acc's own XML;
+- ``maxmin``: the simulator's max-min fair sharing (progressive filling).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-NAMES = ("stageplan", "verify", "xmlinterp")
+NAMES = ("maxmin", "stageplan", "verify", "xmlinterp")
 
 
 def load(name: str) -> ModuleType | None:
@@ -35,10 +36,12 @@ def built() -> dict[str, bool]:
 
 
 if TYPE_CHECKING:
+    from a2acc import _maxmin as maxmin
     from a2acc import _stageplan as stageplan
     from a2acc import _verify as verify
     from a2acc import _xmlinterp as xmlinterp
 else:
+    maxmin = load("maxmin")
     stageplan = load("stageplan")
     verify = load("verify")
     xmlinterp = load("xmlinterp")

@@ -12,6 +12,9 @@ files. To run one, use :func:`a2acc.pipeline.compile` (or :func:`a2acc.plan`), w
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,13 +22,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.analysis.model import SimModel
+from a2acc.defaults import DEFAULT_ALGORITHM as DEFAULT_ALGORITHM
 from a2acc.ir.program import Program
 from a2acc.model.topology import Topology
 from a2acc.options import NoOptions
 from a2acc.registry import Entry, Registry
-
-#: the planner of ``plan``, ``compile``, ``compare``'s first row and the JIT when none is named
-DEFAULT_ALGORITHM = "fast"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class PlanRequest:
     counts: npt.NDArray[np.int64]
     unit_bytes: int
     options: Any = field(default_factory=NoOptions)
+    #: the simulator's model a cost-aware planner prices its choices with (None: the topology's default)
+    model: SimModel | None = None
 
     @property
     def nranks(self) -> int:
@@ -73,6 +77,12 @@ PLANNERS: Registry[PlannerFn] = Registry(
         ),
         Entry("mcf", "a2acc.planners.mcf", "max-concurrent multi-commodity flow LP (HiGHS), relays", "plan"),
         Entry(
+            "auto",
+            "a2acc.planners.auto",
+            "the fastest verified plan of every planner that applies, under the simulator's model",
+            "plan",
+        ),
+        Entry(
             "syccl",
             "a2acc.planners.syccl",
             "SyCCL: symmetric sketches, per-group LPs, simulated pick",
@@ -102,3 +112,49 @@ def options_type(name: str) -> type:
 def applies(name: str, topology: Topology) -> str | None:
     """None when planner ``name`` can plan for ``topology``; otherwise the reason it cannot."""
     return PLANNERS.applies(name, topology)
+
+
+# ---------------------------------------------------------------------------------------------- memo
+#: plans remembered per process, by content (the planner, its options, the topology, the layout, the bytes and the
+#: model): a comparison's auto row reuses the rows above it, and a JIT bucket compiled twice plans once
+_MEMO_OPS = 2_000_000
+_MEMO: OrderedDict[tuple[str, ...], Program] = OrderedDict()
+_MEMO_LOCK = threading.Lock()
+
+
+def _memo_key(name: str, req: PlanRequest) -> tuple[str, ...]:
+    h = hashlib.sha256()
+    for arr in (req.counts, req.traffic):
+        a = np.ascontiguousarray(arr, dtype=np.int64)
+        h.update(repr(a.shape).encode())
+        h.update(a.tobytes())
+    return (
+        name,
+        repr(req.options),
+        req.topology.fingerprint,
+        str(req.unit_bytes),
+        h.hexdigest(),
+        repr(req.model),
+    )
+
+
+def run(name: str, req: PlanRequest) -> Program:
+    """Planner ``name`` on ``req``, remembered by content (planners are deterministic functions of the request)."""
+    key = _memo_key(name, req)
+    with _MEMO_LOCK:
+        hit = _MEMO.get(key)
+        if hit is not None:
+            _MEMO.move_to_end(key)
+            return hit
+    prog = get_planner(name)(req)
+    with _MEMO_LOCK:
+        _MEMO[key] = prog
+        while len(_MEMO) > 1 and sum(len(p.table) for p in _MEMO.values()) > _MEMO_OPS:
+            _MEMO.popitem(last=False)
+    return prog
+
+
+def remembered(name: str, req: PlanRequest) -> Program | None:
+    """The plan :func:`run` made for exactly this request, if it is still remembered."""
+    with _MEMO_LOCK:
+        return _MEMO.get(_memo_key(name, req))

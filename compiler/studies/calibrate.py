@@ -60,6 +60,12 @@ class Case:
 
 
 RANDOM_DRAWS = 3
+#: how each logged algorithm is planned: FAST's FLASH column is FAST's own implementation - its stage sequence in
+#: FAST's (ascending) order, with balancing, steps and the last redistribution one after another (its logs time
+#: the three phases separately and they add up to the total)
+PLANNED_AS: dict[str, dict[str, str]] = {
+    "fast": {"shape": "staged", "order": "ascending", "phases": "sequential"}
+}
 
 
 def build_cases(
@@ -77,7 +83,8 @@ def build_cases(
         payload = 0
         for j in range(k):
             mat = matrix_for(m.traffic, topo.nranks, m.size, seed + 1000 * i + j)
-            prog = compile(Request(topo, mat, m.algorithm)).program
+            opts = PLANNED_AS.get(m.algorithm)
+            prog = compile(Request(topo, mat, m.algorithm, planner_options=opts)).program
             rts.append(routes(prog, topo))
             payload = int(mat.sum())
         out.append(Case(m, tuple(rts), payload))
@@ -134,6 +141,8 @@ def get_param(model: SimModel, name: str) -> float:
         "alpha_us": model.alpha_s * 1e6,
         "stage_us": model.stage_s * 1e6,
         "eager_bytes": model.eager_bytes,
+        "fill_bytes": model.fill_bytes,
+        "intra_efficiency": model.intra_efficiency,
         "buffer_bytes": inc.buffer_bytes,
         "retransmit": inc.retransmit,
         "storm_ms": inc.storm_s * 1e3,
@@ -153,6 +162,10 @@ def set_params(model: SimModel, values: dict[str, float]) -> SimModel:
             m = replace(m, stage_s=v * 1e-6)
         elif k == "eager_bytes":
             m = replace(m, eager_bytes=v)
+        elif k == "fill_bytes":
+            m = replace(m, fill_bytes=v)
+        elif k == "intra_efficiency":
+            m = replace(m, intra_efficiency=min(v, 1.0))
         elif k == "buffer_bytes":
             inc = replace(inc, buffer_bytes=v)
         elif k == "retransmit":
@@ -176,6 +189,7 @@ BOUNDS = {
     "alpha_us": (0.1, 1e4),
     "stage_us": (0.1, 1e5),
     "eager_bytes": (4096.0, 2.0**30),
+    "fill_bytes": (4096.0, 2.0**30),
     "buffer_bytes": (2.0**16, 2.0**34),
     "retransmit": (1e-3, 100.0),
     "storm_ms": (1e-2, 1e9),
@@ -184,7 +198,7 @@ BOUNDS = {
 
 
 def _to_x(name: str, v: float) -> float:
-    if name == "inter_efficiency":
+    if name in ("inter_efficiency", "intra_efficiency"):
         p = min(max(v, 1e-3), 1 - 1e-6)
         return math.log(p / (1 - p))
     lo, hi = BOUNDS[name]
@@ -193,7 +207,7 @@ def _to_x(name: str, v: float) -> float:
 
 
 def _from_x(name: str, x: float) -> float:
-    if name == "inter_efficiency":
+    if name in ("inter_efficiency", "intra_efficiency"):
         return 1.0 / (1.0 + math.exp(-x))
     lo, hi = BOUNDS[name]
     u = 1.0 / (1.0 + math.exp(-max(min(x, 50.0), -50.0)))

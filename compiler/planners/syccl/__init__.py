@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.analysis.fastsim import simulate_fast
+from a2acc.analysis.model import SimModel
 from a2acc.errors import InputError, PlannerError
 from a2acc.flows.parallel import parse_workers, run_all
 from a2acc.ir.builder import ProgramBuilder
@@ -554,10 +555,10 @@ def sketch_times(
     return out
 
 
-def _simulate(prog: Program, topo: Topology) -> float:
-    """Completion time under the topology's default simulator model (the fast engine: the reference
-    engine's model, organised for speed)."""
-    return simulate_fast(prog, topo).time_s
+def _simulate(prog: Program, topo: Topology, model: SimModel | None = None) -> float:
+    """Completion time under the request's simulator model (None: the topology's default), with the fast
+    engine (the reference engine's model, organised for speed)."""
+    return simulate_fast(prog, topo, model=model).time_s
 
 
 def _evaluation_pool(
@@ -610,7 +611,7 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
             progs.append(rounds(prog, topo))
     times: list[float] = []
     if len(progs) > 1 and not clock.over():
-        times = run_all(_simulate, [(p, topo) for p in progs], opts.workers, desc="syccl simulate")
+        times = run_all(_simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate")
     best = int(np.argmin(times)) if times else 0
     return _with_outcome(progs[best], sym, syn, clock, times, best)
 
