@@ -247,58 +247,14 @@ def _req_num(src: str, fld: str, v: object, lo: float, hi: float) -> float:
 
 
 def parse_model(data: Any, source: str) -> SimModel:
-    """Validate a params mapping (YAML already parsed) into a :class:`SimModel`."""
+    """Validate a params mapping (YAML already parsed) into a :class:`SimModel`.
+
+    A field the file leaves out takes the transport's default (:func:`transport_defaults`), never an ideal
+    value."""
     src = source
-    if not isinstance(data, dict):
-        raise ModelFileError(
-            src, "", type(data).__name__, "a model file is a YAML mapping (a2acc calibrate -o)"
-        )
-    for k in data:
-        if k not in _TOP and k not in _TOP_INFO:
-            raise ModelFileError(
-                src, str(k), data[k], f"unknown field; allowed: {', '.join(_TOP + _TOP_INFO)}"
-            )
-    if data.get("version") != MODEL_FILE_VERSION:
-        raise ModelFileError(
-            src, "version", data.get("version"), f"this a2acc reads version {MODEL_FILE_VERSION}"
-        )
-    transport = data.get("transport")
-    if transport not in MODEL_TRANSPORTS:
-        raise ModelFileError(src, "transport", transport, f"one of {', '.join(MODEL_TRANSPORTS)}")
-    name = data.get("name", Path(source).stem)
-    if not isinstance(name, str) or not name:
-        raise ModelFileError(src, "name", name, "a non-empty string")
-    inc_raw = data.get("incast") or {}
-    if not isinstance(inc_raw, dict):
-        raise ModelFileError(src, "incast", inc_raw, "a mapping with " + ", ".join(_INCAST))
-    for k in inc_raw:
-        if k not in _INCAST:
-            raise ModelFileError(
-                src, f"incast.{k}", inc_raw[k], f"unknown field; allowed: {', '.join(_INCAST)}"
-            )
-    # a field the file leaves out takes the transport's default (transport_defaults), never an ideal value
+    transport, name, inc_raw = _check_layout(data, src)
     base = transport_defaults(str(transport))
-    bi = base.incast
-    storm_default = bi.storm_s * 1e3 if math.isfinite(bi.storm_s) else None
-    storm = _num(src, "incast.storm_ms", inc_raw.get("storm_ms", storm_default), 1e-6, 1e9, allow_none=True)
-    incast = IncastModel(
-        name=str(inc_raw.get("name", bi.name if bi.name != "off" else transport)),
-        buffer_bytes=_req_num(
-            src, "incast.buffer_bytes", inc_raw.get("buffer_bytes", bi.buffer_bytes), 0, 2**40
-        ),
-        window_bytes=_req_num(
-            src, "incast.window_bytes", inc_raw.get("window_bytes", bi.window_bytes), 1, 2**40
-        ),
-        dt_alpha=_req_num(src, "incast.dt_alpha", inc_raw.get("dt_alpha", bi.dt_alpha), 1e-3, 1e3),
-        retransmit=_req_num(src, "incast.retransmit", inc_raw.get("retransmit", bi.retransmit), 0, 1e3),
-        rto_s=_req_num(src, "incast.rto_ms", inc_raw.get("rto_ms", bi.rto_s * 1e3), 0, 1e7) * 1e-3,
-        storm_s=math.inf if storm is None else storm * 1e-3,
-        shape=_req_num(src, "incast.shape", inc_raw.get("shape", bi.shape), 0.1, 100),
-        fanin_power=_req_num(
-            src, "incast.fanin_power", inc_raw.get("fanin_power", bi.fanin_power), 0.0, 10.0
-        ),
-        fanin_loss=_req_num(src, "incast.fanin_loss", inc_raw.get("fanin_loss", bi.fanin_loss), 0.0, 4.0),
-    )
+    incast = _parse_incast(inc_raw, base.incast, str(transport), src)
     source_txt = data.get("source", f"model file {source}")
     return SimModel(
         name=name,
@@ -315,6 +271,64 @@ def parse_model(data: Any, source: str) -> SimModel:
         fill_bytes=_req_num(src, "fill_bytes", data.get("fill_bytes", base.fill_bytes), 0, 2**40),
         incast=incast,
         source=str(source_txt),
+    )
+
+
+def _check_layout(data: Any, src: str) -> tuple[object, str, dict[Any, Any]]:
+    """The file's shape before any value: a mapping of known fields, the version, the transport, the name
+    (default: the file's stem) and the incast mapping (known fields only). Returns (transport, name, incast)."""
+    if not isinstance(data, dict):
+        raise ModelFileError(
+            src, "", type(data).__name__, "a model file is a YAML mapping (a2acc calibrate -o)"
+        )
+    for k in data:
+        if k not in _TOP and k not in _TOP_INFO:
+            raise ModelFileError(
+                src, str(k), data[k], f"unknown field; allowed: {', '.join(_TOP + _TOP_INFO)}"
+            )
+    if data.get("version") != MODEL_FILE_VERSION:
+        raise ModelFileError(
+            src, "version", data.get("version"), f"this a2acc reads version {MODEL_FILE_VERSION}"
+        )
+    transport = data.get("transport")
+    if transport not in MODEL_TRANSPORTS:
+        raise ModelFileError(src, "transport", transport, f"one of {', '.join(MODEL_TRANSPORTS)}")
+    name = data.get("name", Path(src).stem)
+    if not isinstance(name, str) or not name:
+        raise ModelFileError(src, "name", name, "a non-empty string")
+    inc_raw = data.get("incast") or {}
+    if not isinstance(inc_raw, dict):
+        raise ModelFileError(src, "incast", inc_raw, "a mapping with " + ", ".join(_INCAST))
+    for k in inc_raw:
+        if k not in _INCAST:
+            raise ModelFileError(
+                src, f"incast.{k}", inc_raw[k], f"unknown field; allowed: {', '.join(_INCAST)}"
+            )
+    return transport, name, inc_raw
+
+
+def _parse_incast(inc_raw: dict[Any, Any], bi: IncastModel, transport: str, src: str) -> IncastModel:
+    """The ``incast`` mapping, each missing field taken from the transport's incast model ``bi``; ``storm_ms``
+    may be null (no storm ceiling)."""
+    storm_default = bi.storm_s * 1e3 if math.isfinite(bi.storm_s) else None
+    storm = _num(src, "incast.storm_ms", inc_raw.get("storm_ms", storm_default), 1e-6, 1e9, allow_none=True)
+    return IncastModel(
+        name=str(inc_raw.get("name", bi.name if bi.name != "off" else transport)),
+        buffer_bytes=_req_num(
+            src, "incast.buffer_bytes", inc_raw.get("buffer_bytes", bi.buffer_bytes), 0, 2**40
+        ),
+        window_bytes=_req_num(
+            src, "incast.window_bytes", inc_raw.get("window_bytes", bi.window_bytes), 1, 2**40
+        ),
+        dt_alpha=_req_num(src, "incast.dt_alpha", inc_raw.get("dt_alpha", bi.dt_alpha), 1e-3, 1e3),
+        retransmit=_req_num(src, "incast.retransmit", inc_raw.get("retransmit", bi.retransmit), 0, 1e3),
+        rto_s=_req_num(src, "incast.rto_ms", inc_raw.get("rto_ms", bi.rto_s * 1e3), 0, 1e7) * 1e-3,
+        storm_s=math.inf if storm is None else storm * 1e-3,
+        shape=_req_num(src, "incast.shape", inc_raw.get("shape", bi.shape), 0.1, 100),
+        fanin_power=_req_num(
+            src, "incast.fanin_power", inc_raw.get("fanin_power", bi.fanin_power), 0.0, 10.0
+        ),
+        fanin_loss=_req_num(src, "incast.fanin_loss", inc_raw.get("fanin_loss", bi.fanin_loss), 0.0, 4.0),
     )
 
 

@@ -123,7 +123,22 @@ _SERVERS_RE = re.compile(r"(?:^|[^0-9])(\d+)n_")
 
 
 def _fast(text: str, path: str, topo: Topology, warn: Warn) -> list[tuple[str, str, Traffic, float, float]]:
+    """The runs of one FAST log (module docstring): the traffic from the file name, one row per planner column
+    of every line."""
     name = Path(path).name
+    kind = _fast_traffic_kind(name, path, topo)
+    out: list[tuple[str, str, Traffic, float, float]] = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            out += _fast_line(line, no, path, name, kind, topo.nranks, warn)
+    if not out:
+        raise LogFormatError(path, "", name, "no measurements in the file")
+    return out
+
+
+def _fast_traffic_kind(name: str, path: str, topo: Topology) -> str:
+    """The traffic FAST's file name gives (``fixed``, ``uniform``, ``zipf``, or "" when it does not say), after
+    checking its ``<n>n_`` server count against the topology."""
     m = _SERVERS_RE.search(name)
     if m and int(m.group(1)) != topo.servers:
         raise LogFormatError(
@@ -135,67 +150,65 @@ def _fast(text: str, path: str, topo: Topology, warn: Warn) -> list[tuple[str, s
         )
     low = name.lower()
     if "fixed" in low:
-        kind = "fixed"
-    elif "random" in low or "uniform" in low:
-        kind = "uniform"
-    elif "skew" in low:
-        kind = "zipf"
-    else:
-        kind = ""
+        return "fixed"
+    if "random" in low or "uniform" in low:
+        return "uniform"
+    if "skew" in low:
+        return "zipf"
+    return ""
+
+
+def _fast_line(
+    line: str, no: int, path: str, name: str, kind: str, n: int, warn: Warn
+) -> list[tuple[str, str, Traffic, float, float]]:
+    """The measurements of line ``no`` (non-blank) of a FAST log: one per column of :data:`FAST_TIMES`, a time of
+    0 left out with a warning."""
+    parts = line.split()
+    if len(parts) != FAST_COLUMNS:
+        raise LogFormatError(
+            path,
+            f"line {no}",
+            line.strip()[:60],
+            f"FAST's log format has {FAST_COLUMNS} numbers per line (amd/test_alltoall.cpp); "
+            "nccl-tests output has a '# size count type' header",
+        )
+    try:
+        vals = [float(x) for x in parts]
+    except ValueError:
+        raise LogFormatError(path, f"line {no}", line.strip()[:60], "every column must be a number") from None
+    total, skew = vals[0], vals[1]
+    if not (math.isfinite(total) and 0 < total <= MAX_RANK_BYTES * n) or not (
+        math.isfinite(skew) and 0 <= skew < 10
+    ):
+        raise LogFormatError(
+            path,
+            f"line {no}",
+            line.strip()[:60],
+            f"column 1 is total bytes in (0, {MAX_RANK_BYTES} x GPUs], column 2 a skew in [0, 10)",
+        )
+    k = kind or ("zipf" if skew > 0 else "")
+    if not k:
+        raise LogFormatError(
+            path,
+            "file name",
+            name,
+            "cannot tell the traffic: FAST names its runs *fixed_sz*, *random_*, *skew*",
+        )
+    tr = Traffic(k, skew if k == "zipf" else 0.0)
     out: list[tuple[str, str, Traffic, float, float]] = []
-    n = topo.nranks
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+    for alg, col in FAST_TIMES.items():
+        t = vals[col]
+        if t == 0:
+            warn(f"{path}: line {no}: {alg} time is 0: left out (no measurement)")
             continue
-        parts = line.split()
-        if len(parts) != FAST_COLUMNS:
+        if not (math.isfinite(t) and 0 < t <= MAX_TIME_S * 1e3):
             raise LogFormatError(
                 path,
-                f"line {no}",
-                line.strip()[:60],
-                f"FAST's log format has {FAST_COLUMNS} numbers per line (amd/test_alltoall.cpp); "
-                "nccl-tests output has a '# size count type' header",
+                f"line {no}, column {col + 1}",
+                parts[col],
+                f"times are ms in (0, {MAX_TIME_S * 1e3:g}]",
             )
-        try:
-            vals = [float(x) for x in parts]
-        except ValueError:
-            raise LogFormatError(
-                path, f"line {no}", line.strip()[:60], "every column must be a number"
-            ) from None
-        total, skew = vals[0], vals[1]
-        if not (math.isfinite(total) and 0 < total <= MAX_RANK_BYTES * n) or not (
-            math.isfinite(skew) and 0 <= skew < 10
-        ):
-            raise LogFormatError(
-                path,
-                f"line {no}",
-                line.strip()[:60],
-                f"column 1 is total bytes in (0, {MAX_RANK_BYTES} x GPUs], column 2 a skew in [0, 10)",
-            )
-        k = kind or ("zipf" if skew > 0 else "")
-        if not k:
-            raise LogFormatError(
-                path,
-                "file name",
-                name,
-                "cannot tell the traffic: FAST names its runs *fixed_sz*, *random_*, *skew*",
-            )
-        tr = Traffic(k, skew if k == "zipf" else 0.0)
-        for alg, col in FAST_TIMES.items():
-            t = vals[col]
-            if t == 0:
-                warn(f"{path}: line {no}: {alg} time is 0: left out (no measurement)")
-                continue
-            if not (math.isfinite(t) and 0 < t <= MAX_TIME_S * 1e3):
-                raise LogFormatError(
-                    path,
-                    f"line {no}, column {col + 1}",
-                    parts[col],
-                    f"times are ms in (0, {MAX_TIME_S * 1e3:g}]",
-                )
-            out.append((path, alg, tr, total / n, t * 1e-3))
-    if not out:
-        raise LogFormatError(path, "", name, "no measurements in the file")
+        out.append((path, alg, tr, total / n, t * 1e-3))
     return out
 
 

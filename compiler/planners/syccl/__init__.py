@@ -400,6 +400,12 @@ def _canonical(sym: Symmetry, dim: int, gi: int) -> tuple[int, tuple[int, ...]]:
     return 0, tuple(pinv[x] for x in sym.dims[dim].groups[0])
 
 
+#: a sub-demand LP's key: (dimension, class group, epochs, demand in positions of the class group)
+_LpKey = tuple[object, ...]
+#: per candidate: every sub-demand's slot (level, dimension, group), its ranks by position, its LP key
+_SubRows = list[tuple[tuple[int, int, int], tuple[int, ...], _LpKey]]
+
+
 def _solve(
     topo: Topology,
     sym: Symmetry,
@@ -412,27 +418,58 @@ def _solve(
 ) -> list[Solved]:
     """Sub-demand LPs of every candidate (isomorphic ones solved once, missing ones in parallel), mapped back
     to ranks, with each candidate's estimate."""
-    todo: dict[tuple[object, ...], tuple[GroupNet, tuple[tuple[int, int, float], ...], int]] = {}
-    plan_of: list[list[tuple[tuple[int, int, int], tuple[int, ...], tuple[object, ...]]]] = []
-    for cand in cands:
-        rows: list[tuple[tuple[int, int, int], tuple[int, ...], tuple[object, ...]]] = []
-        for (lvl, dim, gi), dem in sorted(_demands(sym, syn, cand).items()):
-            cls, ranks = _canonical(sym, dim, gi)
-            pos = {r: i for i, r in enumerate(ranks)}
-            net = syn.nets.get((dim, cls))
-            if net is None:
-                net = syn.nets[(dim, cls)] = group_net(topo, sym, dim, cls)
-            k = max(1, hop_distance(net)) if net.relays else 1
-            if fine and net.relays and net.nnodes == net.ngpus:  # GPU-to-GPU links: relays can pay
-                k = min(opts.max_epochs, max(k + 1, math.ceil(k / opts.epoch_ratio)))
-            demand = tuple(sorted((pos[a], pos[b], round(u, 9)) for (a, b), u in dem.items()))
-            key: tuple[object, ...] = (dim, cls, k, demand)
-            if key not in syn.lp and key not in todo:
-                todo[key] = (net, demand, k)
-            rows.append(((lvl, dim, gi), ranks, key))
-        plan_of.append(rows)
-    keys: list[tuple[object, ...]] = list(todo)
-    fresh: dict[tuple[object, ...], SubSolution] = {}
+    todo: dict[_LpKey, tuple[GroupNet, tuple[tuple[int, int, float], ...], int]] = {}
+    plan_of = [_subdemand_rows(topo, sym, syn, cand, opts, todo, fine=fine) for cand in cands]
+    fresh = _run_lps(syn, todo, opts, clock, fine=fine)
+    label = "fine" if fine else "coarse"
+    syn.counters[f"{label}_subdemands"] = sum(len(r) for r in plan_of)
+    syn.counters[f"{label}_lps"] = len({key for r in plan_of for _slot, _ranks, key in r})
+    return [_solved(sym, syn, cand, rows, fresh) for cand, rows in zip(cands, plan_of)]
+
+
+def _subdemand_rows(
+    topo: Topology,
+    sym: Symmetry,
+    syn: Synthesis,
+    cand: Candidate,
+    opts: Options,
+    todo: dict[_LpKey, tuple[GroupNet, tuple[tuple[int, int, float], ...], int]],
+    *,
+    fine: bool,
+) -> _SubRows:
+    """The sub-demands of ``cand``, each keyed by its canonical form on its class group; the LPs neither
+    solved before (``syn.lp``) nor already in ``todo`` are added to it as (group net, demand, epochs).
+    Fine epochs: relays on GPU-to-GPU links get more, shorter epochs (at most ``max_epochs``)."""
+    rows: _SubRows = []
+    for (lvl, dim, gi), dem in sorted(_demands(sym, syn, cand).items()):
+        cls, ranks = _canonical(sym, dim, gi)
+        pos = {r: i for i, r in enumerate(ranks)}
+        net = syn.nets.get((dim, cls))
+        if net is None:
+            net = syn.nets[(dim, cls)] = group_net(topo, sym, dim, cls)
+        k = max(1, hop_distance(net)) if net.relays else 1
+        if fine and net.relays and net.nnodes == net.ngpus:  # GPU-to-GPU links: relays can pay
+            k = min(opts.max_epochs, max(k + 1, math.ceil(k / opts.epoch_ratio)))
+        demand = tuple(sorted((pos[a], pos[b], round(u, 9)) for (a, b), u in dem.items()))
+        key: _LpKey = (dim, cls, k, demand)
+        if key not in syn.lp and key not in todo:
+            todo[key] = (net, demand, k)
+        rows.append(((lvl, dim, gi), ranks, key))
+    return rows
+
+
+def _run_lps(
+    syn: Synthesis,
+    todo: dict[_LpKey, tuple[GroupNet, tuple[tuple[int, int, float], ...], int]],
+    opts: Options,
+    clock: _Clock,
+    *,
+    fine: bool,
+) -> dict[_LpKey, SubSolution]:
+    """Solve the LPs of ``todo`` (in parallel per ``workers``; direct hops when no time is left); proven
+    solutions are kept in ``syn.lp`` for later calls."""
+    keys: list[_LpKey] = list(todo)
+    fresh: dict[_LpKey, SubSolution] = {}
     if keys:
         if clock.over():  # no time left for LPs: direct hops inside every group (always valid)
             sols = [direct_solution(todo[key][1]) for key in keys]
@@ -445,36 +482,36 @@ def _solve(
         for key, sol in fresh.items():
             if sol.status == "optimal":  # only proven solutions are reused by later calls
                 syn.lp[key] = sol
-    label = "fine" if fine else "coarse"
-    syn.counters[f"{label}_subdemands"] = sum(len(r) for r in plan_of)
-    syn.counters[f"{label}_lps"] = len({key for r in plan_of for _slot, _ranks, key in r})
-    out: list[Solved] = []
-    for cand, rows in zip(cands, plan_of):
-        subs: dict[tuple[int, int, int], SubRoutes] = {}
-        per_level: dict[int, dict[int, float]] = {}
-        epochs: dict[int, int] = {}
-        statuses: set[str] = set()
-        for (lvl, dim, gi), ranks, key in rows:
-            sol = syn.lp[key] if key in syn.lp else fresh[key]
-            statuses.add(sol.status)
-            subs[(lvl, dim, gi)] = {
-                (ranks[i], ranks[j]): tuple(
-                    (f, tuple((ranks[u], ranks[v], t) for u, v, t in hops)) for f, hops in paths
-                )
-                for i, j, paths in sol.routes
-            }
-            t = sol.time_s if math.isfinite(sol.time_s) else math.inf
-            per_level.setdefault(lvl, {})
-            per_level[lvl][dim] = max(per_level[lvl].get(dim, 0.0), t)
-            epochs[lvl] = max(epochs.get(lvl, 1), sol.epochs)
-        est = max(
-            (sum(per_level[lv].get(d, 0.0) for lv in per_level) for d in range(len(sym.dims))), default=0.0
-        )
-        offs = [0]
-        for lv in range(1, max(per_level, default=0) + 1):
-            offs.append(offs[-1] + epochs.get(lv, 1))
-        out.append(Solved(cand, subs, tuple(offs), est, tuple(sorted(statuses))))
-    return out
+    return fresh
+
+
+def _solved(
+    sym: Symmetry, syn: Synthesis, cand: Candidate, rows: _SubRows, fresh: dict[_LpKey, SubSolution]
+) -> Solved:
+    """A candidate's sub-demand solutions mapped back to ranks, each level's first epoch, and its estimate:
+    per dimension the sum over levels of its slowest sub-demand, the worst dimension."""
+    subs: dict[tuple[int, int, int], SubRoutes] = {}
+    per_level: dict[int, dict[int, float]] = {}
+    epochs: dict[int, int] = {}
+    statuses: set[str] = set()
+    for (lvl, dim, gi), ranks, key in rows:
+        sol = syn.lp[key] if key in syn.lp else fresh[key]
+        statuses.add(sol.status)
+        subs[(lvl, dim, gi)] = {
+            (ranks[i], ranks[j]): tuple(
+                (f, tuple((ranks[u], ranks[v], t) for u, v, t in hops)) for f, hops in paths
+            )
+            for i, j, paths in sol.routes
+        }
+        t = sol.time_s if math.isfinite(sol.time_s) else math.inf
+        per_level.setdefault(lvl, {})
+        per_level[lvl][dim] = max(per_level[lvl].get(dim, 0.0), t)
+        epochs[lvl] = max(epochs.get(lvl, 1), sol.epochs)
+    est = max((sum(per_level[lv].get(d, 0.0) for lv in per_level) for d in range(len(sym.dims))), default=0.0)
+    offs = [0]
+    for lv in range(1, max(per_level, default=0) + 1):
+        offs.append(offs[-1] + epochs.get(lv, 1))
+    return Solved(cand, subs, tuple(offs), est, tuple(sorted(statuses)))
 
 
 # ---------------------------------------------------------------------- evaluation (the actual matrix)
@@ -564,6 +601,33 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
     topo = req.topology
     pool, loads = _evaluation_pool(sym, syn, req, opts, clock)
     solved = _solve(topo, sym, syn, pool, opts, clock, fine=True)
+    built = _emit_candidates(req, sym, syn, solved, loads, opts, clock)
+    direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
+    chosen = _choose(built, solved, direct, opts)
+    progs: list[Program] = []
+    for _i, prog in chosen:
+        progs.append(prog)
+        if topo.servers > 1 and not clock.over():
+            progs.append(rounds(prog, topo))
+    times: list[float] = []
+    if len(progs) > 1 and not clock.over():
+        times = run_all(_simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate")
+    best = int(np.argmin(times)) if times else 0
+    return _with_outcome(progs[best], sym, syn, clock, times, best)
+
+
+def _emit_candidates(
+    req: PlanRequest,
+    sym: Symmetry,
+    syn: Synthesis,
+    solved: list[Solved],
+    loads: list[comb.Load],
+    opts: Options,
+    clock: _Clock,
+) -> list[tuple[tuple[float, int, int, int], int, Program]]:
+    """Each solved candidate (the first always, the others while time is left) emitted as a Program with its
+    meta, sorted by (5 % bucket of its busiest-port bound, ops, scale-out fan-in, index); entries are
+    (sort key, index in ``solved``, Program)."""
     off = req.traffic.astype(np.float64).copy()
     np.fill_diagonal(off, 0.0)
     pair_bytes = float(off.sum()) / max(int((off > 0).sum()), 1)
@@ -575,7 +639,6 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
         "pruned_ratio": syn.stats.pruned_ratio,
         "pruned_depth": syn.stats.pruned_depth,
     }
-    direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
     stats = [_cand_stats(syn, sv.cand, loads) for sv in solved]
     best_bound = min((st[0] for st in stats), default=1.0) or 1.0
     built: list[tuple[tuple[float, int, int, int], int, Program]] = []
@@ -591,6 +654,17 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
         bucket = math.floor(math.log(max(stats[i][0] / best_bound, 1.0)) / math.log(1.05) + 1e-9)
         built.append(((float(bucket), len(prog.ops), stats[i][1], i), i, prog))
     built.sort(key=lambda kv: kv[0])
+    return built
+
+
+def _choose(
+    built: list[tuple[tuple[float, int, int, int], int, Program]],
+    solved: list[Solved],
+    direct: Candidate,
+    opts: Options,
+) -> list[tuple[int, Program]]:
+    """The Programs to time, in ``built``'s order: at most ``evaluate``, past the first only while their ops
+    total at most ``eval_ops``; then the direct tree's if it was left out."""
     chosen: list[tuple[int, Program]] = []
     total = 0
     for _key, i, prog in built:
@@ -601,16 +675,14 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
     for _key, i, prog in built:
         if solved[i].cand == direct and all(j != i for j, _p in chosen):
             chosen.append((i, prog))
-    progs: list[Program] = []
-    for _i, prog in chosen:
-        progs.append(prog)
-        if topo.servers > 1 and not clock.over():
-            progs.append(rounds(prog, topo))
-    times: list[float] = []
-    if len(progs) > 1 and not clock.over():
-        times = run_all(_simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate")
-    best = int(np.argmin(times)) if times else 0
-    prog = progs[best]
+    return chosen
+
+
+def _with_outcome(
+    prog: Program, sym: Symmetry, syn: Synthesis, clock: _Clock, times: list[float], best: int
+) -> Program:
+    """The chosen Program with what the evaluation found in its meta: candidates timed, sub-demands and LPs,
+    its simulated time, and a note when a limit was hit or the topology is only partly symmetric."""
     meta2 = dict(prog.meta)
     meta2["evaluated"] = len(times)
     meta2["subdemands"] = syn.counters.get("coarse_subdemands", 0) + syn.counters.get("fine_subdemands", 0)
