@@ -15,6 +15,7 @@ address, so quantisation never produces a layout the target must refuse.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from a2acc.errors import InputError
 from a2acc.ir.layout import Manifest
 from a2acc.ir.program import Program
+from a2acc.ir.quantize import DEFAULT_ALIGN
 
 
 @dataclass(frozen=True)
@@ -88,21 +90,85 @@ class Target(Protocol):
 
 
 # ---------------------------------------------------------------------- helpers every target uses
-def default_name(program: Program) -> str:
-    """``a2acc_<algorithm>_<N>r_<hash>``: a lowered file's name when the caller gives none (content-addressed,
-    so the same Program always gets the same name)."""
+def _version() -> str:
+    """The installed a2acc's version (from its metadata: the package root imports the pipeline, which imports
+    the backends, so the backends do not import it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("a2acc")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def default_name(program: Program, target: str = "", options: Any = None) -> str:
+    """``a2acc_<algorithm>_<N>r_<digest>``: a lowered file's name when the caller gives none. The digest covers
+    everything that shapes the lowered text: the Program, the target, its options (those marked ``check_only``
+    excepted) and the a2acc version; so files that differ in content never share a name (MSCCL++ caches executor
+    contexts by plan name, and an executor's directory holds one file per name)."""
     import hashlib
+    import json
 
-    digest = hashlib.sha256(program.to_json().encode()).hexdigest()[:10]
-    return f"a2acc_{program.algorithm}_{program.nranks}r_{digest}"
+    h = hashlib.sha256(program.to_json().encode())
+    h.update(f"\0{target}\0{_version()}\0".encode())
+    if options is not None and dataclasses.is_dataclass(options):
+        shaping = {
+            f.name: getattr(options, f.name)
+            for f in dataclasses.fields(options)
+            if not f.metadata.get("check_only", False)
+        }
+        h.update(json.dumps(shaping, sort_keys=True, default=str).encode())
+    return f"a2acc_{program.algorithm}_{program.nranks}r_{h.hexdigest()[:10]}"
 
 
-def size_window(size_range: tuple[int, int] | None, text: str, buffer_bytes: int) -> tuple[int, int]:
-    """The message-size window a lowered file declares (default: exactly the plan's buffer); it must contain
-    the buffer size, or the executor never selects (or refuses) the file."""
+def unit_align(target: Any, options: Any, nranks: int) -> int:
+    """The granularity of the chunk unit a target needs: its optional ``unit_align(options, nranks)`` (e.g. so
+    that the executor selects the file for the packed call, :func:`a2acc.ir.quantize.selection_align`), else 16
+    (the alignment every target needs)."""
+    f = getattr(target, "unit_align", None)
+    return int(f(options, nranks)) if f is not None else DEFAULT_ALIGN
+
+
+def op_columns(prog: Program) -> list[Any] | None:
+    """The op columns the compiled lowerings read (src rank/buf/off, dst rank/buf/off, cnt, dependency CSR) as
+    int64 arrays, from the Program's op table when it has one, else from its ops; None when op ids are not
+    0..n-1."""
+    import numpy as np
+
+    table = getattr(prog, "table", None)
+    names = ("src_rank", "src_buf", "src_off", "dst_rank", "dst_buf", "dst_off", "cnt", "dep_ptr", "dep_ids")
+    if table is not None and getattr(table, "ids", None) is None and all(hasattr(table, a) for a in names):
+        return [np.ascontiguousarray(getattr(table, a), dtype=np.int64) for a in names]
+    ops = prog.ops
+    if any(op.id != i for i, op in enumerate(ops)):
+        return None
+    fields = [[getattr(op, a) for op in ops] for a in names[:7]]
+    ptr = np.zeros(len(ops) + 1, dtype=np.int64)
+    np.cumsum([len(op.deps) for op in ops], out=ptr[1:])
+    ids = [d for op in ops for d in op.deps]
+    return [np.asarray(f, dtype=np.int64) for f in fields] + [ptr, np.asarray(ids, dtype=np.int64)]
+
+
+def size_window(
+    size_range: tuple[int, int] | None, text: str, buffer_bytes: int, step: int = 0
+) -> tuple[int, int]:
+    """The message-size window a lowered file declares (default: exactly the plan's buffer). It must contain
+    the buffer size, or the executor never selects (or refuses) the file; and, with ``step`` (the spacing of
+    the other sizes the executor would accept for the file), no other size: the all-to-all-v packing is for
+    chunks of exactly buffer / C bytes, so another size would move the wrong bytes without an error."""
     lo, hi = size_range or (buffer_bytes, buffer_bytes)
     if not lo <= buffer_bytes <= hi:
         raise InputError(
             "--opt", "size_range", text, f"must include the plan's buffer size {buffer_bytes} B per rank"
+        )
+    if step and (lo <= buffer_bytes - step or hi >= buffer_bytes + step):
+        other = buffer_bytes - step if lo <= buffer_bytes - step else buffer_bytes + step
+        raise InputError(
+            "--opt",
+            "size_range",
+            text,
+            f"the packing holds for {buffer_bytes} B per rank only, but the range also admits {other} B, which "
+            f"the executor would select too and run with other chunk sizes (data at the wrong peers): use a "
+            f"range within ({buffer_bytes - step}, {buffer_bytes + step}), or leave size_range unset",
         )
     return lo, hi

@@ -4,7 +4,8 @@ Run: ``.venv/bin/python benchmarks/jit_stream.py [--calls 1000]``. 32 ranks (dgx
 :func:`a2acc.model.traffic.moe_stream` (router skew oscillating 0.4-0.9 over 400 calls, drifting popularity, every call
 re-sampled; 8192 tokens per rank, top-2, hidden 4096, bf16). The hook's decision path is timed exactly as the
 engine runs it per call (bucket lookup and the plan-table check; a miss's compile runs in the engine's background
-thread, timed separately), with the split-size gather and the data movement excluded. Targets: hit rate >= 90 % after warm-up, padding <= 10 %,
+thread, timed separately; buckets in canonical form, as ``A2ACC_BUCKETS=symmetric``), with the split-size exchange and
+the data movement excluded. Targets: hit rate >= 90 % after warm-up, padding <= 10 %,
 hit overhead <= 100 us.
 """
 
@@ -28,9 +29,12 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--algorithm", default="fast")
+    ap.add_argument(
+        "--plain", action="store_true", help="buckets without the canonical form (A2ACC_BUCKETS=plain)"
+    )
     args = ap.parse_args()
     topo = load_topology("dgx-h100", 4)
-    index = BucketIndex(topo, args.algorithm, "none")
+    index = BucketIndex(topo, args.algorithm, "none", symmetric=not args.plain)  # as the JIT runs it
     with tempfile.TemporaryDirectory() as d:
         cache = PlanCache(d)
         programs: dict[str, object] = {}

@@ -1,64 +1,114 @@
-"""MSCCL++ JSON lowering: compile + verify time, plan size and thread-block shape, as ``a2acc compile`` runs it.
+"""MSCCL++ JSON lowering: compile + check time, peak memory, plan size and shape, as ``a2acc compile`` runs it.
 
-Run: ``.venv/bin/python benchmarks/mscclpp_compile.py [--runs 3] [--servers 4,8] [--opt KEY=VALUE ...]``
+Run: ``.venv/bin/python benchmarks/mscclpp_compile.py [--servers 4,8,16,32,64] [--runs 1] [--opt KEY=VALUE ...]
+[--h100] [--reference]``
 
 Workload: dgx-h100 presets (n x 8 H100), Zipf(0.8), 256 MiB per GPU, the ``fast`` planner, the padding ladder
-of ``a2acc compile`` (``UnitPolicy(max_padding="auto")``), target ``mscclpp-json``. Every phase time is the
-pipeline's own (:attr:`a2acc.pipeline.Result.timings`): ``lower`` is the lowering plus the JSON text, ``check``
-the strict re-read of that text and the interpreter (load checks, two launches, races, postcondition). Medians
-of ``--runs``. Columns: thread blocks per GPU (max), operations per thread block (max and mean, pipelines
-flattened as the executor counts them), the JSON size, channel pairs, semaphores.
+of ``a2acc compile`` (``--max-padding auto``), target ``mscclpp-json``. Every configuration runs in a fresh
+process (its peak RSS is its own) through :func:`a2acc.pipeline.compile`, the path ``a2acc compile`` runs: plan,
+verify, lower (the compiled lowering when built), check (the compiled check of the exact JSON text: load checks,
+intra-thread-block rules, two launches with deadlock, race, cross-launch and postcondition checks). Columns:
+wall and CPU seconds of the whole compile (CPU: ``time.process_time``, which a loaded machine does not inflate),
+the pipeline's own phase times (wall), peak RSS, the JSON size and the plan's shape (thread blocks per GPU,
+operations per thread block: the executor's limits are 64 operations and, all thread blocks being co-resident,
+at most the SMs: 108 on an A100, 132 on an H100). ``--h100`` passes ``max_threadblocks=132`` (the dgx-h100
+preset's GPUs). ``--reference`` hides the compiled cores and times the pure-Python lowering and check.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+from typing import Any
 
+CHILD = """
+import json, resource, time
+if {reference!r}:
+    from a2acc.backends.mscclpp import check, lower
+    check._native = None
+    lower._native = None
+from a2acc.errors import LoweringError
 from a2acc.ir.quantize import UnitPolicy
 from a2acc.model.topology import load_topology
 from a2acc.model.traffic import generate
-from a2acc.options import split_pairs
 from a2acc.pipeline import Request, compile
+
+topo = load_topology("dgx-h100", {servers!r})
+m = generate("zipf", topo.nranks, 256 << 20, 1, skew=0.8)
+c0, w0 = time.process_time(), time.perf_counter()
+out = {{"gpus": topo.nranks}}
+try:
+    res = compile(Request(topo, m, "fast", target="mscclpp-json", target_options={opts!r} or None,
+                          units=UnitPolicy(max_padding="auto")))
+except LoweringError as exc:
+    out["refused"] = str(exc)
+else:
+    assert res.check is not None and res.check.ok and res.lowered is not None
+    st = res.lowered.model.stats
+    out.update(timings=res.timings, json_bytes=sum(len(t) for t in res.lowered.files.values()),
+               tbs=st.threadblocks, ops=st.ops_per_tb, lanes=st.lanes, unit=res.unit_label,
+               summary=res.lowered.summary)
+out["cpu"], out["wall"] = time.process_time() - c0, time.perf_counter() - w0
+out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps(out))
+"""
+
+
+def run_one(servers: int, opts: dict[str, str], reference: bool) -> dict[str, Any]:
+    code = CHILD.format(servers=servers, opts=opts, reference=reference)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()
+        return {"error": tail[-1] if tail else f"exit {proc.returncode}"}
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--servers", default="4,8")
+    ap.add_argument("--servers", default="4,8,16,32,64")
+    ap.add_argument("--runs", type=int, default=1, help="median over this many processes per configuration")
     ap.add_argument("--opt", action="append", default=[], help="target options, KEY=VALUE")
+    ap.add_argument("--h100", action="store_true", help="max_threadblocks=132: an H100 has 132 SMs")
+    ap.add_argument("--reference", action="store_true", help="pure-Python lowering and check")
     args = ap.parse_args()
-    opts = dict(split_pairs(args.opt)) if args.opt else None
+    opts = dict(kv.split("=", 1) for kv in args.opt)
+    if args.h100:
+        opts["max_threadblocks"] = "132"
     print(
-        f"{'topo':>5} {'plan ms':>8} {'verify ms':>9} {'lower ms':>9} {'check ms':>9} {'total ms':>9} "
-        f"{'JSON KiB':>9} {'tbs/GPU':>8} {'ops/tb max':>10} {'ops/tb mean':>11} {'chan pairs':>10} {'sems':>6}"
+        f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs); options {opts or 'default'}"
+    )
+    print(
+        f"{'topo':>5} {'GPUs':>5} {'wall s':>8} {'CPU s':>7} {'plan':>6} {'verify':>7} {'lower':>7} {'check':>7} "
+        f"{'RSS MiB':>8} {'JSON MB':>8} {'tbs/GPU':>8} {'ops/tb':>7}  result"
     )
     for servers in (int(s) for s in args.servers.split(",")):
-        topo = load_topology("dgx-h100", servers)
-        m = generate("zipf", topo.nranks, 256 << 20, 1, skew=0.8)
-        req = Request(
-            topo, m, "fast", target="mscclpp-json", target_options=opts, units=UnitPolicy(max_padding="auto")
-        )
-        times: dict[str, list[float]] = {}
-        res = None
-        for _ in range(args.runs):
-            res = compile(req)
-            for k, v in res.timings.items():
-                times.setdefault(k, []).append(v * 1e3)
-            times.setdefault("total", []).append(res.total_s * 1e3)
-        assert res is not None and res.lowered is not None and res.check is not None and res.check.ok
-        med = {k: statistics.median(v) for k, v in times.items()}
-        ((_name, text),) = res.lowered.files.items()
-        plan = res.lowered.model.plan
-        per_tb = [sum(1 + len(o.ops) for o in t.ops) for g in plan.gpus for t in g.threadblocks]
-        pairs = sum(len(g.peers("memory")) + len(g.peers("port")) for g in plan.gpus) // 2
+        runs = [run_one(servers, opts, args.reference) for _ in range(args.runs)]
+        r0 = runs[0]
+        if "error" in r0:
+            print(f"{servers}x8  failed: {r0['error']}")
+            continue
+        wall = statistics.median(r["wall"] for r in runs)
+        cpu = statistics.median(r["cpu"] for r in runs)
+        rss = max(r["peak_rss"] for r in runs) / 2**20
+        if "refused" in r0:
+            print(
+                f"{servers}x8 {r0['gpus']:>5} {wall:>8.2f} {cpu:>7.2f} {'':>31} {rss:>8.0f}  refused: {r0['refused']}"
+            )
+            continue
+
+        def med(phase: str, runs: list[dict[str, Any]] = runs) -> float:
+            return statistics.median(r["timings"].get(phase, 0.0) for r in runs)
+
         print(
-            f"{servers}x8 {med.get('plan', 0):8.1f} {med.get('verify', 0):9.1f} {med.get('lower', 0):9.1f} "
-            f"{med.get('check', 0):9.1f} {med['total']:9.1f} {len(text.encode()) / 1024:9.0f} "
-            f"{max(len(g.threadblocks) for g in plan.gpus):8d} {max(per_tb):10d} "
-            f"{statistics.mean(per_tb):11.1f} {pairs:10d} {sum(len(g.semaphores) for g in plan.gpus):6d}"
+            f"{servers}x8 {r0['gpus']:>5} {wall:>8.2f} {cpu:>7.2f} {med('plan'):>6.2f} {med('verify'):>7.2f} "
+            f"{med('lower'):>7.2f} {med('check'):>7.2f} {rss:>8.0f} {r0['json_bytes'] / 1e6:>8.1f} {r0['tbs']:>8d} "
+            f"{r0['ops']:>7d}  ok ({r0['unit']}; {r0['summary']})"
         )
-        print(f"      {res.lowered.summary}; unit: {res.unit_label}")
 
 
 if __name__ == "__main__":

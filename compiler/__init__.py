@@ -25,6 +25,8 @@ Heavy modules are imported on first use, so ``import a2acc`` stays cheap (the JI
 
 from __future__ import annotations
 
+from a2acc.defaults import DEFAULT_ALGORITHM
+
 __version__ = "0.2.0"
 
 # not typing.TYPE_CHECKING: ``import a2acc`` runs in the JIT's start-up hook, and typing costs ~10 ms
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from a2acc.analysis.bounds import BoundsReport
+    from a2acc.analysis.model import SimModel
     from a2acc.analysis.simulate import SimResult
     from a2acc.ir.program import Program
     from a2acc.ir.verify import VerifyReport
@@ -79,7 +82,7 @@ def generate_matrix(kind: str, nranks: int, size: int, seed: int = 0, **kw: Any)
 def compile(
     topology: Topology,
     traffic: npt.NDArray[np.int64],
-    algorithm: str = "direct",
+    algorithm: str = DEFAULT_ALGORITHM,
     *,
     backend: str | None = None,
     planner_options: Any = None,
@@ -87,6 +90,7 @@ def compile(
     unit: int | None = None,
     max_padding: float | str | None = None,
     passes: tuple[str, ...] = (),
+    model: SimModel | None = None,
 ) -> Result:
     """Plan, verify and (with ``backend``) lower and check; nothing is written (see :func:`a2acc.pipeline.emit`).
 
@@ -107,6 +111,7 @@ def compile(
             target_options=backend_options,
             units=UnitPolicy(unit=unit, max_padding=max_padding),
             passes=passes,
+            model=model,
         )
     )
 
@@ -114,20 +119,24 @@ def compile(
 def plan(
     topology: Topology,
     traffic: npt.NDArray[np.int64],
-    algorithm: str = "direct",
+    algorithm: str = DEFAULT_ALGORITHM,
     *,
     unit: int | None = None,
     target_chunks: int | None = None,
     verify: bool = True,
+    model: SimModel | None = None,
     **options: Any,
 ) -> Program:
-    """A verified Program (``verify=False`` skips the check: tests that inject defects, benchmarks)."""
+    """A verified Program (``verify=False`` skips the check: tests that inject defects, benchmarks); ``model``
+    is the simulator's model cost-aware planners price their choices with (default: the topology's)."""
     from a2acc.ir.quantize import DEFAULT_TARGET_CHUNKS, UnitPolicy
     from a2acc.pipeline import Request
     from a2acc.pipeline import compile as _compile
 
     units = UnitPolicy(unit=unit, target_chunks=target_chunks or DEFAULT_TARGET_CHUNKS)
-    req = Request(topology, traffic, algorithm, planner_options=options or None, units=units, verify=verify)
+    req = Request(
+        topology, traffic, algorithm, planner_options=options or None, units=units, verify=verify, model=model
+    )
     return _compile(req).program
 
 

@@ -45,5 +45,6 @@ def fast_steps(
     groups: Any,
     base: int,
     scratch: Any,
+    ends: Any,
     /,
 ) -> tuple[tuple[bytes, bytes, bytes], bytes, int, int]: ...

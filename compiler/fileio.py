@@ -8,12 +8,14 @@ goes to a temporary file in the destination directory, is flushed and fsync'ed, 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _UMASK_LOCK = threading.Lock()
 
@@ -26,12 +28,28 @@ def _umask() -> int:
     return mask
 
 
+def loads_json(text: str, **kwargs: Any) -> Any:
+    """``json.loads`` for files users hand in: nesting deeper than Python's parser can follow (a RecursionError
+    inside the decoder) is a malformed document like any other (``json.JSONDecodeError``), so every reader's
+    clear error path covers it."""
+    try:
+        return json.loads(text, **kwargs)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same directory, then rename)."""
+    """Write ``data`` to ``path`` atomically (temp file in the same directory, then rename).
+
+    An OSError (a full disk, a read-only directory) names ``path``, never the temporary file, and leaves
+    nothing behind."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise _about(exc, target) from exc
     try:
         # mkstemp creates 0600; a finished file gets the mode any new file gets here (0666 less the umask)
         os.fchmod(fd, 0o666 & ~_umask())
@@ -40,10 +58,17 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _about(exc, target) from exc
         raise
+
+
+def _about(exc: OSError, target: Path) -> OSError:
+    """The same error, naming the file the user asked for."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(target))
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -58,11 +83,27 @@ _HEAD = 1 << 16
 @dataclass(frozen=True)
 class Output:
     """One file a command is about to write: the option that names it, its path, and the test that recognises
-    a2acc's own earlier output in the first bytes of an existing file (what may be replaced without ``--force``)."""
+    a2acc's own earlier output in the first bytes of an existing file (what may be replaced without ``--force``).
+
+    ``content``, when the bytes are known before writing, also lets an existing file with exactly those bytes
+    be "replaced" (nothing changes): formats that cannot carry a mark of a2acc's (``.npy``, plain text
+    matrices) are then rewritten by the same command, and refused otherwise."""
 
     flag: str
     path: str
     owned: Callable[[bytes], bool]
+    content: bytes | None = None
+
+    def same_as_existing(self) -> bool:
+        if self.content is None:
+            return False
+        try:
+            if os.path.getsize(self.path) != len(self.content):
+                return False
+            with open(self.path, "rb") as fh:
+                return fh.read() == self.content
+        except OSError:
+            return False
 
 
 def check_outputs(outputs: Sequence[Output], inputs: Sequence[str] = (), *, force: bool = False) -> None:
@@ -100,11 +141,11 @@ def check_outputs(outputs: Sequence[Output], inputs: Sequence[str] = (), *, forc
                     head = fh.read(_HEAD)
             except OSError as exc:
                 raise InputError("", out.flag, p, f"a writable path ({exc.__class__.__name__})") from exc
-            if not out.owned(head):
+            if not out.owned(head) and not out.same_as_existing():
                 raise InputError(
                     "",
                     out.flag,
                     p,
-                    "a path a2acc wrote before or a new one: this file was not written by a2acc "
+                    "a path a2acc wrote before or a new one: a2acc cannot prove it wrote this file "
                     "(give --force to replace it)",
                 )

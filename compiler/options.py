@@ -6,6 +6,10 @@ text in ``field(metadata={"help": ...})``). The CLI and the JIT (``A2ACC_PLANNER
 type (``int``, ``float``, ``bool``, ``str`` or a ``Literal`` of allowed strings) and names the key, the value
 and what is allowed when either is wrong. :func:`route` sends each key to the planner or the target that
 declares it (``planner.KEY=`` / ``backend.KEY=`` force the side when both declare the same key).
+
+An option that scales work or memory declares its allowed range with :func:`bounded`; every instance is checked
+against it (and its own ``check()``) before a planner or target sees it, so ``epochs=1000000000`` is refused
+with the limit and the reason instead of allocating for minutes.
 """
 
 from __future__ import annotations
@@ -23,6 +27,31 @@ T = TypeVar("T")
 @dataclasses.dataclass(frozen=True)
 class NoOptions:
     """For planners and targets that take no options."""
+
+
+def bounded(default: Any, lo: float, hi: float, help: str, why: str = "") -> Any:
+    """A numeric option field allowed in ``[lo, hi]``; ``why`` says what the limit protects (shown on refusal)."""
+    return dataclasses.field(default=default, metadata={"help": help, "range": (lo, hi), "why": why})
+
+
+def check_ranges(obj: Any, where: str = "--opt") -> None:
+    """Refuse a field outside the range its :func:`bounded` declaration allows."""
+    for f in dataclasses.fields(obj):
+        rng = f.metadata.get("range")
+        value = getattr(obj, f.name)
+        if rng is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        lo, hi = rng
+        if not lo <= value <= hi:
+            why = f.metadata.get("why", "")
+            raise InputError(where, f.name, value, f"allowed {_span(lo, hi)}{f' ({why})' if why else ''}")
+
+
+def _span(lo: float, hi: float) -> str:
+    def show(v: float) -> str:
+        return f"{int(v):,}" if float(v).is_integer() else f"{v:g}"
+
+    return f"{show(lo)} to {show(hi)}"
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -71,6 +100,7 @@ def parse_options(cls: type[T], raw: Mapping[str, str] | T | None, *, where: str
     if raw is None:
         return cls()
     if isinstance(raw, cls):
+        check_ranges(raw, where)
         return raw
     if not isinstance(raw, Mapping):
         raise InputError(where, "", raw, f"options must be KEY=VALUE strings for {cls.__name__}")
@@ -83,6 +113,7 @@ def parse_options(cls: type[T], raw: Mapping[str, str] | T | None, *, where: str
             raise InputError(where, key, value, f"not an option here; known options: {known}")
         values[key] = value if not isinstance(value, str) else _convert(hints[key], key, value, where)
     obj = cls(**values)
+    check_ranges(obj, where)
     check = getattr(obj, "check", None)
     if callable(check):
         check()
@@ -153,7 +184,9 @@ def describe(cls: type, title: str) -> list[str]:
         else:
             kind = getattr(tp, "__name__", str(tp))
         default = f.default if f.default is not dataclasses.MISSING else "(required)"
-        lines.append(f"  {f.name}={kind}  (default {default})  {f.metadata.get('help', '')}".rstrip())
+        rng = f.metadata.get("range")
+        span = f", {_span(*rng)}" if rng is not None else ""
+        lines.append(f"  {f.name}={kind}  (default {default}{span})  {f.metadata.get('help', '')}".rstrip())
     return lines
 
 

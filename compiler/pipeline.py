@@ -25,17 +25,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.analysis.model import SimModel
 from a2acc.backends import get_target
-from a2acc.backends.target import CheckReport, Lowered, Target
-from a2acc.errors import InputError, InternalError, LoweringError, VerificationError
+from a2acc.backends.target import CheckReport, Lowered, Target, unit_align
+from a2acc.errors import InputError, InternalError, LoweringError, PlannerError, VerificationError
 from a2acc.ir.passes import run_passes
 from a2acc.ir.program import Program
-from a2acc.ir.quantize import UnitPolicy, quantize
+from a2acc.ir.quantize import DEFAULT_ALIGN, UnitPolicy, quantize
 from a2acc.ir.verify import VerifyReport, verify_program
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import validate_matrix
 from a2acc.options import parse_options
-from a2acc.planners import DEFAULT_ALGORITHM, PlanRequest, get_planner, options_type
+from a2acc.planners import DEFAULT_ALGORITHM, PlanRequest, applies, options_type
+from a2acc.planners import run as run_planner
 
 PHASES = ("quantize", "plan", "passes", "verify", "lower", "check")
 
@@ -58,6 +60,9 @@ class Request:
     passes: tuple[str, ...] = ()
     name: str | None = None
     verify: bool = True
+    #: the simulator's model cost-aware planners (fast, auto, syccl) price their choices with; None: the
+    #: topology's default (its transport's parameters)
+    model: SimModel | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,9 @@ def compile(request: Request) -> Result:
     topo = request.topology
     m = validate_matrix(request.traffic, "traffic", expect_ranks=topo.nranks)
     popts = parse_options(options_type(request.algorithm), request.planner_options, where="planner option")
-    planner = get_planner(request.algorithm)
+    why = applies(request.algorithm, topo)
+    if why is not None:
+        raise PlannerError(f"planner '{request.algorithm}' does not apply here: {why}")
     target: Target | None = None
     topts: Any = None
     if request.target is not None:
@@ -121,13 +128,16 @@ def compile(request: Request) -> Result:
             candidates = [(f"fixed layout, unit {request.units.unit} B", request.units.unit)]
         else:
             counts = None
-            candidates = request.units.candidates(m, target.max_chunks(topts) if target is not None else None)
+            align = unit_align(target, topts, topo.nranks) if target is not None else DEFAULT_ALIGN
+            candidates = request.units.candidates(
+                m, target.max_chunks(topts) if target is not None else None, align
+            )
     refused: list[str] = []
     for label, unit in candidates:
         with clock.phase("quantize"):
             c = counts if counts is not None else quantize(m, unit)
         with clock.phase("plan"):
-            prog = planner(PlanRequest(topo, m, c, unit, popts))
+            prog = run_planner(request.algorithm, PlanRequest(topo, m, c, unit, popts, request.model))
         if request.passes:
             with clock.phase("passes"):
                 prog = run_passes(prog, request.passes)

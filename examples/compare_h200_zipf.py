@@ -5,8 +5,8 @@ Run: ``.venv/bin/python examples/compare_h200_zipf.py`` (prints the nccl-tests-s
 
 from __future__ import annotations
 
-from a2acc.analysis.compare import format_table, run_compare
 from a2acc.model.topology import load_topology
+from a2acc.studies.compare import format_table, run_compare
 
 
 def main() -> None:

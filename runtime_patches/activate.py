@@ -4,7 +4,9 @@ Zero cost when unused: with ``A2ACC_JIT`` unset (or 0/false/no/off) the hook is 
 on, start-up only arms a lazy import hook (a ``sys.meta_path`` finder, nothing else imported): the settings
 are read and ``torch.distributed.all_to_all_single`` is patched when, and only if, the process imports
 ``torch.distributed``. Launchers and tools never activate (``torchrun``'s parent, pip, the ``a2acc`` CLI).
-A problem prints one clear line on rank 0 (``RANK`` unset or 0) and leaves every stock collective untouched.
+A problem prints one clear line on rank 0 and leaves every stock collective untouched. The rank is torch.distributed's
+once it is initialised, else ``RANK`` (torchrun); under ``torch.multiprocessing.spawn`` neither is known at
+activation, so rank-0 lines are held back until ``init_process_group`` returns and then printed by rank 0 only.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ TYPE_CHECKING = (
 )
 if TYPE_CHECKING:
     import importlib.machinery
+    from collections.abc import Callable
     from types import ModuleType
     from typing import Any
 
@@ -27,29 +30,90 @@ SKIP_PROGRAMS = ("torchrun", "pip", "pip3", "a2acc")
 _ACTIVE = False
 _ATTEMPTED = False  # site may process a site-packages dir twice (e.g. a lib64 -> lib symlink in venvs)
 _ARMED = False
+_DEFERRED: list[Callable[[], None]] = []  # rank-0 output waiting for the rank to be known
+
+
+_SEEN_RANK: list[int] = []  # the rank torch.distributed gave, kept after destroy_process_group (exit logs)
+
+
+def job_rank() -> int | None:
+    """This process's global rank: torch.distributed's once initialised (remembered afterwards), else
+    ``RANK``, else None (unknown)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        try:
+            if dist.is_available() and dist.is_initialized():
+                rank = int(dist.get_rank())
+                _SEEN_RANK[:] = [rank]
+                return rank
+        except Exception:  # a half-initialised or exotic build: fall back to the environment
+            pass
+    if _SEEN_RANK:
+        return _SEEN_RANK[0]
+    raw = os.environ.get("RANK", "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def job_rank0() -> bool:
+    """True on the process that speaks for the job: global rank 0, or a process with no rank at all."""
+    return job_rank() in (0, None)
 
 
 def _setup_logging(level: int) -> None:
     import logging
 
+    class RankFormatter(logging.Formatter):
+        """``a2acc[rank R]``, with the rank looked up when a record is written (``-`` while unknown)."""
+
+        def format(self, record: logging.LogRecord) -> str:
+            r = job_rank()
+            return f"a2acc[rank {'-' if r is None else r}] {super().format(record)}"
+
     log = logging.getLogger("a2acc")
     if not log.handlers:
         h = logging.StreamHandler(sys.stderr)
-        rank = os.environ.get("RANK", "-")
-        h.setFormatter(logging.Formatter(f"a2acc[rank {rank}] %(levelname)s: %(message)s"))
+        h.setFormatter(RankFormatter("%(levelname)s: %(message)s"))
         log.addHandler(h)
     log.setLevel(level)
 
 
-def job_rank0() -> bool:
-    """True on the process that speaks for the job (global rank 0, or a process outside a launcher)."""
-    return os.environ.get("RANK", "0") == "0"
+def rank0_later(action: Callable[[], None]) -> None:
+    """Run ``action`` on rank 0 only: now when the rank is known, else once ``init_process_group`` returns
+    (``torch.multiprocessing.spawn`` sets no ``RANK``; every process would print otherwise)."""
+    rank = job_rank()
+    if rank is not None or "torch.distributed" not in sys.modules:
+        # known; or unknowable yet at interpreter start (a bad A2ACC_JIT value): said now, the process may
+        # never start a process group
+        if rank in (0, None):
+            action()
+        return
+    _DEFERRED.append(action)
+    if len(_DEFERRED) == 1:
+        _wrap_init()
+
+
+def _wrap_init() -> None:
+    """Wrap ``init_process_group`` once: after it returns, flush the deferred rank-0 output and unwrap."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    real = dist.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        dist.init_process_group = c10d.init_process_group = real
+        todo, _DEFERRED[:] = list(_DEFERRED), []
+        if job_rank() == 0:
+            for action in todo:
+                action()
+        return out
+
+    dist.init_process_group = c10d.init_process_group = init_process_group
 
 
 def say(message: str) -> None:
-    """One line for the whole job: printed on rank 0 only."""
-    if job_rank0():
-        print(f"a2acc: {message}", file=sys.stderr)
+    """One line for the whole job: printed on rank 0 only (held back until the rank is known)."""
+    rank0_later(lambda: print(f"a2acc: {message}", file=sys.stderr))
 
 
 def _skipped_program() -> bool:

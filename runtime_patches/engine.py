@@ -2,88 +2,58 @@
 
 Per call (all ranks of the call's process group do the same, in the same order):
 
-1. **Group.** The group maps onto the topology (:mod:`a2acc.runtime.groups`: the world, a regular slice of
+1. **Capture.** Under CUDA-graph capture or ``torch.compile`` tracing the call goes to the stock collective
+   before anything else (no exchange, no allocation), with one warning per job.
+2. **Group.** The group maps onto the topology (:mod:`a2acc.runtime.groups`: the world, a regular slice of
    it, or ``A2ACC_TOPOLOGY`` describing the group itself); plans, buckets and buffers are per group.
-2. **Matrix.** All-gather every rank's input split sizes (rows, int64) -> the N x N matrix of rows; bytes =
-   rows x bytes per row (Megatron's dispatcher already knows the matrix: :mod:`a2acc.runtime.megatron`).
-3. **Bucket** (:mod:`a2acc.jit.bucket`): a cached layout serving the matrix, or a new one; the index evolves
-   from the matrix sequence only, so every rank picks the same bucket.
-4. **Plan.** In memory: ready. Otherwise a background thread loads it from the disk cache or compiles it
-   (:func:`a2acc.pipeline.compile`: plan, verify, and with a backend lower and check) while this call is served
-   by the stock collective: a miss never stalls (``A2ACC_MISS=wait`` compiles in the call instead).
-5. **Agreement.** One small all-gather of (plan hash + executor, ready, ok): the plan runs only when every rank
-   has it ready and all agree; otherwise every rank takes the stock call together, so no rank waits.
-6. **Execute** (:mod:`a2acc.runtime.executors`): pack each peer's rows into its chunks (the layout every
-   manifest describes) in staging buffers on the input's device, reused across calls; run the plan; send rows
-   beyond the layout (residual) with the stock call; unpack. With ``async_op=True`` the last stage's transfers
-   and the unpack complete behind a real ``torch.distributed.Work``.
+3. **Exchange** (:mod:`a2acc.runtime.collectives`): one all-gather of every rank's input and output split
+   sizes, an eligibility flag, the row size and the plan state (:mod:`a2acc.runtime.plans`), on the CPU when
+   the group accepts it, else on the data's device (NCCL/RCCL): the call's one host sync.
+4. **Bucket** (:mod:`a2acc.jit.bucket`): a cached layout serving the matrix (in canonical form under the
+   topology's symmetries, ``A2ACC_BUCKETS=symmetric``), or a new one; the index evolves from the matrix
+   sequence only, so every rank picks the same bucket.
+5. **Plan.** A bucket's plan is loaded from the disk cache or compiled (:func:`a2acc.pipeline.compile`) by a
+   background thread while the stock collective serves (``A2ACC_MISS=wait``: in the call); it runs once every
+   rank has it (the exchanged plan state says so), so all ranks switch at the same call.
+6. **Execute** (:mod:`a2acc.runtime.executors`): pack the caller's rows into the executor's arena on the data's
+   device (:mod:`a2acc.runtime.packing`, the layout every manifest describes; the arena is pooled), run the
+   plan, send rows beyond the layout (residual) with the stock call, unpack. With ``async_op=True`` the tail
+   completes behind a real ``torch.distributed.Work``.
 
-Anything that fails before step 5 makes all ranks fall back together, once-per-job warnings on the group's
-first rank; the caller's output is always produced by either the plan or the stock call.
+Anything that fails before step 6 makes all ranks take the stock call together, with once-per-job warnings on
+the group's first rank; the caller's output is always produced by either the plan or the stock call.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import logging
 import threading
 import time
-from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from a2acc.errors import InternalError, RuntimeHookError
-from a2acc.ir import Buf, Program, program_from_json
-from a2acc.ir.layout import fitting_rows
+from a2acc.ir import program_from_json
 from a2acc.ir.quantize import UnitPolicy
 from a2acc.jit.bucket import Bucket, BucketIndex, variant
 from a2acc.jit.cache import CacheEntry, PlanCache, default_cache_dir
 from a2acc.model.topology import Topology, load_topology
+from a2acc.options import parse_options
 from a2acc.pipeline import Request
 from a2acc.pipeline import compile as compile_pipeline
-from a2acc.runtime.executors import get_executor
+from a2acc.runtime.collectives import accepted_devices, all_gather_ints, metadata_device
+from a2acc.runtime.counters import EngineStats
+from a2acc.runtime.executors import EXECUTORS, FALLBACK, Executor, get_executor, options_type
 from a2acc.runtime.groups import slice_topology
+from a2acc.runtime.packing import byte_view, copy_segments, row_bytes_of
+from a2acc.runtime.plans import FAILED, OK, Plan, PlanTable
+from a2acc.runtime.plans import FALLBACK as STATUS_FALLBACK
 from a2acc.runtime.settings import JitSettings, parse_topology_spec
 
 log = logging.getLogger("a2acc.runtime")
-
-
-@dataclass
-class EngineStats:
-    """Counters of one process (``a2acc.runtime.stats()`` returns them as a dict; docs/runtime.md)."""
-
-    calls: int = 0  # calls that reached the engine
-    handled: int = 0  # served by an a2acc plan
-    stock_while_compiling: int = 0  # served by the stock call because a plan was still compiling somewhere
-    fallbacks: Counter[str] = field(default_factory=Counter)  # served by the stock call, by reason
-    bucket_hits: int = 0
-    cache: dict[str, int] = field(default_factory=lambda: {"memory": 0, "disk": 0, "compiled": 0})
-    payload_bytes: int = 0
-    padding_bytes: int = 0
-    residual_bytes: int = 0
-    # hook decision time of recent calls (gather and data movement excluded); bounded for long jobs
-    overhead_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
-    last_source: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        over = np.array(self.overhead_s) if self.overhead_s else np.zeros(1)
-        return {
-            "calls": self.calls,
-            "handled": self.handled,
-            "stock_while_compiling": self.stock_while_compiling,
-            "fallbacks": dict(self.fallbacks),
-            "bucket_hits": self.bucket_hits,
-            "cache": dict(self.cache),
-            "payload_bytes": self.payload_bytes,
-            "padding_bytes": self.padding_bytes,
-            "residual_bytes": self.residual_bytes,
-            "overhead_us_median": float(np.median(over) * 1e6),
-            "overhead_us_mean": float(np.mean(over) * 1e6),
-        }
 
 
 def compile_entry(
@@ -122,14 +92,6 @@ def compile_entry(
     )
 
 
-def _all_gather(out: Any, inp: Any, group: Any) -> None:
-    """``all_gather_single`` where torch has it (2.13+ deprecates the old name), else ``all_gather_into_tensor``."""
-    import torch.distributed as dist
-
-    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    fn(out, inp, group=group)
-
-
 @dataclass
 class _Group:
     """What the engine keeps per process group."""
@@ -137,26 +99,26 @@ class _Group:
     ranks: tuple[int, ...]  # global ranks, in group order
     topology: Topology
     index: BucketIndex
-    programs: dict[str, Program] = field(default_factory=dict)
-    entries: dict[str, CacheEntry] = field(default_factory=dict)
-    pending: dict[str, Future[tuple[CacheEntry, str]]] = field(default_factory=dict)
-    failed: set[str] = field(default_factory=set)  # buckets whose plan failed here: not retried
-    buffers: dict[tuple[str, int], Any] = field(default_factory=dict)  # (device, Buf) -> uint8 tensor
-    busy: int = 0  # async calls whose buffers are still in flight
+    table: PlanTable
+    side: Any = None  # the second process group of the p2p executor's overlap option
+    arenas: dict[str, list[Any]] = field(default_factory=dict)  # free arenas per device
+    disabled: str = ""  # why a2acc stopped serving this group (set on every rank at the same call)
 
 
-class _Finish:
-    """The tail of one call: wait for the executor's last transfers, then unpack into the caller's output."""
+@dataclass
+class _Call:
+    """One call's arguments as the engine sees them (rank-local, before the exchange)."""
 
-    def __init__(self, pending: list[Any], unpack: Any, group: _Group) -> None:
-        self.pending = pending
-        self.unpack = unpack
-        self.group = group
-
-    def __call__(self) -> None:
-        for w in self.pending:
-            w.wait()
-        self.unpack()
+    output: Any
+    input: Any
+    group: Any
+    rank: int
+    world: int
+    in_splits: list[int]
+    out_splits: list[int]
+    row_bytes: int
+    eligible: bool
+    stock: Any  # the stock all_to_all_single
 
 
 class Engine:
@@ -172,8 +134,13 @@ class Engine:
         self.backend_options = dict(settings.backend_opts)
         if settings.target == "msccl-xml" and "dialect" not in self.backend_options:
             self.backend_options["dialect"] = _platform_dialect()
-        self.executor = get_executor(settings.executor)
-        self.reference = get_executor("reference")
+        self.executor: Executor = get_executor(settings.executor)
+        opts: Any = parse_options(options_type(settings.executor), dict(settings.executor_opts))
+        if hasattr(self.executor, "configure"):
+            self.executor.configure(opts)
+        self.fallback: Executor = get_executor(FALLBACK)
+        self.overlap = bool(getattr(opts, "overlap", False))
+        self.symmetric = settings.buckets == "symmetric" and EXECUTORS[settings.executor].relabels
         self._groups: dict[tuple[int, ...], _Group | str] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
@@ -183,12 +150,14 @@ class Engine:
         atexit.register(self.summary)
 
     # ------------------------------------------------------------------ messages
-    def warn_once(self, what: str, msg: str, speak: bool = True) -> None:
+    def warn_once(
+        self, what: str, msg: str, speak: bool = True, tail: str = "using the stock all_to_all_single"
+    ) -> None:
         """A warning once per job: decided by every rank alike, printed by the group's first rank only."""
         if what not in self._warned:
             self._warned.add(what)
             if speak:
-                log.warning("%s -- using the stock all_to_all_single", msg)
+                log.warning("%s -- %s", msg, tail)
 
     def summary(self) -> None:
         """At exit, rank 0 logs what the engine did (info level)."""
@@ -197,10 +166,11 @@ class Engine:
         if job_rank0() and self.stats.calls:
             s = self.stats.as_dict()
             log.info(
-                "summary: %d calls, %d by a2acc plans (%d bucket hits), %d stock while compiling, fallbacks %s; "
-                "padding %.1f%%, residual %.1f%% of payload; hook %.0f us per call (median)",
+                "summary: %d calls, %d by a2acc plans (%s; %d bucket hits), %d stock while compiling, "
+                "fallbacks %s; padding %.1f%%, residual %.1f%% of payload; hook %.0f us per call (median)",
                 s["calls"],
                 s["handled"],
+                ", ".join(f"{k} {v}" for k, v in s["by_executor"].items()) or "none",
                 s["bucket_hits"],
                 s["stock_while_compiling"],
                 s["fallbacks"] or "none",
@@ -209,16 +179,37 @@ class Engine:
                 s["overhead_us_median"],
             )
 
+    def capturing(self, input: Any) -> str | None:
+        """Why the call must go to the stock collective untouched: CUDA-graph capture or torch.compile
+        tracing (no exchange, no allocation, no host sync may happen then). Warned once per job."""
+        import torch
+
+        why = None
+        compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+        if compiling is not None and compiling():
+            why = "torch.compile is tracing this call"
+        elif torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            why = "a CUDA graph is being captured"
+        if why is not None:
+            from a2acc.runtime.activate import job_rank0
+
+            self.stats.fallback("capture")
+            self.warn_once(
+                "capture", f"{why}: a2acc does not exchange, allocate or sync inside it", speak=job_rank0()
+            )
+        return why
+
     # ------------------------------------------------------------------ groups
-    def _group(self, group: Any, world: int) -> _Group | str:
+    def _group(self, group: Any, world: int, device: Any) -> _Group | str:
         import torch.distributed as dist
 
         ranks = tuple(range(world)) if group is None else tuple(dist.get_process_group_ranks(group))
         hit = self._groups.get(ranks)
         if hit is not None:
             return hit
+        topo: Topology | str
         if world == self.topology.nranks:
-            topo: Topology | str = self.topology  # the world, or A2ACC_TOPOLOGY describing this group
+            topo = self.topology  # the world, or A2ACC_TOPOLOGY describing this group
         else:
             topo = slice_topology(self.topology, ranks)
         if isinstance(topo, str):
@@ -228,8 +219,14 @@ class Engine:
                 topo,
                 variant(self.settings.algorithm, self.planner_options),
                 variant(self.settings.backend, self.backend_options),
+                symmetric=self.symmetric,
             )
-            state = _Group(ranks, topo, index)
+            layouts = getattr(self.executor, "layouts", None)
+            for counts, unit in layouts(world) if layouts is not None else ():
+                index.pin(counts, unit)  # layouts the executor already holds files for (a2acc compile)
+            state = _Group(ranks, topo, index, PlanTable(world))
+            if self.overlap and topo.servers > 1:
+                state.side = self._side_group(group, ranks, device)
             if dist.get_rank() == ranks[0]:
                 log.info(
                     "group of %d ranks (first %d): topology %s", world, ranks[0], topo.summary().describe()
@@ -237,10 +234,27 @@ class Engine:
         self._groups[ranks] = state
         return state
 
-    # ------------------------------------------------------------------ plans
-    def _load_or_compile(self, g: _Group, bucket: Bucket) -> tuple[CacheEntry, str]:
+    def _side_group(self, group: Any, ranks: tuple[int, ...], device: Any) -> Any:
+        """The second process group of the overlap option (its members create it together, at their first
+        call on ``group``), with one collective over all of them right away: NCCL wants the first operation on
+        a group that later carries batched send/recv to include every rank. None (no overlap) when it cannot be
+        made."""
+        import torch.distributed as dist
+
+        try:
+            side = dist.new_group(
+                ranks=list(ranks), backend=str(dist.get_backend(group)), use_local_synchronization=True
+            )
+            all_gather_ints([0], side, metadata_device(side, device), len(ranks))
+            return side
+        except Exception as exc:  # the plans still run, on one group
+            self.warn_once("side", f"no second process group for overlap=true ({exc})", tail="one group")
+            return None
+
+    # ------------------------------------------------------------------ plans (background thread)
+    def _load(self, g: _Group, bucket: Bucket, group: Any) -> Plan:
         key = bucket.key
-        return self.cache.get_or_compile(
+        entry, where = self.cache.get_or_compile(
             key,
             lambda: compile_entry(
                 g.topology,
@@ -253,42 +267,23 @@ class Engine:
                 self.backend_options,
             ),
         )
+        plan = Plan(key, entry, program_from_json(entry.program_json, f"cache entry {key}"), where)
+        why = self.executor.unavailable(entry, group)
+        ex = self.executor
+        if why is not None:
+            plan.status, plan.why, ex = STATUS_FALLBACK, why, self.fallback
+        plan.prepared[ex.name] = ex.prepare(plan.prog, entry)
+        return plan
 
-    def _plan_state(self, g: _Group, bucket: Bucket) -> tuple[int, int]:
-        """(ready, ok) of the bucket's plan on this rank; starts a background compile on a miss."""
-        key = bucket.key
-        if key in g.programs:
-            self.stats.cache["memory"] += 1
-            self.stats.last_source = "memory"
-            return 1, 1
-        if key in g.failed:
-            return 0, 0
-        fut = g.pending.get(key)
-        if fut is None:
-            if self.settings.miss == "wait":
-                fut = Future()
-                try:
-                    fut.set_result(self._load_or_compile(g, bucket))
-                except Exception as exc:
-                    fut.set_exception(exc)
-            else:
-                fut = self._compiler.submit(self._load_or_compile, g, bucket)
-            g.pending[key] = fut
-        if not fut.done():
-            return 0, 1
-        g.pending.pop(key, None)
-        try:
-            entry, where = fut.result()
-            prog = program_from_json(entry.program_json, f"cache entry {key}")
-        except Exception as exc:  # a rank-local failure: every rank will fall back through the agreement
-            log.warning("a2acc could not plan bucket %s (%s)", key[:12], exc)
-            g.failed.add(key)
-            return 0, 0
-        self.stats.cache[where] = self.stats.cache.get(where, 0) + 1
-        self.stats.last_source = where
-        g.programs[key] = prog
-        g.entries[key] = entry
-        return 1, 1
+    def _submit(self, g: _Group, bucket: Bucket, group: Any) -> Future[Plan]:
+        if self.settings.miss == "wait":
+            fut: Future[Plan] = Future()
+            try:
+                fut.set_result(self._load(g, bucket, group))
+            except Exception as exc:
+                fut.set_exception(exc)
+            return fut
+        return self._compiler.submit(self._load, g, bucket, group)
 
     # ------------------------------------------------------------------ the call
     def run(
@@ -303,130 +298,284 @@ class Engine:
     ) -> Any:
         """Serve one call: None means "not handled, call the stock collective" (decided on all ranks alike);
         otherwise a ``torch.distributed.Work`` (``async_op``) or True."""
-        import torch
         import torch.distributed as dist
 
         with self._lock:
             self.stats.calls += 1
+            cpu0 = time.thread_time()
             world = dist.get_world_size(group)
             rank = dist.get_rank(group)
-            g = self._group(group, world)
+            g = self._group(group, world, input.device)
             if isinstance(g, str):
                 self.warn_once(f"group:{world}", g, speak=rank == 0)
-                self.stats.fallbacks["unmapped group"] += 1
+                self.stats.fallback("unmapped group")
                 return None
-            # rank-local eligibility is folded into the collectives below, so every rank decides alike
-            eligible = bool(
-                input.dim() > 0
-                and input.is_contiguous()
-                and output.is_contiguous()
-                and input.dtype == output.dtype
-                and input.device == output.device
-            )
-            row_elems = int(np.prod(input.shape[1:])) if input.dim() > 1 else 1
-            row_bytes = row_elems * input.element_size()
-            n_rows_in = int(input.shape[0]) if input.dim() > 0 else 0
-            in_splits = list(input_split_sizes) if input_split_sizes else [n_rows_in // world] * world
-            # 2. matrix (rows): all-gather the input splits, unless the caller gave it
-            rows = self.known_matrix_rows
-            self.known_matrix_rows = None
-            if rows is None:
-                mine = torch.tensor([*in_splits, int(eligible)], dtype=torch.int64)
-                gathered = torch.empty(world * (world + 1), dtype=torch.int64)
-                _all_gather(gathered, mine, group)
-                gm = gathered.view(world, world + 1).numpy()
-                if (
-                    int(gm[:, world].min()) == 0
-                ):  # some rank cannot take the a2acc path: all use the stock call
-                    self.stats.fallbacks["ineligible tensors"] += 1
-                    return None
-                rows = gm[:, :world].copy()
+            if g.disabled:
+                self.stats.fallback(g.disabled)
+                return None
+            call = self._call(output, input, output_split_sizes, input_split_sizes, group, rank, world, stock)
+            if call is None:
+                self.stats.fallback("tensors on a device the group does not accept")
+                return None
             t0 = time.perf_counter()
-            ready, ok, key = 0, 1, ""
-            bucket = None
-            try:
-                if not eligible:
-                    raise RuntimeHookError("non-contiguous tensors, mismatched dtypes or devices")
-                if sum(in_splits) != n_rows_in or list(rows[rank]) != [int(x) for x in in_splits]:
-                    raise RuntimeHookError(
-                        "input split sizes do not match the input tensor or the gathered matrix"
-                    )
-                if output_split_sizes and [int(x) for x in output_split_sizes] != [
-                    int(x) for x in rows[:, rank]
-                ]:
-                    raise RuntimeHookError("output split sizes disagree with what the peers send")
-                bucket = g.index.lookup(rows.astype(np.int64) * row_bytes)
-                key = bucket.key
-                ready, ok = self._plan_state(g, bucket)
-            except Exception as exc:  # any failure here must become a collective fallback
-                ok = 0
-                self.warn_once(f"plan:{type(exc).__name__}", f"a2acc could not plan this call ({exc})")
-            executor = self.reference
-            if ok and ready and self.executor is not self.reference:
-                why = self.executor.unavailable(g.entries.get(key), group)
-                if why is None:
-                    executor = self.executor
-                else:
-                    self.warn_once(
-                        "executor",
-                        f"A2ACC_EXECUTOR={self.settings.executor} cannot run here ({why})",
-                        speak=rank == 0,
-                    )
-            self.stats.overhead_s.append(time.perf_counter() - t0)
-            # 5. agreement on (plan hash + executor, ready, ok)
-            h = int(hashlib.sha256(f"{key}/{executor.name}".encode()).hexdigest()[:15], 16)
-            mine2 = torch.tensor([h, ready, ok], dtype=torch.int64)
-            all2 = torch.empty(3 * world, dtype=torch.int64)
-            _all_gather(all2, mine2, group)
-            v = all2.view(world, 3)
-            if int(v[:, 2].min()) == 0:
-                self.stats.fallbacks["plan failed on a rank"] += 1
-                return self._log_call("fallback: plan failed on a rank", None)
-            if int(v[:, 0].min()) != int(v[:, 0].max()):
-                self.stats.fallbacks["ranks disagree"] += 1
-                self.warn_once("agree", "ranks disagree on the plan", speak=rank == 0)
-                return self._log_call("fallback: ranks disagree", None)
-            if int(v[:, 1].min()) == 0:
-                self.stats.stock_while_compiling += 1
-                return self._log_call(f"miss: bucket {key[:12]} compiling, stock call", None)
-            if bucket is None:
-                raise InternalError("ranks agreed on a plan this rank has no bucket for")
-            prog = g.programs[key]
-            finish = self._execute(
-                executor, g, prog, key, rows, row_bytes, rank, world, output, input, group, stock
-            )
-            self.stats.handled += 1
-            self.stats.bucket_hits += int(bucket.hit)
-            self.stats.payload_bytes += bucket.payload_bytes
-            self.stats.padding_bytes += bucket.padding_bytes
-            self.stats.residual_bytes += bucket.overflow_bytes
-            self._log_call(
-                f"plan {key[:12]} ({self.stats.last_source}, {executor.name}): {bucket.payload_bytes} B, "
-                f"padding {100 * bucket.padding_fraction:.1f}%, residual {100 * bucket.overflow_fraction:.1f}%",
-                None,
-            )
+            got = self._exchange(g, call)
+            if got is None:
+                return None
+            rows, prefix = got
+            t1 = time.perf_counter()
+            bucket = g.index.lookup(rows * call.row_bytes)
+            j = g.table.job(bucket.key, lambda: self._submit(g, bucket, group))
+            status = self._status(g, call, j, bucket, prefix)
+            t2 = time.perf_counter()
+            self.stats.overhead_s.append(t2 - t1)
+            if status is None:
+                return None
+            self.stats.phase_s["exchange"] += t1 - t0
+            self.stats.phase_s["decide"] += t2 - t1
+            finish = self._execute(g, call, g.table.plans[j], status, bucket, rows, stock)
+            self.stats.add_cpu(time.thread_time() - cpu0)
             if not async_op:
                 finish()
                 return True
-            return self._async_work(finish, g, output)
+            return self._async_work(finish, call.output)
 
-    def _log_call(self, what: str, result: Any) -> Any:
+    def _call(
+        self, output: Any, input: Any, oss: Any, iss: Any, group: Any, rank: int, world: int, stock: Any
+    ) -> _Call | None:
+        """Rank-local checks; None when the data's device is one the group does not accept (the stock call
+        then raises the caller's own error)."""
+        if input.device.type not in accepted_devices(group, input.device):
+            return None
+        eligible = bool(
+            input.dim() > 0
+            and input.is_contiguous()
+            and output.is_contiguous()
+            and input.dtype == output.dtype
+            and input.device == output.device
+            and output.dim() > 0
+            and tuple(input.shape[1:]) == tuple(output.shape[1:])
+        )
+        n_in = int(input.shape[0]) if input.dim() > 0 else 0
+        n_out = int(output.shape[0]) if output.dim() > 0 else 0
+        ins = [int(x) for x in iss] if iss else [n_in // world] * world
+        outs = [int(x) for x in oss] if oss else [n_out // world] * world
+        eligible = eligible and len(ins) == len(outs) == world and sum(ins) == n_in and sum(outs) == n_out
+        if not eligible:
+            ins, outs = [0] * world, [0] * world
+        return _Call(output, input, group, rank, world, ins, outs, row_bytes_of(input), eligible, stock)
+
+    def _exchange(self, g: _Group, call: _Call) -> tuple[np.ndarray, int] | None:
+        """The call's one exchange: the rows matrix and the jobs every rank has settled, when every rank can
+        take the a2acc path, else None (the same answer on every rank)."""
+        n = call.world
+        dev = metadata_device(call.group, call.input.device)
+        mine = [*call.in_splits, *call.out_splits, int(call.eligible), call.row_bytes, *g.table.report()]
+        gm = all_gather_ints(mine, call.group, dev, n, call.stock)
+        self.stats.host_syncs += int(dev.type != "cpu")
+        rows, outs = gm[:, :n], gm[:, n : 2 * n]
+        eligible, row_bytes, prefix, nexc, digest = (gm[:, 2 * n + k] for k in range(5))
+        if int(eligible.min()) == 0:
+            self.stats.fallback("ineligible tensors")
+            return None
+        if not (rows == outs.T).all() or int(row_bytes.min()) != int(row_bytes.max()):
+            self.stats.fallback("split sizes disagree")
+            self.warn_once(
+                "splits", "output split sizes or row sizes disagree across ranks", speak=call.rank == 0
+            )
+            return None
+        if int(digest.min()) != int(digest.max()):
+            g.disabled = "ranks disagree"  # histories diverged (e.g. a restarted process): stop for good
+            self.stats.fallback(g.disabled)
+            self.warn_once("agree", "ranks disagree on the plan history of a group", speak=call.rank == 0)
+            return None
+        width = g.table.pending_width(nexc)
+        if width:  # a rank reported new exceptions: one more small exchange says which jobs
+            extra = all_gather_ints(g.table.my_exceptions(call.rank, width), call.group, dev, n, call.stock)
+            self.stats.host_syncs += int(dev.type != "cpu")
+            g.table.merge(extra, nexc)
+        known = self.known_matrix_rows
+        self.known_matrix_rows = None
+        if known is not None and not np.array_equal(np.asarray(known), rows):
+            self.warn_once(
+                "announce", "the announced matrix differs from the split sizes; using the split sizes"
+            )
+        return np.asarray(rows, dtype=np.int64), int(prefix.min())
+
+    def _status(self, g: _Group, call: _Call, j: int, bucket: Bucket, prefix: int) -> int | None:
+        """The agreed status of job ``j`` (OK or FALLBACK), or None when the stock call serves (the plan is
+        still compiling somewhere, or failed)."""
+        if j < prefix:
+            status = g.table.agreed(j)
+        elif self.settings.miss == "wait":  # compiled in this call on every rank: agree on the outcome
+            g.table.settle(block_until=j)
+            dev = metadata_device(call.group, call.input.device)
+            got = all_gather_ints([g.table.status[j]], call.group, dev, call.world, call.stock)
+            self.stats.host_syncs += int(dev.type != "cpu")
+            status = int(got.max())
+        else:
+            g.table.settle()
+            self.stats.stock_while_compiling += 1
+            self.stats.last = {"served": False, "why": "compiling"}
+            return None
+        g.table.settle()
+        if status == FAILED:
+            self.stats.fallback("plan failed on a rank")
+            err = g.table.errors.get(j, "on another rank")
+            self.warn_once(
+                f"failed:{j}", f"a2acc could not plan bucket {bucket.key[:12]} ({err})", speak=call.rank == 0
+            )
+            return None
+        return status
+
+    # ------------------------------------------------------------------ execution
+    def _execute(
+        self, g: _Group, call: _Call, plan: Plan, status: int, bucket: Bucket, rows: np.ndarray, stock: Any
+    ) -> Any:
+        """Pack, start the plan, exchange the residual; returns the tail (finish the plan, unpack)."""
+        ex, prepared = self._executor_for(plan, status, call.rank)
+        lay, unit = plan.prog.layout, plan.prog.unit_bytes
+        ranks = bucket.ranks
+        c = call.rank if ranks is None else int(np.flatnonzero(ranks == call.rank)[0])
+        peers = [g.ranks[int(r)] for r in (ranks if ranks is not None else range(call.world))]
+        reg = ex.regions(prepared, c)
+        dev = call.input.device
+        arena = self._arena(g, dev, reg.total)
+        rb = call.row_bytes
+        t0 = time.perf_counter()
+        io = ex.io(prepared, c) if hasattr(ex, "io") else None
+        direct = _Direct.of(call, rows, io, ranks)
+        copy_segments(
+            arena[reg.input[0] : reg.input[1]],
+            byte_view(call.input),
+            lay.pack_segments(rows, rb, unit, call.rank, ranks, direct.pack),
+        )
+        t1 = time.perf_counter()
+        waited = float(getattr(ex, "wait_s", 0.0))
+        groups = (call.group, g.side or call.group)
+        fit = _fitting(lay.counts, rows, rb, unit, ranks)
+        resid = bool((rows > fit).any())
+        extra: list[tuple[bool, Any, int]] = []
+        if getattr(ex, "carries_residual", False):
+            extra = _residual_messages(call, rows, fit, g.ranks, direct) if resid else []
+            tail = ex.start(prepared, c, arena, peers, groups, stock, extra, direct.views)
+        else:
+            tail = ex.start(prepared, c, arena, peers, groups, stock)
+            if resid:
+                _residual(call, rows, fit, stock)
+        segs = lay.unpack_segments(rows, rb, unit, call.rank, ranks, direct.unpack)
+        self._count(ex, prepared, c, plan, bucket, extra, direct.sent)
+        t2 = time.perf_counter()
+        phases = self.stats.phase_s
+        phases["pack"] += t1 - t0
+        phases["start"] += t2 - t1
+
+        def finish() -> None:
+            t3, cpu3 = time.perf_counter(), time.thread_time()
+            try:
+                tail()
+                copy_segments(byte_view(call.output), arena[reg.output[0] : reg.output[1]], segs)
+            finally:
+                g.arenas.setdefault(str(dev), []).append(arena)
+                phases["tail"] += time.perf_counter() - t3
+                phases["wait"] += float(getattr(ex, "wait_s", 0.0)) - waited
+                self.stats.add_cpu(time.thread_time() - cpu3)
+
+        return finish
+
+    def _executor_for(self, plan: Plan, status: int, rank: int) -> tuple[Executor, Any]:
+        """The executor every rank runs this plan with (the fallback when the chosen one cannot run it on some
+        rank: said once, naming the fallback) and its prepared state."""
+        ex = self.executor if status == OK else self.fallback
+        if status != OK:
+            self.warn_once(
+                "executor",
+                f"A2ACC_EXECUTOR={self.settings.executor} cannot run here ({plan.why or 'on another rank'})",
+                speak=rank == 0,
+                tail=f"running a2acc's plans with the {ex.name} executor instead",
+            )
+        prepared = plan.prepared.get(ex.name)
+        if prepared is None:
+            prepared = plan.prepared[ex.name] = ex.prepare(plan.prog, plan.entry)
+        return ex, prepared
+
+    def _count(
+        self,
+        ex: Executor,
+        prepared: Any,
+        c: int,
+        plan: Plan,
+        bucket: Bucket,
+        extra: list[tuple[bool, Any, int]],
+        direct_sent: int,
+    ) -> None:
+        s = self.stats
+        s.handled += 1
+        s.by_executor[ex.name] += 1
+        s.bucket_hits += int(bucket.hit)
+        where = plan.source if plan.used == 0 else "memory"  # first use: where the plan came from
+        s.cache[where] = s.cache.get(where, 0) + 1
+        plan.used += 1
+        s.payload_bytes += bucket.payload_bytes
+        s.padding_bytes += bucket.padding_bytes
+        s.residual_bytes += bucket.overflow_bytes
+        counters = dict(ex.counters(prepared, c)) if hasattr(ex, "counters") else {}
+        if direct_sent:
+            counters["sent_bytes"] = counters.get("sent_bytes", 0) + direct_sent
+        if extra:  # the residual's messages: one more stage of at most one message per peer and direction
+            counters["sends"] = counters.get("sends", 0) + sum(1 for e in extra if e[0])
+            counters["recvs"] = counters.get("recvs", 0) + sum(1 for e in extra if not e[0])
+            counters["steps"] = counters.get("steps", 0) + 1
+            counters["sent_bytes"] = counters.get("sent_bytes", 0) + sum(
+                int(t.numel()) for snd, t, _p in extra if snd
+            )
+        s.sent_bytes += int(counters.get("sent_bytes", 0))
+        s.p2p_sends += int(counters.get("sends", 0))
+        s.p2p_recvs += int(counters.get("recvs", 0))
+        s.p2p_steps += int(counters.get("steps", 0))
+        s.last = {
+            "served": True,
+            "executor": ex.name,
+            "key": plan.key,
+            "source": where,
+            "hit": bucket.hit,
+            **counters,
+        }
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("call %d: %s", self.stats.calls, what)
-        return result
+            log.debug(
+                "call %d: plan %s (%s, %s): %d B, padding %.1f%%, residual %.1f%%",
+                s.calls,
+                plan.key[:12],
+                plan.source,
+                ex.name,
+                bucket.payload_bytes,
+                100 * bucket.padding_fraction,
+                100 * bucket.overflow_fraction,
+            )
 
-    def _async_work(self, finish: _Finish, g: _Group, output: Any) -> Any:
+    def _arena(self, g: _Group, device: Any, nbytes: int) -> Any:
+        """A uint8 buffer of at least ``nbytes`` on ``device`` from the group's pool (returned by the call's
+        tail). Not cleared: the unpack reads only bytes the plan delivered."""
+        import torch
+
+        free = g.arenas.setdefault(str(device), [])
+        for i, a in enumerate(free):
+            if int(a.numel()) >= nbytes:
+                return free.pop(i)
+        if free:
+            free.pop(0)  # too small for this plan: replaced by a larger one
+        return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+
+    def _async_work(self, finish: Any, output: Any) -> Any:
         """A real ``torch.distributed.Work`` completed by a background thread when the tail has run."""
         import torch
 
         create = getattr(torch._C._distributed_c10d, "_create_work_from_future", None)
-        if create is None:  # pragma: no cover - older torch: finish now, hand back a completed work
+        if create is None:  # pragma: no cover - older torch: finish now, hand back a completed future
             finish()
             fut0: Any = torch.futures.Future()
             fut0.set_result([output])
             return fut0
         fut: Any = torch.futures.Future()
-        g.busy += 1
 
         def tail() -> None:
             try:
@@ -434,101 +583,111 @@ class Engine:
                 fut.set_result([output])
             except Exception as exc:  # surfaced by Work.wait()
                 fut.set_exception(exc)
-            finally:
-                g.busy -= 1
 
         self._finisher.submit(tail)
         return create(fut)
 
-    def _buffer(self, g: _Group, device: Any, kind: int, nbytes: int) -> Any:
-        """A staging buffer of ``nbytes`` on ``device``, reused across calls (a fresh one while an async call
-        still uses the pooled one). Not cleared: unpacking reads only bytes the plan delivered, and packing
-        zeroes each peer's padding itself (zeroing whole buffers cost more than the copies, measured)."""
-        import torch
 
-        if g.busy:
-            return torch.empty(nbytes, dtype=torch.uint8, device=device)
-        pool_key = (str(device), kind)
-        buf = g.buffers.get(pool_key)
-        if buf is None or buf.numel() < nbytes:
-            buf = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
-            g.buffers[pool_key] = buf
-        return buf[:nbytes]
+def _fitting(counts: np.ndarray, rows: np.ndarray, row_bytes: int, unit: int, ranks: Any) -> np.ndarray:
+    from a2acc.ir.layout import fitting_rows
 
-    def _execute(
-        self,
-        executor: Any,
-        g: _Group,
-        prog: Program,
-        key: str,
-        rows: np.ndarray,
-        row_bytes: int,
-        rank: int,
-        world: int,
-        output: Any,
-        input: Any,
-        group: Any,
-        stock: Any,
-    ) -> _Finish:
-        """Pack this rank's rows into the layout and start the plan; rows beyond it go as a residual. Returns
-        the tail (wait for the last transfers, unpack)."""
-        import torch
+    return fitting_rows(counts, rows, row_bytes, unit, ranks)
 
-        unit = prog.unit_bytes
-        lay = prog.layout
-        fit = fitting_rows(lay.counts, rows, row_bytes, unit)
-        resid = rows - fit
-        in_bytes = input.reshape(-1).view(torch.uint8)
-        out_bytes = output.reshape(-1).view(torch.uint8)
-        dev = input.device
-        if executor.buffers == "uniform":
-            c = lay.buffer_chunks * unit
-            sizes = {int(Buf.INPUT): c, int(Buf.OUTPUT): c, int(Buf.SCRATCH): 0}
-        else:
-            sizes = {
-                int(Buf.INPUT): lay.input_chunks(rank) * unit,
-                int(Buf.OUTPUT): lay.output_chunks(rank) * unit,
-                int(Buf.SCRATCH): prog.scratch[rank] * unit,
-            }
-        bufs = {b: self._buffer(g, dev, b, n) for b, n in sizes.items()}
-        staged = bufs[int(Buf.INPUT)]
-        packed = {b: nb for _a, b, nb in lay.pack_segments(rows, row_bytes, unit, rank)}
-        for a, b, nb in lay.pack_segments(rows, row_bytes, unit, rank):
-            staged[b : b + nb].copy_(in_bytes[a : a + nb])
-        for d in range(world):  # zero each peer's padding (what the manifest calls zero-padded)
-            lo = int(lay.in_off[rank, d]) * unit
-            hi = lo + int(lay.counts[rank, d]) * unit
-            start = lo + packed.get(lo, 0)
-            if start < hi:
-                staged[start:hi].zero_()
-        pending = executor.run(prog, g.entries.get(key), rank, bufs, group, stock) or []
-        if resid.any():  # rows beyond the layout: one small stock exchange (every rank knows resid)
-            in_row_off = np.concatenate([[0], np.cumsum(rows[rank])[:-1]])
-            out_row_off = np.concatenate([[0], np.cumsum(rows[:, rank])[:-1]])
-            send_rows = [int(x) for x in resid[rank]]
-            recv_rows = [int(x) for x in resid[:, rank]]
-            parts = [
-                input[int(in_row_off[d] + fit[rank, d]) : int(in_row_off[d] + rows[rank, d])]
-                for d in range(world)
-            ]
-            send = torch.cat(parts) if parts else input[:0]
-            recv = torch.empty((sum(recv_rows), *input.shape[1:]), dtype=input.dtype, device=dev)
-            stock(recv, send.contiguous(), recv_rows, send_rows, group=group)
-            at = 0
-            for s in range(world):
-                k = recv_rows[s]
-                if k:
-                    lo = int(out_row_off[s] + fit[s, rank])
-                    output[lo : lo + k].copy_(recv[at : at + k])
-                    at += k
-        out_buf = bufs[int(Buf.OUTPUT)]
-        segments = lay.unpack_segments(rows, row_bytes, unit, rank)
 
-        def unpack() -> None:
-            for a, b, nb in segments:
-                out_bytes[b : b + nb].copy_(out_buf[a : a + nb])
+@dataclass
+class _Direct:
+    """What the ``p2p`` executor's direct messages carry this call (see ``stages.direct_ops``): the caller's
+    bytes per direct message (keyed ``(send?, program peer)``; None when there are no rows), the group ranks
+    whose rows travel that way (their residual with them), and the peers left to pack and unpack (None: all,
+    for executors without direct messages)."""
 
-        return _Finish(list(pending), unpack, g)
+    views: dict[tuple[bool, int], Any] = field(default_factory=dict)
+    sends: set[int] = field(default_factory=set)
+    recvs: set[int] = field(default_factory=set)
+    pack: list[int] | None = None
+    unpack: list[int] | None = None
+    sent: int = 0
+
+    @staticmethod
+    def of(call: _Call, rows: np.ndarray, io: Any, ranks: Any) -> _Direct:
+        d = _Direct()
+        if io is None:
+            return d
+        r, rb = call.rank, call.row_bytes
+        real = ranks if ranks is not None else np.arange(call.world)
+        src, dst = byte_view(call.input), byte_view(call.output)
+        in_off = np.cumsum(rows[r]) - rows[r]
+        out_off = np.cumsum(rows[:, r]) - rows[:, r]
+        for m in io.messages:
+            if not m.direct:
+                continue
+            p = int(real[m.peer])
+            k = int(rows[r, p] if m.send else rows[p, r])
+            lo = int(in_off[p] if m.send else out_off[p]) * rb
+            d.views[(m.send, m.peer)] = (src if m.send else dst)[lo : lo + k * rb] if k else None
+            (d.sends if m.send else d.recvs).add(p)
+            d.sent += k * rb if m.send else 0
+        if io.self_direct:  # this rank's own rows: one copy, input to output, residual included
+            k = int(rows[r, r]) * rb
+            if k:
+                dst[int(out_off[r]) * rb : int(out_off[r]) * rb + k].copy_(
+                    src[int(in_off[r]) * rb : int(in_off[r]) * rb + k]
+                )
+            d.sends.add(r)
+            d.recvs.add(r)
+        d.pack = [int(real[q]) for q in io.packed]
+        d.unpack = [int(real[q]) for q in io.unpacked]
+        return d
+
+
+def _residual_messages(
+    call: _Call, rows: np.ndarray, fit: np.ndarray, ranks: tuple[int, ...], direct: _Direct
+) -> list[tuple[bool, Any, int]]:
+    """Rows beyond the layout as point-to-point messages, straight from the caller's input into the peer's
+    output: ``(send?, uint8 view, global peer)``; a rank's residual for one peer is one contiguous run. Pairs
+    whose rows travel in a direct message carry their residual there."""
+    r, n = call.rank, call.world
+    rb = call.row_bytes
+    src, dst = byte_view(call.input), byte_view(call.output)
+    in_off = np.cumsum(rows[r]) - rows[r]
+    out_off = np.cumsum(rows[:, r]) - rows[:, r]
+    out: list[tuple[bool, Any, int]] = []
+    for p in range(n):  # sends then receives, peers ascending: the same order on both sides of every pair
+        if p != r and rows[r, p] > fit[r, p] and p not in direct.sends:
+            lo = int(in_off[p] + fit[r, p]) * rb
+            out.append((True, src[lo : int(in_off[p] + rows[r, p]) * rb], ranks[p]))
+    for p in range(n):
+        if p != r and rows[p, r] > fit[p, r] and p not in direct.recvs:
+            lo = int(out_off[p] + fit[p, r]) * rb
+            out.append((False, dst[lo : int(out_off[p] + rows[p, r]) * rb], ranks[p]))
+    if rows[r, r] > fit[r, r] and r not in direct.sends:  # to itself: a copy
+        a, b = int(in_off[r] + fit[r, r]) * rb, int(out_off[r] + fit[r, r]) * rb
+        k = int(rows[r, r] - fit[r, r]) * rb
+        dst[b : b + k].copy_(src[a : a + k])
+    return out
+
+
+def _residual(call: _Call, rows: np.ndarray, fit: np.ndarray, stock: Any) -> None:
+    """Rows beyond the layout: one stock exchange with split sizes (every rank knows both matrices)."""
+    import torch
+
+    r, n = call.rank, call.world
+    inp, out = call.input, call.output
+    in_off = np.cumsum(rows[r]) - rows[r]
+    out_off = np.cumsum(rows[:, r]) - rows[:, r]
+    send_rows = (rows[r] - fit[r]).tolist()
+    recv_rows = (rows[:, r] - fit[:, r]).tolist()
+    parts = [inp[int(in_off[d] + fit[r, d]) : int(in_off[d] + rows[r, d])] for d in range(n)]
+    send = torch.cat(parts).contiguous()
+    recv = torch.empty((sum(recv_rows), *inp.shape[1:]), dtype=inp.dtype, device=inp.device)
+    stock(recv, send, recv_rows, send_rows, group=call.group)
+    at = 0
+    for s in range(n):
+        k = recv_rows[s]
+        if k:
+            lo = int(out_off[s] + fit[s, r])
+            out[lo : lo + k].copy_(recv[at : at + k])
+            at += k
 
 
 def _platform_dialect() -> str:

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import networkx as nx
 
-from a2acc.model.topology import IntraFabric, Topology
+from a2acc.model.topology import IntraFabric, Tiered, Topology
 
 
 def slice_topology(topo: Topology, ranks: Sequence[int]) -> Topology | str:
@@ -62,6 +62,5 @@ def slice_topology(topo: Topology, ranks: Sequence[int]) -> Topology | str:
         name=f"{topo.name}[{len(rs)} of {topo.nranks}]",
         servers=servers,
         gpus_per_server=k,
-        intra=intra,
-        inter=inter if servers > 1 else None,
+        fabric=Tiered(intra, inter if servers > 1 else None),
     )

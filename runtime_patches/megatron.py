@@ -1,12 +1,14 @@
-"""Opt-in Megatron-LM helper: feed the MoE dispatcher's already-gathered counts to a2acc (no extra all-gather).
+"""Opt-in Megatron-LM helper: hand the MoE dispatcher's already-gathered counts to a2acc as a cross-check.
 
 Where it hooks (Megatron-LM ``megatron/core/transformer/moe/token_dispatcher.py``):
 ``MoEAlltoAllTokenDispatcher.preprocess`` all-gathers ``num_local_tokens_per_expert`` into
 ``num_global_tokens_per_expert`` of shape ``[tp_size, ep_size, num_experts]``; every rank therefore knows the whole
 token matrix before ``token_dispatch`` calls ``all_to_all(ep_group, tokens, output_splits, input_splits)``, which
 reaches ``torch.distributed.all_to_all_single`` (patched by ``A2ACC_JIT=1``). Call :func:`announce` right after
-``preprocess`` with that tensor; the next a2acc call uses it instead of gathering the splits itself. The
-combine step (splits swapped) uses the transposed matrix: call ``announce(..., combine=True)``.
+``preprocess`` with that tensor; the combine step (splits swapped) uses the transposed matrix:
+``announce(..., combine=True)``. a2acc's call still makes its own exchange (it carries the ranks' plan state as
+well as the split sizes, so it is needed anyway); the announced matrix is compared with the exchanged one and a
+difference is warned about once.
 """
 
 from __future__ import annotations

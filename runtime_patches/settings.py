@@ -1,19 +1,22 @@
-"""``A2ACC_*`` settings of the JIT path, validated; an invalid setting yields a warning, never an exception.
+"""``A2ACC_*`` settings of the JIT path, validated at activation; an invalid setting is reported once (rank 0)
+and keeps the stock collectives, never an exception in the job.
 
 | variable | meaning | default |
 |---|---|---|
 | ``A2ACC_JIT`` | ``1`` arms the integration | off |
 | ``A2ACC_TOPOLOGY`` | preset (``dgx-h100:4`` = 4 servers) or topology file | required |
 | ``A2ACC_ALGORITHM`` | planner | ``fast`` |
-| ``A2ACC_PLANNER_OPTS`` | planner options, ``KEY=VALUE,...`` | none |
-| ``A2ACC_EXECUTOR`` | what runs a plan: ``reference`` (torch.distributed p2p), ``msccl``, ``mscclpp`` | ``reference`` |
+| ``A2ACC_PLANNER_OPTS`` | planner options, ``KEY=VALUE,...`` (checked against the planner's options) | none |
+| ``A2ACC_EXECUTOR`` | what runs a plan (:data:`a2acc.runtime.executors.EXECUTORS`) | ``p2p`` |
+| ``A2ACC_EXECUTOR_OPTS`` | executor options, ``KEY=VALUE,...`` (``p2p``: ``overlap=true``) | none |
 | ``A2ACC_BACKEND`` | what a plan is lowered to and cached as: ``none`` or a registered target | by executor |
-| ``A2ACC_BACKEND_OPTS`` | target options, ``KEY=VALUE,...`` (e.g. ``dialect=rccl``) | by platform |
+| ``A2ACC_BACKEND_OPTS`` | target options, ``KEY=VALUE,...`` (e.g. ``dialect=rccl``; checked) | by platform |
+| ``A2ACC_BUCKETS`` | ``symmetric``: buckets in canonical form under the topology's symmetries; ``plain`` | ``symmetric`` |
 | ``A2ACC_CACHE_DIR`` | plan cache directory | ``~/.cache/a2acc`` |
 | ``A2ACC_MISS`` | on a cache miss: ``stock`` (serve the call with the stock collective while the plan compiles in the background) or ``wait`` (compile in the call) | ``stock`` |
 | ``A2ACC_LOG`` | ``debug``, ``info``, ``warning``, ``error`` | ``warning`` |
 
-The executor and the backend are separate: the ``reference`` executor runs the Program itself and needs no
+The executor and the backend are separate: ``p2p`` and ``reference`` run the Program itself and need no
 lowering, but ``A2ACC_BACKEND=msccl-xml`` still lowers and caches XML so that ``a2acc cache export`` can hand
 the next job an ``MSCCL_ALGO_DIR`` (the executors load algorithms only at communicator creation).
 """
@@ -25,10 +28,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-EXECUTORS = ("reference", "msccl", "mscclpp")
 MISS_MODES = ("stock", "wait")
-# the backend each executor needs when A2ACC_BACKEND is not set
-DEFAULT_BACKEND = {"reference": "none", "msccl": "msccl-xml", "mscclpp": "mscclpp-json"}
+BUCKET_MODES = ("symmetric", "plain")
 LOG_LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -44,10 +45,12 @@ class JitSettings:
     topology: str = ""
     cache_dir: str | None = None
     log_level: int = logging.WARNING
-    executor: str = "reference"
+    executor: str = "p2p"
     planner_opts: tuple[tuple[str, str], ...] = ()
     backend_opts: tuple[tuple[str, str], ...] = ()
     miss: str = "stock"
+    executor_opts: tuple[tuple[str, str], ...] = ()
+    buckets: str = "symmetric"
 
     @property
     def target(self) -> str | None:
@@ -56,60 +59,114 @@ class JitSettings:
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> tuple[JitSettings | None, list[str]]:
         """Settings from the environment, or None plus the reasons when they are unusable."""
-        from a2acc.backends import TARGETS
-        from a2acc.errors import InputError
-        from a2acc.options import split_pairs
-        from a2acc.planners import available
-
         e = os.environ if env is None else env
         problems: list[str] = []
-        algorithm = e.get("A2ACC_ALGORITHM", "fast") or "fast"
-        known = {i.name for i in available()}
-        if algorithm not in known:
-            problems.append(f"A2ACC_ALGORITHM={algorithm!r} is not a planner ({', '.join(sorted(known))})")
-        executor = e.get("A2ACC_EXECUTOR", "reference") or "reference"
-        if executor not in EXECUTORS:
-            problems.append(f"A2ACC_EXECUTOR={executor!r}: use one of {', '.join(EXECUTORS)}")
-            executor = "reference"
-        backend = e.get("A2ACC_BACKEND") or DEFAULT_BACKEND[executor]
-        if backend != "none" and backend not in TARGETS:
-            problems.append(f"A2ACC_BACKEND={backend!r}: use none or one of {', '.join(sorted(TARGETS))}")
-        opts: list[tuple[tuple[str, str], ...]] = []
-        for var in ("A2ACC_PLANNER_OPTS", "A2ACC_BACKEND_OPTS"):
-            try:
-                opts.append(tuple(split_pairs([e.get(var, "")], where=var)))
-            except InputError as exc:
-                problems.append(str(exc))
-                opts.append(())
+        algorithm, executor, backend = _names(e, problems)
+        opts = {
+            var: _options(e, var, kind, name, problems)
+            for var, kind, name in (
+                ("A2ACC_PLANNER_OPTS", "planner", algorithm),
+                ("A2ACC_BACKEND_OPTS", "backend", backend),
+                ("A2ACC_EXECUTOR_OPTS", "executor", executor),
+            )
+        }
         topology = e.get("A2ACC_TOPOLOGY", "")
         if not topology:
             problems.append(
                 "A2ACC_TOPOLOGY is not set: give a preset (e.g. dgx-h100:4 for 4 servers) or a topology file"
             )
-        level_name = (e.get("A2ACC_LOG", "warning") or "warning").lower()
-        if level_name not in LOG_LEVELS:
-            problems.append(f"A2ACC_LOG={level_name!r}: use one of {', '.join(LOG_LEVELS)}")
-            level_name = "warning"
-        cache_dir = e.get("A2ACC_CACHE_DIR") or None
-        miss = (e.get("A2ACC_MISS", "stock") or "stock").lower()
-        if miss not in MISS_MODES:
-            problems.append(f"A2ACC_MISS={miss!r}: use one of {', '.join(MISS_MODES)}")
+        level_name = _choice(e, "A2ACC_LOG", "warning", tuple(LOG_LEVELS), problems)
+        miss = _choice(e, "A2ACC_MISS", "stock", MISS_MODES, problems)
+        buckets = _choice(e, "A2ACC_BUCKETS", "symmetric", BUCKET_MODES, problems)
         if problems:
             return None, problems
         return (
             JitSettings(
-                algorithm,
-                backend,
-                topology,
-                cache_dir,
-                LOG_LEVELS[level_name],
-                executor,
-                opts[0],
-                opts[1],
-                miss,
+                algorithm=algorithm,
+                backend=backend,
+                topology=topology,
+                cache_dir=e.get("A2ACC_CACHE_DIR") or None,
+                log_level=LOG_LEVELS[level_name],
+                executor=executor,
+                planner_opts=opts["A2ACC_PLANNER_OPTS"],
+                backend_opts=opts["A2ACC_BACKEND_OPTS"],
+                miss=miss,
+                executor_opts=opts["A2ACC_EXECUTOR_OPTS"],
+                buckets=buckets,
             ),
             [],
         )
+
+
+def _choice(
+    e: Mapping[str, str], var: str, default: str, allowed: tuple[str, ...], problems: list[str]
+) -> str:
+    value = (e.get(var, default) or default).lower()
+    if value not in allowed:
+        problems.append(f"{var}={value!r}: use one of {', '.join(allowed)}")
+        return default
+    return value
+
+
+def _names(e: Mapping[str, str], problems: list[str]) -> tuple[str, str, str]:
+    """(planner, executor, backend), each checked against its registry."""
+    from a2acc.backends import TARGETS
+    from a2acc.planners import available
+    from a2acc.runtime.executors import DEFAULT_EXECUTOR, EXECUTORS
+
+    algorithm = e.get("A2ACC_ALGORITHM", "fast") or "fast"
+    known = {i.name for i in available()}
+    if algorithm not in known:
+        problems.append(f"A2ACC_ALGORITHM={algorithm!r} is not a planner ({', '.join(sorted(known))})")
+    executor = e.get("A2ACC_EXECUTOR", DEFAULT_EXECUTOR) or DEFAULT_EXECUTOR
+    if executor not in EXECUTORS:
+        problems.append(f"A2ACC_EXECUTOR={executor!r}: use one of {', '.join(EXECUTORS)}")
+        executor = DEFAULT_EXECUTOR
+    backend = e.get("A2ACC_BACKEND") or EXECUTORS[executor].backend
+    if backend != "none" and backend not in TARGETS:
+        problems.append(f"A2ACC_BACKEND={backend!r}: use none or one of {', '.join(sorted(TARGETS))}")
+    return algorithm, executor, backend
+
+
+def _options(
+    e: Mapping[str, str], var: str, kind: str, name: str, problems: list[str]
+) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE`` pairs of ``var``, checked against the options dataclass of the planner, backend or
+    executor ``name`` (an unknown key or a bad value is a problem now, not one warning per bucket later)."""
+    from a2acc.errors import InputError
+    from a2acc.options import parse_options, split_pairs
+
+    try:
+        pairs = tuple(split_pairs([e.get(var, "")], where=var))
+        cls = _options_type(kind, name)
+        if cls is not None:
+            parse_options(cls, dict(pairs), where=var)
+        return pairs
+    except InputError as exc:
+        problems.append(str(exc))
+        return ()
+
+
+def _options_type(kind: str, name: str) -> type | None:
+    """The options dataclass of a planner / backend / executor; None when ``name`` is unknown (that is
+    reported by :func:`_names`)."""
+    from a2acc.errors import InputError
+    from a2acc.options import NoOptions
+
+    try:
+        if kind == "planner":
+            from a2acc.planners import options_type
+
+            return options_type(name)
+        if kind == "backend":
+            from a2acc.backends import get_target
+
+            return NoOptions if name == "none" else get_target(name).Options
+        from a2acc.runtime.executors import options_type as executor_options
+
+        return executor_options(name)
+    except (InputError, KeyError, ImportError, AttributeError):
+        return None
 
 
 def parse_topology_spec(spec: str) -> tuple[str, int | None]:

@@ -48,20 +48,25 @@ def install(settings: JitSettings | None = None) -> None:
     _STATE["original"] = original
     dist.all_to_all_single = all_to_all_single
     c10d.all_to_all_single = all_to_all_single
-    from a2acc.runtime.activate import job_rank0
+    from a2acc.runtime.activate import rank0_later
 
-    if job_rank0():
-        eng = _STATE["engine"]
+    st = settings
+
+    def active() -> None:
         log.info(
-            "hook active: all_to_all_single goes through a2acc (algorithm %s, executor %s, backend %s, topology %s:"
-            " %d GPUs, misses served by %s)",
-            settings.algorithm,
-            settings.executor,
-            settings.backend,
-            settings.topology,
+            "hook active: all_to_all_single goes through a2acc (algorithm %s, executor %s%s, backend %s, "
+            "topology %s: %d GPUs, buckets %s, misses served by %s)",
+            st.algorithm,
+            st.executor,
+            "".join(f" {k}={v}" for k, v in st.executor_opts),
+            st.backend,
+            st.topology,
             eng.topology.nranks,
-            "the stock call" if settings.miss == "stock" else "waiting for the plan",
+            st.buckets,
+            "the stock call" if st.miss == "stock" else "waiting for the plan",
         )
+
+    rank0_later(active)
 
 
 def uninstall() -> None:
@@ -92,6 +97,8 @@ def all_to_all_single(
         return dist.all_to_all_single(
             output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op
         )
+    if eng.capturing(input):  # CUDA-graph capture or torch.compile tracing: the stock call, untouched
+        return original(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
     try:
         handled = eng.run(output, input, output_split_sizes, input_split_sizes, group, original, async_op)
     except Exception as exc:

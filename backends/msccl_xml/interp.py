@@ -46,7 +46,7 @@ races, postcondition.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -69,6 +69,7 @@ from a2acc.backends.msccl_xml.model import (
     SEND_TYPES,
     STEP_TYPES,
     Algo,
+    Gpu,
     Step,
     Tb,
 )
@@ -101,6 +102,16 @@ def capacities(algo: Algo) -> tuple[int, int]:
 
 
 def static_checks(algo: Algo, dialect: str = "nccl") -> list[str]:
+    errs = _algo_checks(algo, dialect)
+    cap_i, cap_o = capacities(algo)
+    if algo.coll == "alltoall" and algo.nchunksperloop % max(algo.ngpus, 1):
+        errs.append(f"alltoall nchunksperloop={algo.nchunksperloop} is not a multiple of ngpus={algo.ngpus}")
+    for g in algo.gpus:
+        _gpu_checks(errs, algo, g, dialect, cap_i, cap_o)
+    return errs
+
+
+def _algo_checks(algo: Algo, dialect: str) -> list[str]:
     errs: list[str] = []
     if algo.proto not in PROTOS:
         errs.append(f"algo proto={algo.proto!r}: must be one of {PROTOS}")
@@ -120,122 +131,142 @@ def static_checks(algo: Algo, dialect: str = "nccl") -> list[str]:
     max_ch = MAX_CHANNELS_RCCL if dialect == "rccl" else MAX_CHANNELS_NCCL
     if algo.nchannels > max_ch:
         errs.append(f"algo nchannels={algo.nchannels} exceeds {max_ch} ({dialect})")
-    cap_i, cap_o = capacities(algo)
-    if algo.coll == "alltoall" and algo.nchunksperloop % max(algo.ngpus, 1):
-        errs.append(f"alltoall nchunksperloop={algo.nchunksperloop} is not a multiple of ngpus={algo.ngpus}")
-    for g in algo.gpus:
-        where = f"gpu {g.id}"
-        tb_ids = [t.id for t in g.tbs]
-        if sorted(tb_ids) != list(range(len(tb_ids))):
-            errs.append(
-                f"{where}: thread block ids {sorted(tb_ids)[:12]} must be exactly 0..{len(tb_ids) - 1}"
-            )
-        if dialect == "rccl" and len(g.tbs) > MAX_TBS_RCCL:
-            errs.append(f"{where}: {len(g.tbs)} thread blocks; RCCL allows at most {MAX_TBS_RCCL}")
-        for lim_name, cap_in in (("i_chunks", cap_i), ("o_chunks", cap_o)):
-            v = g.i_chunks if lim_name == "i_chunks" else g.o_chunks
-            if v not in (0, cap_in):
-                errs.append(
-                    f"{where}: {lim_name}={v} but the {algo.coll} capacity is {cap_in} (0 only for in-place aliasing)"
-                )
-        if g.s_chunks > MAX_OFFSET + 1:
-            errs.append(f"{where}: s_chunks={g.s_chunks} exceeds int16 offsets")
-        seen_send: dict[tuple[int, int], int] = {}
-        seen_recv: dict[tuple[int, int], int] = {}
-        per_chan_send: dict[int, int] = {}
-        per_chan_recv: dict[int, int] = {}
-        by_id = {t.id: t for t in g.tbs}
-        dep_targets: set[tuple[int, int]] = set()
-        for t in g.tbs:
-            tw = f"{where} tb {t.id}"
-            if t.send == g.id or t.recv == g.id:
-                errs.append(f"{tw}: send/recv peer equals its own rank")
-            for peer in (t.send, t.recv):
-                if peer < -1 or peer >= algo.ngpus:
-                    errs.append(f"{tw}: peer {peer} out of range -1..{algo.ngpus - 1}")
-            if not 0 <= t.chan < algo.nchannels:
-                errs.append(
-                    f"{tw}: chan={t.chan} must be in 0..nchannels-1 ({algo.nchannels}); -1 is rejected"
-                )
-            for role, peer, seen, per_chan in (
-                ("send", t.send, seen_send, per_chan_send),
-                ("recv", t.recv, seen_recv, per_chan_recv),
-            ):
-                if peer < 0:
-                    continue
-                if (peer, t.chan) in seen:
-                    errs.append(
-                        f"{tw}: second tb with {role} peer {peer} on channel {t.chan} (also tb {seen[(peer, t.chan)]})"
-                    )
-                seen[(peer, t.chan)] = t.id
-                per_chan[t.chan] = per_chan.get(t.chan, 0) + 1
-            if len(t.steps) > MAX_STEPS:
-                errs.append(f"{tw}: {len(t.steps)} steps (nops included); the executor allows {MAX_STEPS}")
-            for k, st in enumerate(t.steps):
-                sw = f"{tw} step {k}"
-                if st.s != k:
-                    errs.append(f"{sw}: s={st.s}; steps must be numbered 0,1,2,... in document order")
-                if st.type not in STEP_TYPES:
-                    errs.append(f"{sw}: unknown type {st.type!r}")
-                    continue
-                if dialect == "rccl" and st.type not in RCCL_TYPES:
-                    errs.append(
-                        f"{sw}: type {st.type!r} needs full ops; RCCL runs only s, r, cpy, re, nop (fails at launch)"
-                    )
-                if st.type in SEND_TYPES and t.send < 0:
-                    errs.append(f"{sw}: {st.type} in a tb without a send peer")
-                if st.type in RECV_TYPES and t.recv < 0:
-                    errs.append(f"{sw}: {st.type} in a tb without a recv peer")
-                for b in (st.srcbuf, st.dstbuf):
-                    if b not in ("i", "o", "s"):
-                        errs.append(f"{sw}: buffer {b!r} must be i, o or s")
-                if st.hasdep not in (0, 1):
-                    errs.append(f"{sw}: hasdep={st.hasdep} must be 0 or 1")
-                if st.type == "nop":
-                    if st.hasdep:
-                        errs.append(
-                            f"{sw}: a nop must not have hasdep=1 (nops are not executed; the flag is never written)"
-                        )
-                    if st.depid < 0:
-                        errs.append(
-                            f"{sw}: a nop with depid=-1 drops its dependency and breaks step numbering"
-                        )
-                    nxt = t.steps[k + 1] if k + 1 < len(t.steps) else None
-                    if nxt is None or (nxt.type != "nop" and nxt.depid < 0):
-                        errs.append(f"{sw}: a nop must be followed by a real step with depid >= 0")
-                else:
-                    if not 1 <= st.cnt <= MAX_COUNT:
-                        errs.append(f"{sw}: cnt={st.cnt} must be in 1..{MAX_COUNT}")
-                    _check_range(errs, sw, st, cap_i, cap_o, g.s_chunks)
-                if st.depid >= 0:
-                    if st.depid == t.id:
-                        errs.append(f"{sw}: depends on its own tb")
-                    tgt = by_id.get(st.depid)
-                    if tgt is None:
-                        errs.append(f"{sw}: depid={st.depid} is not a tb of gpu {g.id}")
-                    elif not 0 <= st.deps < len(tgt.steps):
-                        errs.append(f"{sw}: deps={st.deps} is not a step of tb {st.depid}")
-                    else:
-                        dep_targets.add((st.depid, st.deps))
-                        if tgt.steps[st.deps].type == "nop":
-                            errs.append(f"{sw}: depends on a nop (tb {st.depid} step {st.deps})")
-                    if st.depid > MAX_DEP_TB:
-                        errs.append(
-                            f"{sw}: dependency target tb {st.depid} > {MAX_DEP_TB} (int8 in the executor)"
-                        )
-        for tid, sidx in sorted(dep_targets):
-            tgt_step = by_id[tid].steps[sidx]
-            if tgt_step.hasdep != 1:
-                errs.append(
-                    f"{where} tb {tid} step {sidx}: is a dependency target but hasdep=0 (the waiter hangs)"
-                )
-        for ch, k in per_chan_send.items():
-            if k > MAX_TBS_PER_CHANNEL:
-                errs.append(f"{where}: {k} tbs with a send peer on channel {ch}; limit {MAX_TBS_PER_CHANNEL}")
-        for ch, k in per_chan_recv.items():
-            if k > MAX_TBS_PER_CHANNEL:
-                errs.append(f"{where}: {k} tbs with a recv peer on channel {ch}; limit {MAX_TBS_PER_CHANNEL}")
     return errs
+
+
+def _gpu_checks(errs: list[str], algo: Algo, g: Gpu, dialect: str, cap_i: int, cap_o: int) -> None:
+    where = f"gpu {g.id}"
+    tb_ids = [t.id for t in g.tbs]
+    if sorted(tb_ids) != list(range(len(tb_ids))):
+        errs.append(f"{where}: thread block ids {sorted(tb_ids)[:12]} must be exactly 0..{len(tb_ids) - 1}")
+    if dialect == "rccl" and len(g.tbs) > MAX_TBS_RCCL:
+        errs.append(f"{where}: {len(g.tbs)} thread blocks; RCCL allows at most {MAX_TBS_RCCL}")
+    for lim_name, cap_in in (("i_chunks", cap_i), ("o_chunks", cap_o)):
+        v = g.i_chunks if lim_name == "i_chunks" else g.o_chunks
+        if v not in (0, cap_in):
+            errs.append(
+                f"{where}: {lim_name}={v} but the {algo.coll} capacity is {cap_in} (0 only for in-place aliasing)"
+            )
+    if g.s_chunks > MAX_OFFSET + 1:
+        errs.append(f"{where}: s_chunks={g.s_chunks} exceeds int16 offsets")
+    seen: dict[str, dict[tuple[int, int], int]] = {"send": {}, "recv": {}}
+    per_chan: dict[str, dict[int, int]] = {"send": {}, "recv": {}}
+    by_id = {t.id: t for t in g.tbs}
+    dep_targets: set[tuple[int, int]] = set()
+    for t in g.tbs:
+        _tb_checks(errs, algo, g, t, seen, per_chan)
+        for k, st in enumerate(t.steps):
+            _step_checks(
+                errs, f"{where} tb {t.id} step {k}", g, t, k, st, dialect, (cap_i, cap_o), by_id, dep_targets
+            )
+    for tid, sidx in sorted(dep_targets):
+        if by_id[tid].steps[sidx].hasdep != 1:
+            errs.append(
+                f"{where} tb {tid} step {sidx}: is a dependency target but hasdep=0 (the waiter hangs)"
+            )
+    for role in ("send", "recv"):
+        for ch, k in per_chan[role].items():
+            if k > MAX_TBS_PER_CHANNEL:
+                errs.append(
+                    f"{where}: {k} tbs with a {role} peer on channel {ch}; limit {MAX_TBS_PER_CHANNEL}"
+                )
+
+
+def _tb_checks(
+    errs: list[str],
+    algo: Algo,
+    g: Gpu,
+    t: Tb,
+    seen: dict[str, dict[tuple[int, int], int]],
+    per_chan: dict[str, dict[int, int]],
+) -> None:
+    tw = f"gpu {g.id} tb {t.id}"
+    if t.send == g.id or t.recv == g.id:
+        errs.append(f"{tw}: send/recv peer equals its own rank")
+    for peer in (t.send, t.recv):
+        if peer < -1 or peer >= algo.ngpus:
+            errs.append(f"{tw}: peer {peer} out of range -1..{algo.ngpus - 1}")
+    if not 0 <= t.chan < algo.nchannels:
+        errs.append(f"{tw}: chan={t.chan} must be in 0..nchannels-1 ({algo.nchannels}); -1 is rejected")
+    for role, peer in (("send", t.send), ("recv", t.recv)):
+        if peer < 0:
+            continue
+        if (peer, t.chan) in seen[role]:
+            errs.append(
+                f"{tw}: second tb with {role} peer {peer} on channel {t.chan} (also tb {seen[role][(peer, t.chan)]})"
+            )
+        seen[role][(peer, t.chan)] = t.id
+        per_chan[role][t.chan] = per_chan[role].get(t.chan, 0) + 1
+    if len(t.steps) > MAX_STEPS:
+        errs.append(f"{tw}: {len(t.steps)} steps (nops included); the executor allows {MAX_STEPS}")
+
+
+def _step_checks(
+    errs: list[str],
+    sw: str,
+    g: Gpu,
+    t: Tb,
+    k: int,
+    st: Step,
+    dialect: str,
+    caps: tuple[int, int],
+    by_id: dict[int, Tb],
+    dep_targets: set[tuple[int, int]],
+) -> None:
+    if st.s != k:
+        errs.append(f"{sw}: s={st.s}; steps must be numbered 0,1,2,... in document order")
+    if st.type not in STEP_TYPES:
+        errs.append(f"{sw}: unknown type {st.type!r}")
+        return
+    if dialect == "rccl" and st.type not in RCCL_TYPES:
+        errs.append(
+            f"{sw}: type {st.type!r} needs full ops; RCCL runs only s, r, cpy, re, nop (fails at launch)"
+        )
+    if st.type in SEND_TYPES and t.send < 0:
+        errs.append(f"{sw}: {st.type} in a tb without a send peer")
+    if st.type in RECV_TYPES and t.recv < 0:
+        errs.append(f"{sw}: {st.type} in a tb without a recv peer")
+    for b in (st.srcbuf, st.dstbuf):
+        if b not in ("i", "o", "s"):
+            errs.append(f"{sw}: buffer {b!r} must be i, o or s")
+    if st.hasdep not in (0, 1):
+        errs.append(f"{sw}: hasdep={st.hasdep} must be 0 or 1")
+    if st.type == "nop":
+        _nop_checks(errs, sw, t, k, st)
+    else:
+        if not 1 <= st.cnt <= MAX_COUNT:
+            errs.append(f"{sw}: cnt={st.cnt} must be in 1..{MAX_COUNT}")
+        _check_range(errs, sw, st, caps[0], caps[1], g.s_chunks)
+    if st.depid >= 0:
+        _dep_checks(errs, sw, g, t, st, by_id, dep_targets)
+
+
+def _nop_checks(errs: list[str], sw: str, t: Tb, k: int, st: Step) -> None:
+    if st.hasdep:
+        errs.append(f"{sw}: a nop must not have hasdep=1 (nops are not executed; the flag is never written)")
+    if st.depid < 0:
+        errs.append(f"{sw}: a nop with depid=-1 drops its dependency and breaks step numbering")
+    nxt = t.steps[k + 1] if k + 1 < len(t.steps) else None
+    if nxt is None or (nxt.type != "nop" and nxt.depid < 0):
+        errs.append(f"{sw}: a nop must be followed by a real step with depid >= 0")
+
+
+def _dep_checks(
+    errs: list[str], sw: str, g: Gpu, t: Tb, st: Step, by_id: dict[int, Tb], dep_targets: set[tuple[int, int]]
+) -> None:
+    if st.depid == t.id:
+        errs.append(f"{sw}: depends on its own tb")
+    tgt = by_id.get(st.depid)
+    if tgt is None:
+        errs.append(f"{sw}: depid={st.depid} is not a tb of gpu {g.id}")
+    elif not 0 <= st.deps < len(tgt.steps):
+        errs.append(f"{sw}: deps={st.deps} is not a step of tb {st.depid}")
+    else:
+        dep_targets.add((st.depid, st.deps))
+        if tgt.steps[st.deps].type == "nop":
+            errs.append(f"{sw}: depends on a nop (tb {st.depid} step {st.deps})")
+    if st.depid > MAX_DEP_TB:
+        errs.append(f"{sw}: dependency target tb {st.depid} > {MAX_DEP_TB} (int8 in the executor)")
 
 
 def _check_range(errs: list[str], sw: str, st: Step, cap_i: int, cap_o: int, cap_s: int) -> None:
@@ -779,54 +810,60 @@ def _postcondition(
 ) -> None:
     """Check the collective's result in every rank's output (through ``loc``'s aliasing), reporting each wrong
     chunk through ``err``."""
-    n = algo.ngpus
-    c = algo.nchunksperloop
-    per = c // n if n else 0
-    want: tuple[int, ...]
-
-    def out_of(r: int) -> list[_Cell]:
-        kb, base = loc(r, "o", 0)
-        return mem[kb][base : base + cap_o]
-
-    def report(r: int, j: int, got: object, want: object) -> None:
-        what = "never written" if got is None else f"holds {got}"
-        err(
-            f"postcondition ({algo.coll}{', in-place' if inplace else ''}): rank {r} o[{j}] {what}; expected {want}"
-        )
-
-    if algo.coll == "alltoall":
-        for r in range(n):
-            o = out_of(r)
-            if layout is None:
-                for s in range(n):
-                    for p in range(per):
-                        want = (s * cap_i + r * per + p,)
-                        if o[s * per + p] != want:
-                            report(r, s * per + p, o[s * per + p], f"input chunk {r * per + p} of rank {s}")
-            else:
-                for s in range(n):
-                    cnt = layout.counts[s][r]
-                    for j in range(cnt):
-                        want = (s * cap_i + layout.in_off[s][r] + j,)
-                        at = layout.out_off[r][s] + j
-                        if o[at] != want:
-                            report(r, at, o[at], f"input chunk {layout.in_off[s][r] + j} of rank {s}")
-    elif algo.coll == "allgather":
-        for r in range(n):
-            o = out_of(r)
-            for q in range(n):
-                for j in range(per):
-                    want = (q * cap_i + j,)
-                    if o[q * per + j] != want:
-                        report(r, q * per + j, o[q * per + j], f"input chunk {j} of rank {q}")
-    elif algo.coll == "allreduce":
-        for r in range(n):
-            o = out_of(r)
-            for j in range(cap_o):
-                want = tuple(sorted(q * cap_i + j for q in range(n)))
-                if o[j] != want:
-                    report(r, j, o[j], f"the reduction of chunk {j} over all ranks")
-    else:
+    expected = _EXPECTED.get(algo.coll)
+    if expected is None:
         err(
             f"no postcondition check for coll={algo.coll!r}; only alltoall, allgather and allreduce are interpreted"
         )
+        return
+    for r in range(algo.ngpus):
+        kb, base = loc(r, "o", 0)
+        o = mem[kb][base : base + cap_o]
+        for j, want, what in expected(algo, r, layout, cap_i, cap_o):
+            if o[j] != want:
+                got = "never written" if o[j] is None else f"holds {o[j]}"
+                err(
+                    f"postcondition ({algo.coll}{', in-place' if inplace else ''}): rank {r} o[{j}] {got}; expected {what}"
+                )
+
+
+_Expected: TypeAlias = Iterator[tuple[int, tuple[int, ...], str]]
+
+
+def _alltoall(algo: Algo, r: int, layout: ChunkLayout | None, cap_i: int, cap_o: int) -> _Expected:
+    """Rank ``r``'s output: (index, the input chunk it must hold, as cells name it, and how to say it)."""
+    n = algo.ngpus
+    if layout is None:
+        per = algo.nchunksperloop // n if n else 0
+        for s in range(n):
+            for p in range(per):
+                yield s * per + p, (s * cap_i + r * per + p,), f"input chunk {r * per + p} of rank {s}"
+        return
+    for s in range(n):
+        for j in range(layout.counts[s][r]):
+            at_in = layout.in_off[s][r] + j
+            yield layout.out_off[r][s] + j, (s * cap_i + at_in,), f"input chunk {at_in} of rank {s}"
+
+
+def _allgather(algo: Algo, r: int, layout: ChunkLayout | None, cap_i: int, cap_o: int) -> _Expected:
+    n = algo.ngpus
+    per = algo.nchunksperloop // n if n else 0
+    for q in range(n):
+        for j in range(per):
+            yield q * per + j, (q * cap_i + j,), f"input chunk {j} of rank {q}"
+
+
+def _allreduce(algo: Algo, r: int, layout: ChunkLayout | None, cap_i: int, cap_o: int) -> _Expected:
+    for j in range(cap_o):
+        yield (
+            j,
+            tuple(sorted(q * cap_i + j for q in range(algo.ngpus))),
+            f"the reduction of chunk {j} over all ranks",
+        )
+
+
+_EXPECTED: dict[str, Callable[[Algo, int, ChunkLayout | None, int, int], _Expected]] = {
+    "alltoall": _alltoall,
+    "allgather": _allgather,
+    "allreduce": _allreduce,
+}

@@ -197,6 +197,47 @@ def _str(p: _Parser, e: _Elem, key: str, default: str, required: bool = True) ->
     return e.attrs[key]
 
 
+def _gpu(p: _Parser, g: _Elem, src: str) -> Gpu:
+    gpu = Gpu(_int(p, g, "id", -1), _int(p, g, "i_chunks", 0), _int(p, g, "o_chunks", 0), _int(p, g, "s_chunks", 0),
+              line=g.line)  # fmt: skip
+    for tbe in g.children:
+        if tbe.name != "tb":
+            p.notes.append(
+                f"{src}:{tbe.line}: <{tbe.name}> inside <gpu> is ignored by the executor (never executed)"
+            )
+            continue
+        tb = Tb(_int(p, tbe, "id", -1), _int(p, tbe, "send", -1), _int(p, tbe, "recv", -1), _int(p, tbe, "chan", 0),
+                line=tbe.line)  # fmt: skip
+        for se in tbe.children:
+            if se.name != "step":
+                p.notes.append(f"{src}:{se.line}: <{se.name}> inside <tb> is ignored")
+                continue
+            if se.children:
+                p.err(
+                    f"<step> at line {se.line} has child elements; steps must be empty (self-closing)",
+                    se.line,
+                )
+            tb.steps.append(_step(p, se))
+        gpu.tbs.append(tb)
+    return gpu
+
+
+def _step(p: _Parser, se: _Elem) -> Step:
+    return Step(
+        _int(p, se, "s", -1),
+        _str(p, se, "type", "nop"),
+        _str(p, se, "srcbuf", "i"),
+        _int(p, se, "srcoff", -1),
+        _str(p, se, "dstbuf", "o"),
+        _int(p, se, "dstoff", -1),
+        _int(p, se, "cnt", 0),
+        _int(p, se, "depid", -1),
+        _int(p, se, "deps", -1),
+        _int(p, se, "hasdep", 0),
+        se.line,
+    )
+
+
 def read_xml(text: str, src: str = "<xml>") -> ReadResult:
     """Parse ``text`` the way the executor does; return the model plus every error and note."""
     p = _Parser(text, src)
@@ -234,52 +275,7 @@ def read_xml(text: str, src: str = "<xml>") -> ReadResult:
             p.notes.append(f"{src}:{g.line}: <{g.name}> inside <algo> is ignored by the executor")
             continue
         nodes += 1
-        gpu = Gpu(
-            _int(p, g, "id", -1),
-            _int(p, g, "i_chunks", 0),
-            _int(p, g, "o_chunks", 0),
-            _int(p, g, "s_chunks", 0),
-            line=g.line,
-        )
-        for tbe in g.children:
-            if tbe.name != "tb":
-                p.notes.append(
-                    f"{src}:{tbe.line}: <{tbe.name}> inside <gpu> is ignored by the executor (never executed)"
-                )
-                continue
-            tb = Tb(
-                _int(p, tbe, "id", -1),
-                _int(p, tbe, "send", -1),
-                _int(p, tbe, "recv", -1),
-                _int(p, tbe, "chan", 0),
-                line=tbe.line,
-            )
-            for se in tbe.children:
-                if se.name != "step":
-                    p.notes.append(f"{src}:{se.line}: <{se.name}> inside <tb> is ignored")
-                    continue
-                if se.children:
-                    p.err(
-                        f"<step> at line {se.line} has child elements; steps must be empty (self-closing)",
-                        se.line,
-                    )
-                tb.steps.append(
-                    Step(
-                        _int(p, se, "s", -1),
-                        _str(p, se, "type", "nop"),
-                        _str(p, se, "srcbuf", "i"),
-                        _int(p, se, "srcoff", -1),
-                        _str(p, se, "dstbuf", "o"),
-                        _int(p, se, "dstoff", -1),
-                        _int(p, se, "cnt", 0),
-                        _int(p, se, "depid", -1),
-                        _int(p, se, "deps", -1),
-                        _int(p, se, "hasdep", 0),
-                        se.line,
-                    )
-                )
-            gpu.tbs.append(tb)
-        algo.gpus.append(gpu)
+        algo.gpus.append(_gpu(p, g, src))
     # nodes parsed per rank: algo + every gpu + the local rank's tbs and steps
     for gpu in algo.gpus:
         per_rank = nodes + len(gpu.tbs) + sum(len(t.steps) for t in gpu.tbs)

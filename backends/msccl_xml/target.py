@@ -29,8 +29,9 @@ from a2acc.backends.msccl_xml.interp import PROTO_K, InterpResult, run, static_c
 from a2acc.backends.msccl_xml.model import MAX_OFFSET, Algo
 from a2acc.backends.msccl_xml.reader import read_xml
 from a2acc.backends.msccl_xml.writer import LowerOptions, lower, lower_text, to_xml
+from a2acc.backends.publish import publish_dir
 from a2acc.backends.target import CheckReport, Lowered, default_name, size_window
-from a2acc.errors import InputError, InternalError
+from a2acc.errors import InputError, InternalError, LoweringError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir.layout import (
     ChunkLayout,
@@ -42,14 +43,21 @@ from a2acc.ir.layout import (
     owned_files,
 )
 from a2acc.ir.program import Program
+from a2acc.ir.quantize import DTYPE_BYTES, selecting_dtypes, selection_align
 from a2acc.model.units import parse_size
 from a2acc.native import xmlinterp as _native
 
 CALL = (
-    "ncclAllToAll(send, recv, count, dtype) with count = buffer_chunks * chunk_bytes / (ngpus * sizeof(dtype)) "
-    "elements per peer; the executor selects the XML when (count * ngpus) % nchunksperloop == 0 and the size "
-    "lies in [minBytes, maxBytes]"
+    "ncclAllToAll(send, recv, count, dtype) with count = buffer_bytes_per_rank / (ngpus * sizeof(dtype)) elements "
+    "per peer (unit_rules.dtypes lists the count of every element type the file is selected for)"
 )
+SELECTION = (
+    "count > 0, count % nchunksperloop == 0 (RCCL before 2024-10, msccl-scheduler), (count * ngpus) % "
+    "nchunksperloop == 0 (msccl-executor-nccl, RCCL since 2024-10), minBytes <= count * sizeof(dtype) * ngpus <= "
+    "maxBytes: all hold for the packed call of every listed type, and no other call size in [minBytes, maxBytes] "
+    "is selected"
+)
+DTYPE_SETS = {"all": tuple(DTYPE_BYTES)}
 
 
 def choose_proto(buffer_bytes: int) -> str:
@@ -76,13 +84,33 @@ class Options:
         metadata={"help": "MIN:MAX bytes the executor may select the XML for (default: exactly C x unit)"},
     )
     priority: int = field(default=0, metadata={"help": "file name prefix NN-: executors load in name order"})
+    dtypes: str = field(
+        default="all",
+        metadata={
+            "help": "element types the packed ncclAllToAll may use: all (1-8 byte types) or a comma list of "
+            f"{', '.join(DTYPE_BYTES)}; the chunk is a multiple of ngpus x the largest, so every executor's "
+            "selection rule picks the file for each"
+        },
+    )
 
     def check(self) -> None:
         if self.instances < 1:
             raise InputError("--opt", "instances", self.instances, "must be an integer >= 1")
         if not 0 <= self.priority <= 99:
             raise InputError("--opt", "priority", self.priority, "must be in 0..99")
+        self.dtype_list()
         self.bytes_range()
+
+    def dtype_list(self) -> tuple[str, ...]:
+        if self.dtypes in DTYPE_SETS:
+            return DTYPE_SETS[self.dtypes]
+        names = tuple(d.strip() for d in self.dtypes.split(",") if d.strip())
+        bad = [d for d in names if d not in DTYPE_BYTES]
+        if bad or not names:
+            raise InputError(
+                "--opt", "dtypes", self.dtypes, f"all, or a comma list of {', '.join(DTYPE_BYTES)}"
+            )
+        return names
 
     def bytes_range(self) -> tuple[int, int] | None:
         if not self.size_range:
@@ -251,6 +279,22 @@ def check_xml_text(
     return _check_algo_text(text, src, dialect, layout, native=native)
 
 
+def _claimed_dtypes(program: Program, opts: Options) -> tuple[str, ...]:
+    """The requested element types whose packed call the executors select the file for (see
+    :func:`a2acc.ir.quantize.selecting_dtypes`); refuses a unit that serves none of them."""
+    wanted = opts.dtype_list()
+    got = selecting_dtypes(program.unit_bytes, program.nranks, wanted)
+    if not got:
+        need = selection_align(program.nranks, wanted[:1])
+        raise LoweringError(
+            f"no element type of {', '.join(wanted)} would select the XML for the packed call: chunks of "
+            f"{program.unit_bytes} B are not a multiple of ngpus x the element size (e.g. {need} B for "
+            f"{wanted[0]}), so count % nchunksperloop != 0 and the executor would run its own all-to-all on the "
+            "packed buffer; plan with a unit that is a multiple of that (compile chooses one), or --opt dtypes="
+        )
+    return got
+
+
 class MscclXmlTarget:
     name = "msccl-xml"
     summary = "MSCCL XML for msccl-executor-nccl and RCCL's MSCCL"
@@ -259,6 +303,10 @@ class MscclXmlTarget:
 
     def max_chunks(self, options: Any) -> int | None:
         return MAX_OFFSET  # int16 offsets in the executors' device structs
+
+    def unit_align(self, options: Any, nranks: int) -> int:
+        opts: Options = options if isinstance(options, Options) else Options()
+        return selection_align(nranks, opts.dtype_list())
 
     def lower(self, program: Program, options: Any, *, name: str | None = None) -> Lowered:
         opts: Options = options if isinstance(options, Options) else Options()
@@ -272,9 +320,11 @@ class MscclXmlTarget:
         lay = program.layout
         c = lay.buffer_chunks
         buffer_bytes = c * program.unit_bytes
-        lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes)
+        dtypes = _claimed_dtypes(program, opts)
+        step = c * min(DTYPE_BYTES[d] for d in dtypes)  # the next size a selection rule would accept
+        lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes, step)
         if name is None:
-            name = default_name(program)
+            name = default_name(program, self.name, opts)
         xml_name = f"{opts.priority:02d}-{name}-{opts.dialect}.xml"
         lopts = LowerOptions(
             name=name,
@@ -285,24 +335,7 @@ class MscclXmlTarget:
             min_bytes=lo,
             max_bytes=hi,
         )
-        # the compiled lowering gives the reference's exact text without its per-step objects (the model is
-        # then read back from the text on first use); the reference runs when it is absent or undecided
-        fast = lower_text(program, lopts)
-        model: Any
-        if fast is not None:
-            text = fast.text
-            model = _LazyAlgo(text, xml_name)
-            nch, tbs, steps = fast.nchannels, fast.max_tbs, fast.max_steps
-        else:
-            with _gc_paused():
-                algo = lower(program, lopts)
-            if algo.nchunksperloop != c:
-                raise InternalError(f"MSCCL lowering used C={algo.nchunksperloop}, the layout needs {c}")
-            text = to_xml(algo)
-            model = algo
-            nch = algo.nchannels
-            tbs = max(len(g.tbs) for g in algo.gpus)
-            steps = max((len(t.steps) for g in algo.gpus for t in g.tbs), default=0)
+        text, model, (nch, tbs, steps) = _lower_text(program, lopts, xml_name)
         man = manifest_for(
             program.counts,
             program.unit_bytes,
@@ -312,7 +345,9 @@ class MscclXmlTarget:
             algo_name=name,
             buffer_chunks=c,
             call=CALL,
-            options={"dialect": opts.dialect},
+            options={"dialect": opts.dialect, "dtypes": opts.dtypes},
+            dtypes=dtypes,
+            selection=SELECTION,
         )
         summary = (
             f"{program.nranks} GPUs, C={c}, proto {lopts.proto}, {nch} channels, "
@@ -352,38 +387,18 @@ class MscclXmlTarget:
         owned = owned_files(out)
         present = [p for p in out.iterdir() if p.is_file()] if out.is_dir() else []
         foreign = [p.name for p in present if p.name not in owned]
-        for name in foreign:
-            if not name.endswith(".xml"):
-                raise InputError(
-                    str(out),
-                    "-o",
-                    name,
-                    "the directory holds a non-XML file: the executor parses every file there",
-                )
-        if foreign and not force:
-            raise InputError(
-                str(out),
-                "-o",
-                f"{len(foreign)} file(s) a2acc did not write ({', '.join(sorted(foreign)[:3])})",
-                "use a new or empty directory, or --force to write beside them (the executor loads them all)",
+        _refuse_foreign(out, foreign, man_path, force)
+        if dir_manifest and not foreign:  # the directory and its manifest replaced as one set
+            described = {p.name for p in present if p.name in owned and find_manifest(p) == man_path}
+            return publish_dir(
+                out, lowered.files, man_path, lowered.manifest.to_json(), owned - described, owned
             )
-        if man_path.exists() and manifest_file(man_path) is None and not force:
-            raise InputError(
-                str(man_path),
-                "manifest",
-                man_path.name,
-                "exists and is not an a2acc manifest; --force to replace it",
-            )
+        # beside files a2acc did not write (--force), or one more file of an export: the manifest first, so
+        # that an interrupt never leaves a file of ours that no manifest names
         stale = []
-        if dir_manifest and man_path.exists():  # the previous compile's XML: replaced as a set
+        if dir_manifest and man_path.exists():  # the previous compile's XML, proven ours before the switch
             stale = [p for p in present if p.name in owned and find_manifest(p) == man_path]
-        out.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for fname, text in lowered.files.items():
-            atomic_write_text(out / fname, text)
-            paths.append(out / fname)
-        atomic_write_text(man_path, lowered.manifest.to_json())
-        paths.append(man_path)
+        paths = _write_beside(out, lowered, man_path)
         for p in stale:
             if p.name not in lowered.files:
                 p.unlink()
@@ -411,3 +426,63 @@ def algo_of(lowered: Lowered) -> Algo:
     m = lowered.model
     a: Algo = m.algo() if isinstance(m, _LazyAlgo) else m
     return a
+
+
+def _lower_text(
+    program: Program, lopts: LowerOptions, xml_name: str
+) -> tuple[str, Any, tuple[int, int, int]]:
+    """The XML text, its model and (channels, most thread blocks, most steps). The compiled lowering gives the
+    reference's exact text without its per-step objects (the model is then read back from the text on first
+    use); the reference runs when it is absent or undecided."""
+    fast = lower_text(program, lopts)
+    if fast is not None:
+        return fast.text, _LazyAlgo(fast.text, xml_name), (fast.nchannels, fast.max_tbs, fast.max_steps)
+    with _gc_paused():
+        algo = lower(program, lopts)
+    c = program.layout.buffer_chunks
+    if algo.nchunksperloop != c:
+        raise InternalError(f"MSCCL lowering used C={algo.nchunksperloop}, the layout needs {c}")
+    tbs = max(len(g.tbs) for g in algo.gpus)
+    steps = max((len(t.steps) for g in algo.gpus for t in g.tbs), default=0)
+    return to_xml(algo), algo, (algo.nchannels, tbs, steps)
+
+
+def _refuse_foreign(out: Path, foreign: list[str], man_path: Path, force: bool) -> None:
+    """Files a2acc did not write in an MSCCL_ALGO_DIR: a non-XML one always refused, XML ones without
+    ``force``; a manifest path holding something else without ``force``."""
+    for name in foreign:
+        if not name.endswith(".xml"):
+            raise InputError(
+                str(out),
+                "-o",
+                name,
+                "the directory holds a non-XML file: the executor parses every file there",
+            )
+    if foreign and not force:
+        raise InputError(
+            str(out),
+            "-o",
+            f"{len(foreign)} file(s) a2acc did not write ({', '.join(sorted(foreign)[:3])})",
+            "use a new or empty directory, or --force to write beside them (the executor loads them all)",
+        )
+    if man_path.exists() and manifest_file(man_path) is None and not force:
+        raise InputError(
+            str(man_path),
+            "manifest",
+            man_path.name,
+            "exists and is not an a2acc manifest; --force to replace it",
+        )
+
+
+def _write_beside(out: Path, lowered: Lowered, man_path: Path) -> list[Path]:
+    """The manifest, then the files, each atomically; a failed write names the -o path."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(man_path, lowered.manifest.to_json())
+        paths = []
+        for fname, text in lowered.files.items():
+            atomic_write_text(out / fname, text)
+            paths.append(out / fname)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from exc
+    return [*paths, man_path]

@@ -38,7 +38,7 @@ formatted by :func:`_refusal`); this module stays the reference it is tested aga
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -58,6 +58,7 @@ from a2acc.backends.msccl_xml.model import (
     Step,
     Tb,
 )
+from a2acc.backends.target import op_columns
 from a2acc.errors import LoweringError
 from a2acc.ir.dag import levels
 from a2acc.ir.program import Buf, Program
@@ -183,7 +184,7 @@ def lower_text(prog: Program, opts: LowerOptions) -> LoweredText | None:
         return None
     if not 1 <= opts.max_cnt <= MAX_COUNT or opts.instances < 1:
         return None
-    cols = _op_columns(prog)
+    cols = op_columns(prog)
     if cols is None:
         return None
     got = _native.lower(
@@ -205,26 +206,10 @@ def lower_text(prog: Program, opts: LowerOptions) -> LoweredText | None:
         return None
     if got[0] == 0:  # refused: the code and values of the first limit exceeded (the last layout tried)
         _z, code, a, b, c, d, combined = got
-        raise _refusal(opts, "combined" if combined else "split", code, a, b, c, d)
+        reach = Reach.of(prog, max_peers(cols[0], cols[3], prog.nranks))
+        raise _refusal(opts, "combined" if combined else "split", code, a, b, c, d, reach)
     text, nch, tbs, steps = got
     return LoweredText(text, nch, tbs, steps)
-
-
-def _op_columns(prog: Program) -> list[np.ndarray] | None:
-    """The op columns the compiled lowering reads (src rank/buf/off, dst rank/buf/off, cnt, dependency CSR),
-    from the Program's op table when it has one, else from its ops; None when op ids are not 0..n-1."""
-    table = getattr(prog, "table", None)
-    names = ("src_rank", "src_buf", "src_off", "dst_rank", "dst_buf", "dst_off", "cnt", "dep_ptr", "dep_ids")
-    if table is not None and getattr(table, "ids", None) is None and all(hasattr(table, a) for a in names):
-        return [np.ascontiguousarray(getattr(table, a), dtype=np.int64) for a in names]
-    ops = prog.ops
-    if any(op.id != i for i, op in enumerate(ops)):
-        return None
-    fields = [[getattr(op, a) for op in ops] for a in names[:7]]
-    ptr = np.zeros(len(ops) + 1, dtype=np.int64)
-    np.cumsum([len(op.deps) for op in ops], out=ptr[1:])
-    ids = [d for op in ops for d in op.deps]
-    return [np.asarray(f, dtype=np.int64) for f in fields] + [ptr, np.asarray(ids, dtype=np.int64)]
 
 
 def _lower(prog: Program, opts: LowerOptions, layout: str) -> Algo:
@@ -252,37 +237,74 @@ def _check_nodes(algo: Algo) -> None:
             raise _refusal(LowerOptions(), "", 6, g.id, nodes)
 
 
+MSCCLPP_HINT = "MSCCL++ (--backend mscclpp-json: its plans hold more thread blocks and dependencies)"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a refusal says can serve the plan instead: the most peers a rank of it exchanges data with, the
+    planner that made it, and the peers a rank has under a planner that routes through its server's GPUs
+    (:data:`TIERED`: a rank then exchanges with its server's other GPUs and one GPU per other server; 0 when
+    the ranks are not servers of several GPUs each)."""
+
+    peers: int = 0
+    algorithm: str = ""
+    tiered: int = 0
+
+    @staticmethod
+    def of(prog: Program, peers: int) -> Reach:
+        m = prog.machine
+        tiered = 0
+        if m is not None:
+            per_node = Counter(m.node)
+            if len(per_node) > 1 and min(per_node.values()) > 1:
+                tiered = len(per_node) - 1 + max(per_node.values()) - 1
+        return Reach(peers, prog.algorithm, tiered)
+
+    def planners(self, fits: int) -> str:
+        """``fast, hierarchical`` (those not the plan's own) when they give a rank fewer peers than the plan
+        and at most ``fits``; else ""."""
+        names = [a for a in TIERED if a != self.algorithm]
+        if not names or not 0 < self.tiered < self.peers or self.tiered > fits:
+            return ""
+        return f"a planner that gives each rank {self.tiered} peers ({', '.join(names)})"
+
+
+TIERED = ("fast", "hierarchical")
+
+
 def _refusal(
-    opts: LowerOptions, layout: str, code: int, a: int, b: int = 0, c: int = 0, d: int = 0
+    opts: LowerOptions,
+    layout: str,
+    code: int,
+    a: int,
+    b: int = 0,
+    c: int = 0,
+    d: int = 0,
+    reach: Reach = Reach(),
 ) -> LoweringError:
     """The error for an executor limit a placement exceeds, by code (shared by :func:`lower` and the compiled
     lowering, which reports the same code and values): 1 channels of connection ``a``->``b``; 2 RCCL's tbs
     (rank ``a`` needs ``b``); 3 steps (rank ``a`` tb ``b`` has ``c``); 4 dependency-target tb id ``a``; 5 tbs
     per channel (rank ``a`` channel ``b``: ``c`` tbs, receive role when ``d``); 6 XML nodes (rank ``a`` needs
-    ``b``)."""
+    ``b``). ``reach``: for saying what can serve the plan instead."""
     if code == 1:
         return LoweringError(
             f"connection {a}->{b} needs more than {opts.max_channels} channels to stay within "
             f"{MAX_STEPS} steps per thread block; fewer stages or a coarser layout would fit "
-            f"(a larger --max-padding)"
+            f"(a larger --max-padding), or {MSCCLPP_HINT}"
         )
     if code == 2:
-        tips = [
-            t
-            for t, given in (
-                ("--opt tb_layout=combined", layout == "combined"),
-                ("--opt instances=1", opts.instances == 1),
-            )
-            if not given
-        ]
-        return LoweringError(
-            f"rank {a} needs {b} thread blocks; RCCL allows {MAX_TBS_RCCL}. Fewer peers per "
-            f"rank or fewer channels would fit: try {', '.join([*tips, 'a coarser layout'])}"
-        )
+        return _tbs_refusal(opts, layout, a, b, reach)
     if code == 3:
         return LoweringError(f"rank {a} tb {b}: {c} steps > {MAX_STEPS}")
     if code == 4:
-        return LoweringError(f"dependency target tb id {a} > {MAX_DEP_TB} (int8 in the executor)")
+        alts = [reach.planners(MAX_DEP_TB // 2), MSCCLPP_HINT]
+        return LoweringError(
+            f"dependency target tb id {a} > {MAX_DEP_TB} (int8 in the executor): a rank of this plan needs more "
+            f"thread blocks (up to {reach.peers} peers, one or two each, plus the channels its steps fill) than a "
+            f"dependency can name; {_either(alts)} can serve it"
+        )
     if code == 5:
         role = "recv" if d else "send"
         return LoweringError(
@@ -290,8 +312,52 @@ def _refusal(
         )
     return LoweringError(
         f"rank {a} needs {b} XML nodes (thread blocks and steps); the executor's parser holds at "
-        f"most {MAX_NODES} (limit): a coarser layout (a larger --max-padding) would fit"
+        f"most {MAX_NODES} (limit): a coarser layout (a larger --max-padding) would fit, or {MSCCLPP_HINT}"
     )
+
+
+def _tbs_refusal(opts: LowerOptions, layout: str, a: int, b: int, reach: Reach) -> LoweringError:
+    """Rank ``a`` needs ``b`` thread blocks, past RCCL's: what no layout can fix names what can serve it."""
+    peers = reach.peers
+    if peers + 1 > MAX_TBS_RCCL or (peers == MAX_TBS_RCCL and layout == "combined"):
+        alts = [
+            reach.planners(MAX_TBS_RCCL - 1),
+            "msccl-executor-nccl (--opt dialect=nccl)",
+            MSCCLPP_HINT,
+        ]
+        return LoweringError(
+            f"rank {a} needs {b} thread blocks; RCCL allows {MAX_TBS_RCCL}. A rank exchanges data with up to "
+            f"{peers} peers and RCCL needs a thread block per peer at least, so no XML layout of this plan fits "
+            f"RCCL; {_either(alts)} can serve it"
+        )
+    tips = [
+        t
+        for t, given in (
+            ("--opt tb_layout=combined", layout == "combined"),
+            ("--opt instances=1", opts.instances == 1),
+        )
+        if not given
+    ]
+    return LoweringError(
+        f"rank {a} needs {b} thread blocks; RCCL allows {MAX_TBS_RCCL}. Fewer peers per "
+        f"rank or fewer channels would fit: try {', '.join([*tips, 'a coarser layout'])}"
+    )
+
+
+def _either(alts: list[str]) -> str:
+    alts = [a for a in alts if a]
+    return alts[0] if len(alts) == 1 else f"{', '.join(alts[:-1])} or {alts[-1]}"
+
+
+def max_peers(src: np.ndarray, dst: np.ndarray, n: int) -> int:
+    """The most peers any rank exchanges data with (either direction), from the op columns."""
+    remote = src != dst
+    if not remote.any():
+        return 0
+    a, b = np.minimum(src[remote], dst[remote]), np.maximum(src[remote], dst[remote])
+    pairs = np.unique(a * n + b)
+    deg = np.bincount(pairs // n, minlength=n) + np.bincount(pairs % n, minlength=n)
+    return int(deg.max())
 
 
 def _check_offsets(prog: Program) -> None:
@@ -324,9 +390,15 @@ class _Lowering:
         self.opts = opts
         self.layout = layout
         self.level = level
-        # channel groups: connection s->d uses group ((d - s) mod N - 1) // 32, so every rank has at most 32
-        # send (and 32 receive) tbs per channel, the executor's MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL
-        self.n_groups = max(1, -(-(prog.nranks - 1) // MAX_TBS_PER_CHANNEL))
+        # channel groups, so that every rank has at most 32 send (and 32 receive) tbs per channel, the
+        # executor's MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL: split, connection s->d uses group
+        # ((d - s) mod N - 1) // 32; combined, both directions of a pair share a tb, so a pair uses one group for
+        # both: (k - 1) // 16 with k the shorter way round, min((d - s) mod N, (s - d) mod N) (16 peers each way)
+        n = prog.nranks
+        if layout == "combined":
+            self.n_groups = max(1, -(-(n // 2) // (MAX_TBS_PER_CHANNEL // 2)))
+        else:
+            self.n_groups = max(1, -(-(n - 1) // MAX_TBS_PER_CHANNEL))
         self.tb_steps: dict[_Key, list[_Piece]] = defaultdict(list)  # tbs in order of first placed piece
         self.tb_cost: dict[_Key, int] = defaultdict(int)  # steps so far, nops included
         self.first_use: dict[_Key, int] = {}
@@ -339,14 +411,23 @@ class _Lowering:
         self.ids: dict[_Key, int] = {}
         self.n_steps: dict[_Key, int] = {}  # steps per tb, nops included
 
+    def reach(self) -> Reach:
+        ops = self.prog.ops
+        src = np.fromiter((op.src_rank for op in ops), np.int64, len(ops))
+        dst = np.fromiter((op.dst_rank for op in ops), np.int64, len(ops))
+        return Reach.of(self.prog, max_peers(src, dst, self.prog.nranks))
+
     # ------------------------------------------------------------------ pass 3: placement
     def channel(self, src: int, dst: int, inst: int, spill: int) -> int:
         """Channel of connection ``src -> dst`` for instance ``inst`` after ``spill`` spills: the channel
         group of the peer distance, then one block of groups per instance, then per spill."""
         n = self.prog.nranks
-        return ((dst - src) % n - 1) // MAX_TBS_PER_CHANNEL + self.n_groups * (
-            inst + self.opts.instances * spill
-        )
+        dist = (dst - src) % n
+        if self.layout == "combined":
+            group = (min(dist, n - dist) - 1) // (MAX_TBS_PER_CHANNEL // 2)
+        else:
+            group = (dist - 1) // MAX_TBS_PER_CHANNEL
+        return group + self.n_groups * (inst + self.opts.instances * spill)
 
     def conn_tbs(self, src: int, dst: int, chan: int) -> tuple[_Key, _Key]:
         """The sending tb (on ``src``) and the receiving tb (on ``dst``) of a connection on ``chan``."""
@@ -464,7 +545,7 @@ class _Lowering:
             spill += 1
             ch = self.channel(s_, d_, inst, spill)
             if ch >= self.opts.max_channels:
-                raise _refusal(self.opts, self.layout, 1, s_, d_)
+                raise _refusal(self.opts, self.layout, 1, s_, d_, reach=self.reach())
         lvl = self.level[oid]
         self.add_piece(ks, _Piece(oid, lvl, "s", d_, src, dst, cnt, first_s), ns)
         self.add_piece(kr, _Piece(oid, lvl, "r", s_, src, dst, cnt, first_r), nr)
@@ -554,15 +635,15 @@ class _Lowering:
         if self.opts.dialect == "rccl":
             for r, keys in self.per_rank.items():
                 if len(keys) > MAX_TBS_RCCL:
-                    raise _refusal(self.opts, self.layout, 2, r, len(keys))
+                    raise _refusal(self.opts, self.layout, 2, r, len(keys), reach=self.reach())
         for key, count in self.n_steps.items():
             if count > MAX_STEPS:
-                raise _refusal(self.opts, self.layout, 3, key[0], self.ids[key], count)
+                raise _refusal(self.opts, self.layout, 3, key[0], self.ids[key], count, reach=self.reach())
         for pieces in self.tb_steps.values():
             for p in pieces:
                 for tkey in p.targets:
                     if self.ids[tkey] > MAX_DEP_TB:
-                        raise _refusal(self.opts, self.layout, 4, self.ids[tkey])
+                        raise _refusal(self.opts, self.layout, 4, self.ids[tkey], reach=self.reach())
         per_chan: dict[tuple[int, int, str], int] = defaultdict(int)
         for r in range(self.prog.nranks):
             for _r, role, _peer, chan, _j in self.per_rank.get(r, []):
@@ -572,7 +653,7 @@ class _Lowering:
                     per_chan[(r, chan, "recv")] += 1
         for (r, ch, role), cnt in per_chan.items():
             if cnt > MAX_TBS_PER_CHANNEL:
-                raise _refusal(self.opts, self.layout, 5, r, ch, cnt, role == "recv")
+                raise _refusal(self.opts, self.layout, 5, r, ch, cnt, role == "recv", reach=self.reach())
 
     # ------------------------------------------------------------------ pass 7: the Algo model
     def build_algo(self) -> Algo:

@@ -36,27 +36,37 @@ def _chunk(lst: str, rank: int, ref: BufRef) -> str:
 
 def _tb_lines(g: Gpu, tb: ThreadBlock, ind: str) -> list[str]:
     r, t = g.id, tb.id
-    chan = tb.channels[0] if tb.channels else None
-    ch = f"{CHANNEL_LISTS[chan.channel_type]}[{r}][{chan.ids[0]}]" if chan is not None else ""
-    peer = g.peers(chan.channel_type)[chan.ids[0]] if chan is not None else -1
-    what = f"{chan.channel_type} channel {chan.ids[0]} (rank {peer})" if chan is not None else "local copies"
-    out = [f"{ind}# rank {r}, thread block {t}: {what}"]
+    chans: dict[str, list[int]] = {}
+    for tab in tb.channels:
+        chans.setdefault(tab.channel_type, []).extend(tab.ids)
+    what = "; ".join(
+        f"{ct} channel{'s' if len(ids) > 1 else ''} {', '.join(f'{c} (rank {g.peers(ct)[c]})' for c in ids)}"
+        for ct, ids in chans.items()
+    )
+    out = [f"{ind}# rank {r}, thread block {t}: {what or 'local copies'}"]
     refs: dict[str, list[int]] = {}
     for tab in tb.remote_buffer_refs:
         refs.setdefault(tab.channel_type, []).extend(tab.ids)
     sync = "data_sync=SyncType.none"
     for op in tb.ops:
-        out += [ind + s for s in _op_lines(g, op, ch, refs, t, sync)]
+        out += [ind + s for s in _op_lines(g, op, chans, refs, t, sync)]
     return out
 
 
-def _op_lines(g: Gpu, op: Op, ch: str, refs: dict[str, list[int]], t: int, sync: str) -> list[str]:
+def _chan(g: Gpu, ct: str, gid: int) -> str:
+    return f"{CHANNEL_LISTS[ct]}[{g.id}][{gid}]"
+
+
+def _op_lines(
+    g: Gpu, op: Op, chans: dict[str, list[int]], refs: dict[str, list[int]], t: int, sync: str
+) -> list[str]:
     r = g.id
     name = op.name
+    ct = op.channel_type or ""
     if name == "nop":
         return [f"rank[{r}].barrier(tb_list=[{t}])"]
-    if name in ("signal", "wait"):
-        return [f"{ch}.{name}(tb={t}, {sync})"]
+    if name in ("signal", "wait"):  # one call per channel: the DSL fuses them back into this operation
+        return [f"{_chan(g, ct, chans[ct][c])}.{name}(tb={t}, {sync})" for c in op.channel_ids or ()]
     if name in ("sem_acquire", "sem_release"):
         verb = "acquire" if name == "sem_acquire" else "release"
         return [f"sem[{r}][{s}].{verb}(tb={t}, {sync})" for s in op.semaphore_ids or ()]
@@ -70,11 +80,16 @@ def _op_lines(g: Gpu, op: Op, ch: str, refs: dict[str, list[int]], t: int, sync:
     if name in ("put", "ppkt"):
         verb = "put" if name == "put" else "put_packets"
         lines = []
-        ids = refs.get(op.channel_type or "", [])
-        for s, d in zip(src, dst, strict=True):
+        ids = refs.get(ct, [])
+        for i, (s, d) in enumerate(zip(src, dst, strict=True)):
             rb = g.remote_buffers[ids[d.buffer_id]]
+            if op.channel_ids is not None:  # port: thread i uses channel_ids[i]
+                gid = chans[ct][op.channel_ids[i]]
+            else:  # memory: the thread block's channel to the buffer's rank (one per peer)
+                gid = next(c for c in chans[ct] if g.peers(ct)[c] == rb.rank)
             lines.append(
-                f"{ch}.{verb}({_chunk(BUFFER_LISTS[rb.type], rb.rank, d)}, {_chunk(BUFFER_LISTS[s.type], r, s)}, tb={t})"
+                f"{_chan(g, ct, gid)}.{verb}({_chunk(BUFFER_LISTS[rb.type], rb.rank, d)}, "
+                f"{_chunk(BUFFER_LISTS[s.type], r, s)}, tb={t})"
             )
         return lines
     raise ValueError(f"the DSL emitter does not write {name!r} operations")
@@ -88,6 +103,18 @@ def to_dsl(plan: Plan, *, version: str = "") -> str:
         raise ValueError(
             "the DSL form needs the uniform all-to-all layout (C chunks per rank, C divisible by N)"
         )
+    lines = _head(plan, version) + _program_start(plan)
+    ind = "        "
+    lines += _declarations(plan, ind)
+    for g in plan.gpus:
+        for tb in g.threadblocks:
+            lines += _tb_lines(g, tb, ind)
+    lines += [f"{ind}print(JSON())", "", "", 'if __name__ == "__main__":', "    main()"]
+    return "\n".join(lines) + "\n"
+
+
+def _head(plan: Plan, version: str) -> list[str]:
+    """The header comment, the docstring and the imports (only the documented submodules)."""
     uses_port = any(g.peers("port") for g in plan.gpus)
     uses_mem = any(g.peers("memory") for g in plan.gpus)
     uses_sem = any(g.semaphores for g in plan.gpus)
@@ -116,9 +143,16 @@ def to_dsl(plan: Plan, *, version: str = "") -> str:
         "from mscclpp.language.program import CollectiveProgram",
         f"from mscclpp.language.rank import {', '.join(rank_names)}",
         "",
+    ]
+    return lines
+
+
+def _program_start(plan: Plan) -> list[str]:
+    return [
         f"NAME = {json.dumps(plan.name)}",
-        f"NRANKS = {n}",
-        f"CHUNKS = {c}  # per rank: AllToAll(NRANKS, CHUNKS // NRANKS, False) gives C input and C output chunks",
+        f"NRANKS = {plan.ngpus}",
+        f"CHUNKS = {plan.gpus[0].input_chunks}  # per rank: AllToAll(NRANKS, CHUNKS // NRANKS, False) gives C input "
+        "and C output chunks",
         "",
         "",
         "def main() -> None:",
@@ -137,8 +171,12 @@ def to_dsl(plan: Plan, *, version: str = "") -> str:
         "        inp = [rk.get_input_buffer() for rk in rank]",
         "        out = [rk.get_output_buffer() for rk in rank]",
     ]
-    ind = "        "
-    if uses_scr:
+
+
+def _declarations(plan: Plan, ind: str) -> list[str]:
+    """Scratch buffers, channels (per rank in global-id order) and semaphores."""
+    lines = []
+    if any(g.scratch_chunks for g in plan.gpus):
         items = ", ".join(
             f"Buffer({g.id}, {g.scratch_chunks})" if g.scratch_chunks else "None" for g in plan.gpus
         )
@@ -153,14 +191,10 @@ def to_dsl(plan: Plan, *, version: str = "") -> str:
             items = ", ".join(f"{cls}({p}, {g.id})" for p in g.peers(t))
             lines.append(f"{ind}    [{items}],")
         lines.append(f"{ind}]")
-    if uses_sem:
+    if any(g.semaphores for g in plan.gpus):
         lines.append(f"{ind}sem = [")
         for g in plan.gpus:
             items = ", ".join(f"Semaphore({g.id}, {v})" for v in g.semaphores)
             lines.append(f"{ind}    [{items}],")
         lines.append(f"{ind}]")
-    for g in plan.gpus:
-        for tb in g.threadblocks:
-            lines += _tb_lines(g, tb, ind)
-    lines += [f"{ind}print(JSON())", "", "", 'if __name__ == "__main__":', "    main()"]
-    return "\n".join(lines) + "\n"
+    return lines

@@ -304,79 +304,71 @@ class _Eval:
 
     def method(self, obj: Any, m: str, a: list[Any], kw: dict[str, Any], line: int) -> Any:
         if isinstance(obj, _Rank):
-            r = obj.r
-            if m == "get_input_buffer":
-                return _Buf(r, "i", 0, self.chunks)
-            if m == "get_output_buffer":
-                return _Buf(r, "o", 0, self.chunks)
-            if m == "barrier":
-                tbs = kw.get("tb_list", a[0] if a else None)
-                if not isinstance(tbs, list) or len(tbs) != 1:
-                    raise DslError(f"line {line}: only one-thread-block barriers (nops) are read")
-                self.tbs.setdefault((r, tbs[0]), []).append(_DOp("nop"))
-                return None
-            if m in ("copy", "unpack_packets"):
-                dst, src = a[0], a[1]
-                t = self.tb_of(kw, line)
-                if not (isinstance(dst, _Chunk) and isinstance(src, _Chunk)) or dst.r != r or src.r != r:
-                    raise DslError(f"line {line}: {m} takes chunks of rank {r}")
-                if dst.size != src.size:
-                    raise DslError(f"line {line}: {m} sizes differ")
-                self.add(
-                    r,
-                    t,
-                    _DOp(
-                        "copy" if m == "copy" else "upkt",
-                        src=[(src.type, src.index, src.size)],
-                        dst=[(dst.type, dst.index, dst.size)],
-                    ),
-                )
-                return None
-        if isinstance(obj, _Chan):
-            r = obj.src
-            t = self.tb_of(kw, line)
-            cid = self.use_chan(r, t, obj)
-            if m in ("signal", "wait"):
-                relaxed = bool(kw.get("relaxed", False))
-                sync = kw.get("data_sync", ("sync", 3))[1]
-                name = ("rlx" if relaxed else "") + m
-                self.add(r, t, _DOp(name, obj.type, [cid], sync=sync))
-                return None
-            if m in ("put", "put_packets"):
-                dst, src = a[0], a[1]
-                if not (isinstance(dst, _Chunk) and isinstance(src, _Chunk)):
-                    raise DslError(f"line {line}: {m} takes chunks")
-                if src.r != r or dst.r != obj.dst or dst.size != src.size:
-                    raise DslError(
-                        f"line {line}: {m} from rank {src.r} to {dst.r} on a channel {obj.src}->{obj.dst}"
-                    )
-                if m == "put_packets" and dst.type != "s":
-                    raise DslError(f"line {line}: put_packets writes the peer's scratch")
-                refs = self.remote[r]
-                key = (dst.r, dst.type)
-                gid, acc = refs.setdefault(key, (len(refs), set()))
-                acc.add(obj.type)
-                ids = self.tb_refs.setdefault((r, t), {}).setdefault(obj.type, [])
-                if gid not in ids:
-                    ids.append(gid)
-                self.add(
-                    r,
-                    t,
-                    _DOp(
-                        "put" if m == "put" else "ppkt",
-                        obj.type,
-                        [cid],
-                        src=[(src.type, src.index, src.size)],
-                        rdst=[(ids.index(gid), dst.type, dst.index, dst.size)],
-                    ),
-                )
-                return None
-        if isinstance(obj, _Sem) and m in ("acquire", "release"):
+            done, value = self.rank_method(obj.r, m, a, kw, line)
+            if done:
+                return value
+        elif isinstance(obj, _Chan) and m in ("signal", "wait", "put", "put_packets"):
+            self.chan_method(obj, m, a, kw, line)
+            return None
+        elif isinstance(obj, _Sem) and m in ("acquire", "release"):
             t = self.tb_of(kw, line)
             sync = kw.get("data_sync", ("sync", 3))[1]
             self.add(obj.r, t, _DOp("sem_" + m, sems=[obj.id], sync=sync))
             return None
         raise DslError(f"line {line}: .{m}() on {type(obj).__name__.strip('_')} is not evaluated")
+
+    def rank_method(self, r: int, m: str, a: list[Any], kw: dict[str, Any], line: int) -> tuple[bool, Any]:
+        """Rank ``r``'s buffers, barrier (a nop) and local copies; (False, None) for any other method."""
+        if m == "get_input_buffer":
+            return True, _Buf(r, "i", 0, self.chunks)
+        if m == "get_output_buffer":
+            return True, _Buf(r, "o", 0, self.chunks)
+        if m == "barrier":
+            tbs = kw.get("tb_list", a[0] if a else None)
+            if not isinstance(tbs, list) or len(tbs) != 1:
+                raise DslError(f"line {line}: only one-thread-block barriers (nops) are read")
+            self.tbs.setdefault((r, tbs[0]), []).append(_DOp("nop"))
+            return True, None
+        if m not in ("copy", "unpack_packets"):
+            return False, None
+        dst, src = a[0], a[1]
+        t = self.tb_of(kw, line)
+        if not (isinstance(dst, _Chunk) and isinstance(src, _Chunk)) or dst.r != r or src.r != r:
+            raise DslError(f"line {line}: {m} takes chunks of rank {r}")
+        if dst.size != src.size:
+            raise DslError(f"line {line}: {m} sizes differ")
+        name = "copy" if m == "copy" else "upkt"
+        self.add(
+            r, t, _DOp(name, src=[(src.type, src.index, src.size)], dst=[(dst.type, dst.index, dst.size)])
+        )
+        return True, None
+
+    def chan_method(self, ch: _Chan, m: str, a: list[Any], kw: dict[str, Any], line: int) -> None:
+        """signal, wait, put or put_packets on a channel, as an operation of its source rank."""
+        r = ch.src
+        t = self.tb_of(kw, line)
+        cid = self.use_chan(r, t, ch)
+        if m in ("signal", "wait"):
+            relaxed = bool(kw.get("relaxed", False))
+            sync = kw.get("data_sync", ("sync", 3))[1]
+            self.add(r, t, _DOp(("rlx" if relaxed else "") + m, ch.type, [cid], sync=sync))
+            return
+        dst, src = a[0], a[1]
+        if not (isinstance(dst, _Chunk) and isinstance(src, _Chunk)):
+            raise DslError(f"line {line}: {m} takes chunks")
+        if src.r != r or dst.r != ch.dst or dst.size != src.size:
+            raise DslError(f"line {line}: {m} from rank {src.r} to {dst.r} on a channel {ch.src}->{ch.dst}")
+        if m == "put_packets" and dst.type != "s":
+            raise DslError(f"line {line}: put_packets writes the peer's scratch")
+        refs = self.remote[r]
+        gid, acc = refs.setdefault((dst.r, dst.type), (len(refs), set()))
+        acc.add(ch.type)
+        ids = self.tb_refs.setdefault((r, t), {}).setdefault(ch.type, [])
+        if gid not in ids:
+            ids.append(gid)
+        rdst = [(ids.index(gid), dst.type, dst.index, dst.size)]
+        name = "put" if m == "put" else "ppkt"
+        self.add(r, t, _DOp(name, ch.type, [cid], src=[(src.type, src.index, src.size)], rdst=rdst))
 
     # ------------------------------------------------------------------ statements
     def stmts(self, body: list[ast.stmt], env: dict[str, Any]) -> None:
@@ -467,6 +459,33 @@ def _assemble_tb(ops: list[_DOp]) -> list[_DOp]:
     return out
 
 
+def _gpu(ev: _Eval, r: int) -> Gpu:
+    """Rank ``r`` of the evaluated program: its thread blocks (ops assembled, channel and remote-buffer
+    tables in first use), channel groups, remote buffers and semaphores."""
+    tb_ids = sorted(t for rr, t in ev.tbs if rr == r)
+    tbs = []
+    for t in range(max(tb_ids, default=-1) + 1):
+        ops = tuple(_to_op(d) for d in _assemble_tb(ev.tbs.get((r, t), [])))
+        chans = ev.tb_chans.get((r, t), {})
+        refs = ev.tb_refs.get((r, t), {})
+        tbs.append(
+            ThreadBlock(
+                t,
+                ops,
+                tuple(TbTable(ct, tuple(ids)) for ct, ids in chans.items() if ids),
+                tuple(TbTable(ct, tuple(ids)) for ct, ids in refs.items()),
+            )
+        )
+    groups = tuple(
+        ChannelGroup(t, tuple(ev.peers[(r, t)])) for t in ("memory", "port") if ev.peers.get((r, t))
+    )
+    rbs = tuple(
+        RemoteBuffer(rank, typ, tuple(sorted(acc)))
+        for (rank, typ), (_gid, acc) in sorted(ev.remote[r].items(), key=lambda kv: kv[1][0])
+    )
+    return Gpu(r, ev.chunks, ev.chunks, ev.scratch[r], tuple(tbs), groups, rbs, tuple(ev.sems[r]))
+
+
 def read_dsl(text: str, src: str = "<program>") -> DslResult:
     """Parse, check imports, evaluate and assemble; ``plan`` is None when the source cannot be evaluated."""
     try:
@@ -497,38 +516,12 @@ def read_dsl(text: str, src: str = "<program>") -> DslResult:
         return DslResult(None, [*errs, f"{src}: cannot evaluate the program ({type(exc).__name__}: {exc})"])
     notes = [] if ev.printed else ["the program does not print(JSON()): it only builds the plan"]
     p = ev.prog or {}
-    gpus = []
-    for r in range(ev.n):
-        tb_ids = sorted(t for rr, t in ev.tbs if rr == r)
-        tbs = []
-        for t in range(max(tb_ids, default=-1) + 1):
-            ops = []
-            for d in _assemble_tb(ev.tbs.get((r, t), [])):
-                ops.append(_to_op(d))
-            chans = ev.tb_chans.get((r, t), {})
-            refs = ev.tb_refs.get((r, t), {})
-            tbs.append(
-                ThreadBlock(
-                    t,
-                    tuple(ops),
-                    tuple(TbTable(ct, tuple(ids)) for ct, ids in chans.items() if ids),
-                    tuple(TbTable(ct, tuple(ids)) for ct, ids in refs.items()),
-                )
-            )
-        groups = tuple(
-            ChannelGroup(t, tuple(ev.peers[(r, t)])) for t in ("memory", "port") if ev.peers.get((r, t))
-        )
-        rbs = tuple(
-            RemoteBuffer(rank, typ, tuple(sorted(acc)))
-            for (rank, typ), (_gid, acc) in sorted(ev.remote[r].items(), key=lambda kv: kv[1][0])
-        )
-        gpus.append(Gpu(r, ev.chunks, ev.chunks, ev.scratch[r], tuple(tbs), groups, rbs, tuple(ev.sems[r])))
     plan = Plan(
         name=str(p.get("name", "")),
         collective="alltoall",
         protocol=str(p.get("protocol", "Simple")),
         inplace=bool(p["collective"].inplace) if "collective" in p else False,
-        gpus=tuple(gpus),
+        gpus=tuple(_gpu(ev, r) for r in range(ev.n)),
         reuse_resources=bool(p.get("reuse_resources", False)),
         num_threads_per_block=int(p.get("num_threads_per_block", 1024)),
         use_double_scratch_buffer=bool(p.get("use_double_scratch_buffer", False)),

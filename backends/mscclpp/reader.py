@@ -41,6 +41,7 @@ from a2acc.backends.mscclpp.model import (
     TbTable,
     ThreadBlock,
 )
+from a2acc.fileio import loads_json
 
 MAX_READ_GPUS = 4096
 OLD_SCHEMA_KEYS = frozenset(
@@ -89,7 +90,11 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         return d
     dup = _Dup(pairs)
     seen: set[str] = set()
-    dup.dups = [k for k, _v in pairs if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
+    dup.dups = []
+    for k, _v in pairs:
+        if k in seen:
+            dup.dups.append(k)
+        seen.add(k)
     return dup
 
 
@@ -460,39 +465,8 @@ class _Reader:
                 "start": "the DSL's enum has it but the executor's op table does not",
             }.get(name, "the executor throws 'Invalid operation type'")
             self.err(f"{path}.name", name, f"not an executor operation ({why})")
-        tbg = None
-        if "tbg_info" in d:
-            td = self.obj(d["tbg_info"], f"{path}.tbg_info", {"tb_id", "tbg_size"}, ("tb_id", "tbg_size"))
-            if td is not None:
-                tbg = (
-                    self.int_(td, "tb_id", f"{path}.tbg_info", 0, 1 << 16),
-                    self.int_(td, "tbg_size", f"{path}.tbg_info", 1, 1 << 16, 1),
-                )
-        ic = None
-        body: list[Op | None] = []
-        if "iter_context" in d:
-            cd = self.obj(
-                d["iter_context"],
-                f"{path}.iter_context",
-                {"unit_size", "num_chunks"},
-                ("unit_size", "num_chunks"),
-            )
-            if cd is not None:
-                ic = (
-                    self.int_(cd, "unit_size", f"{path}.iter_context", 1, (1 << 32) - 1, 1),
-                    self.int_(cd, "num_chunks", f"{path}.iter_context", 0, 1 << 32),
-                )
-            if nested:
-                self.err(
-                    path,
-                    "pipeline",
-                    "pipelines cannot be nested (the DSL rejects it; the loader flattens one level)",
-                )
-            body = [
-                self.op(o, f"{path}.ops[{i}]", nested=True) for i, o in enumerate(self.list_(d, "ops", path))
-            ]
-        elif "ops" in d:
-            self.err(f"{path}.ops", "ops", "only a pipeline (with iter_context) has nested ops")
+        tbg = self.tbg_info(d, path)
+        ic, body = self.pipeline(d, path, nested)
         if name == "pipeline" and ic is None:
             self.err(path, name, "a pipeline needs iter_context {unit_size, num_chunks}")
         ct = self.str_(d, "channel_type", path, CHANNEL_TYPES) if "channel_type" in d else None
@@ -512,6 +486,43 @@ class _Reader:
             ops=tuple(o for o in body if o is not None),
             reduce_op=self.str_(d, "reduce_op", path, ("sum", "min", "max")) if "reduce_op" in d else None,
         )
+
+    def tbg_info(self, d: dict[str, Any], path: str) -> tuple[int, int] | None:
+        if "tbg_info" not in d:
+            return None
+        td = self.obj(d["tbg_info"], f"{path}.tbg_info", {"tb_id", "tbg_size"}, ("tb_id", "tbg_size"))
+        if td is None:
+            return None
+        return (
+            self.int_(td, "tb_id", f"{path}.tbg_info", 0, 1 << 16),
+            self.int_(td, "tbg_size", f"{path}.tbg_info", 1, 1 << 16, 1),
+        )
+
+    def pipeline(
+        self, d: dict[str, Any], path: str, nested: bool
+    ) -> tuple[tuple[int, int] | None, list[Op | None]]:
+        """A pipeline's iter_context and nested ops (None and [] for any other op)."""
+        if "iter_context" not in d:
+            if "ops" in d:
+                self.err(f"{path}.ops", "ops", "only a pipeline (with iter_context) has nested ops")
+            return None, []
+        ic = None
+        where = f"{path}.iter_context"
+        cd = self.obj(d["iter_context"], where, {"unit_size", "num_chunks"}, ("unit_size", "num_chunks"))
+        if cd is not None:
+            ic = (
+                self.int_(cd, "unit_size", where, 1, (1 << 32) - 1, 1),
+                self.int_(cd, "num_chunks", where, 0, 1 << 32),
+            )
+        if nested:
+            self.err(
+                path,
+                "pipeline",
+                "pipelines cannot be nested (the DSL rejects it; the loader flattens one level)",
+            )
+        return ic, [
+            self.op(o, f"{path}.ops[{i}]", nested=True) for i, o in enumerate(self.list_(d, "ops", path))
+        ]
 
 
 def _rejected_family(doc: Any, text: str) -> str:
@@ -556,7 +567,7 @@ def read_plan(text: str, src: str = "<plan>") -> ReadResult:
 
 def _read_plan(text: str, src: str) -> ReadResult:
     try:
-        doc = json.loads(text, object_pairs_hook=_pairs)
+        doc = loads_json(text, object_pairs_hook=_pairs)
     except json.JSONDecodeError as exc:
         return ReadResult(None, [f"{src}: not valid JSON ({exc})"])
     except RecursionError:

@@ -21,29 +21,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
+from a2acc.backends.mscclpp.check import check_dsl, check_json, summary_text
 from a2acc.backends.mscclpp.emit_dsl import HEADER, to_dsl
 from a2acc.backends.mscclpp.emit_json import to_json
-from a2acc.backends.mscclpp.interp import check_plan
-from a2acc.backends.mscclpp.lower import LowerOptions, LowerStats, lower
-from a2acc.backends.mscclpp.model import Plan, flat_ops
-from a2acc.backends.mscclpp.read_dsl import read_dsl
+from a2acc.backends.mscclpp.lower import LowerOptions, LowerStats, lower, lower_text
+from a2acc.backends.mscclpp.model import Plan
 from a2acc.backends.mscclpp.reader import read_plan
 from a2acc.backends.target import CheckReport, Lowered, default_name, size_window
-from a2acc.errors import InputError, LoweringError
-from a2acc.fileio import atomic_write_text
+from a2acc.errors import InputError, InternalError, LoweringError
+from a2acc.fileio import atomic_write_text, loads_json
 from a2acc.ir.layout import Manifest, export_manifest_path, manifest_file, manifest_for, manifest_from_json
 from a2acc.ir.program import Program
+from a2acc.ir.quantize import DTYPE_BYTES
 from a2acc.model.units import parse_size
 
 # thread blocks per rank that stay co-resident by default: the SMs of an A100 (108; H100 has 132, V100 80) and
 # the CUs of one MI250X GCD (110; MI300X has 304). All thread blocks of a plan spin on each other.
 DEFAULT_MAX_TBS = {"nvidia": 108, "amd": 110}
+TBS_HINT = (
+    "max_threadblocks defaults to the smallest SM/CU count the target runs on (108: an A100; 110: one MI250X "
+    "GCD); on GPUs with more (an H100 SXM has 132 SMs, an MI300X 304 CUs) pass --opt max_threadblocks=THAT"
+)
 LL_LIMIT = 512 * 1024  # protocol=auto: LL below this many bytes per rank (latency-bound), on one server
 
 CALL = (
     "mscclpp.Executor(comm).execute(rank, send_ptr, recv_ptr, B, B, mscclpp.DataType.uint32, "
     "mscclpp.ExecutionPlan(PLAN, rank), stream) with send and receive buffers of B = buffer_chunks x chunk_bytes "
     "bytes on every rank (the plan accepts exactly B: min_message_size = max_message_size = B by default)"
+)
+SELECTION = (
+    "the plan is used for message sizes in [min_message_size, max_message_size] that are multiples of "
+    "C x buffer_alignment; the packed call's size is the only one there"
 )
 CALL_DSL = (
     "python3 PROGRAM > plan.json (mscclpp.language importable), then the mscclpp-json call with plan.json"
@@ -64,10 +74,11 @@ class Options:
             "help": "auto: LL below 512 KiB per rank when every transfer stays in one server, else Simple"
         },
     )
-    tb_layout: Literal["auto", "split", "combined"] = field(
+    tb_layout: Literal["auto", "split", "combined", "packed"] = field(
         default="auto",
         metadata={
-            "help": "split: a sender and a receiver thread block per lane; combined: one per peer and lane"
+            "help": "split: a sender and a receiver thread block per lane; combined: one per peer and lane; "
+            "packed: several peers per thread block (many peers); auto: the first of these that fits"
         },
     )
     output_writes: Literal["scratch", "direct"] = field(
@@ -90,7 +101,9 @@ class Options:
         default="",
         metadata={"help": "MIN:MAX message bytes the plan accepts (default: exactly C x chunk bytes)"},
     )
-    launches: int = field(default=2, metadata={"help": "back-to-back launches the check interprets (>= 2)"})
+    launches: int = field(
+        default=2, metadata={"help": "back-to-back launches the check interprets (>= 2)", "check_only": True}
+    )
 
     def check(self) -> None:
         if self.max_threadblocks < 0:
@@ -123,61 +136,103 @@ class Options:
 TargetOptions = Options
 
 
-@dataclass(frozen=True)
 class MscclppModel:
-    """What :attr:`Lowered.model` holds: the plan and the lowering's statistics."""
+    """What :attr:`Lowered.model` holds: the lowering's statistics and the plan (read from the JSON text on
+    first use when the compiled lowering wrote the text without building it)."""
 
-    plan: Plan
-    stats: LowerStats
+    def __init__(self, stats: LowerStats, text: str, plan: Plan | None = None) -> None:
+        self.stats = stats
+        self._text = text
+        self._plan = plan
+
+    @property
+    def plan(self) -> Plan:
+        if self._plan is None:
+            rr = read_plan(self._text, "<lowered>")
+            if rr.plan is None or rr.errors:  # the text was just written by a2acc: this is a bug
+                raise InternalError(f"the lowered MSCCL++ plan does not read back: {rr.errors[:2]}")
+            self._plan = rr.plan
+        return self._plan
+
+
+def _lower_some_layout(program: Program, base: LowerOptions, layout: str) -> tuple[str, MscclppModel, str]:
+    """The plan's JSON text in the first layout that fits (``auto``: split, combined, packed; a layout whose
+    thread blocks cannot fit, by a count of peers alone, is skipped without lowering). The compiled lowering
+    when built, else the reference."""
+    layouts = [layout] if layout != "auto" else ["split", "combined", "packed"]
+    last: LoweringError | None = None
+    for tl in layouts:
+        if layout == "auto" and tl != "packed":
+            least = _least_threadblocks(program, tl)
+            if least > base.max_threadblocks:
+                last = LoweringError(
+                    f"a rank needs at least {least} thread blocks in tb_layout={tl} but max_threadblocks is "
+                    f"{base.max_threadblocks}"
+                )
+                continue
+        opts = dataclasses.replace(base, tb_layout=tl)
+        try:
+            fast = lower_text(program, opts)
+            if fast is not None:
+                return fast.text, MscclppModel(fast.stats, fast.text), tl
+            _reference_capacity(program)
+            plan, stats = lower(program, opts)
+            text = to_json(plan)
+            return text, MscclppModel(stats, text, plan), tl
+        except LoweringError as exc:
+            last = exc
+    if last is None:
+        raise InternalError("no thread block layout was tried")
+    raise last
+
+
+MAX_REFERENCE_OPS = 200_000  # Program ops the pure-Python lowering takes on (about a minute and 2 GiB there)
+
+
+def _reference_capacity(program: Program) -> None:
+    """Refuse, before lowering, a Program past the pure-Python lowering's reach (the compiled one handles
+    64 x 8 GPUs in seconds; it is absent or could not decide)."""
+    nops = len(program.table.src_rank)
+    if nops > MAX_REFERENCE_OPS:
+        raise LoweringError(
+            f"the Program has {nops} operations; the pure-Python MSCCL++ lowering takes at most {MAX_REFERENCE_OPS} "
+            "(limit: about a minute and 2 GiB at that size), and the compiled lowering (a2acc._mscclpp_lower, "
+            "built when a C compiler is present at install) is not available for it"
+        )
+
+
+def _least_threadblocks(program: Program, layout: str) -> int:
+    """Thread blocks a rank needs at least in ``split`` (one per peer it sends to and one per peer it receives
+    from) or ``combined`` (one per peer), plus one for its local copies."""
+    t = program.table
+    src, dst = np.asarray(t.src_rank), np.asarray(t.dst_rank)
+    n = program.nranks
+    remote = src != dst
+    local = np.bincount(src[~remote], minlength=n) > 0
+    pairs = np.unique(src[remote] * n + dst[remote])
+    s, d = pairs // n, pairs % n
+    if layout == "split":
+        per = np.bincount(s, minlength=n) + np.bincount(d, minlength=n)
+    else:
+        und = np.unique(np.minimum(s, d) * n + np.maximum(s, d))
+        per = np.bincount(und // n, minlength=n) + np.bincount(und % n, minlength=n)
+    return int((per + local).max(initial=0))
 
 
 def _opts(options: Any) -> Options:
     return options if isinstance(options, Options) else Options()
 
 
-def _summary(plan: Plan, stats: LowerStats | None = None) -> str:
-    tbs = max(len(g.threadblocks) for g in plan.gpus)
-    ops = max((flat_ops(t.ops) for g in plan.gpus for t in g.threadblocks), default=0)
-    chans = sum(len(g.peers("memory")) + len(g.peers("port")) for g in plan.gpus) // 2
-    s = (
-        f"{plan.ngpus} GPUs, C={plan.gpus[0].input_chunks}, {plan.protocol}, max {tbs} thread blocks/GPU, "
-        f"max {ops} ops/thread block, {chans} channel pairs"
-    )
-    if stats is not None and stats.ordering_deps:
-        s += f", {stats.ordering_deps} ordering-only dependencies left to the key order"
-    return s
-
-
 def _opts_of_manifest(manifest: Manifest | None, fallback: Options) -> Options:
     """The options a file was lowered with (its manifest records them), for the check."""
     if manifest is None:
         return fallback
-    rec = dict(manifest.options)
-    tgt = rec.get("target", fallback.target)
-    return dataclasses.replace(fallback, target=tgt if tgt in ("nvidia", "amd") else fallback.target)  # type: ignore[arg-type]
-
-
-def check_plan_obj(
-    plan: Plan, src: str, manifest: Manifest | None, opts: Options, read_errors: list[str], notes: list[str]
-) -> CheckReport:
-    layout = manifest.chunk_layout if manifest is not None else None
-    chunk = manifest.chunk_bytes if manifest is not None else None
-    if manifest is not None and plan.ngpus != manifest.ngpus:
-        return CheckReport(
-            False, (*read_errors, f"{src}: {plan.ngpus} GPUs but the manifest has {manifest.ngpus} ranks")
-        )
-    res = check_plan(
-        plan,
-        layout=layout,
-        chunk_bytes=chunk,
-        target=opts.target,
-        launches=opts.launches,
-        execute=not read_errors,
-    )
-    errors = [*read_errors, *(f"{src}: {e}" for e in res.errors)]
-    summ = f"{plan.collective}, " + _summary(plan) + (", all-to-all-v manifest" if layout is not None else "")
-    summ += f", {res.launches} launches interpreted" if res.launches else ""
-    return CheckReport(not errors, tuple(errors), tuple(notes + res.notes), summ, plan)
+    tgt = dict(manifest.options).get("target", fallback.target)
+    if tgt == "amd":
+        return dataclasses.replace(fallback, target="amd")
+    if tgt == "nvidia":
+        return dataclasses.replace(fallback, target="nvidia")
+    return fallback
 
 
 def _beside(source: str) -> Manifest | None:
@@ -198,7 +253,7 @@ def is_plan_json(head: str) -> bool:
     if not s.startswith("{"):
         return False
     try:
-        doc = json.loads(head)
+        doc = loads_json(head)
     except json.JSONDecodeError:  # only the head of a large file: look for the keys instead
         return all(f'"{k}"' in s for k in ("collective", "protocol", "gpus"))
     return isinstance(doc, dict) and {"name", "collective", "protocol", "gpus"} <= set(doc)
@@ -220,67 +275,47 @@ class _MscclppTarget:
     def lower(self, program: Program, options: Any, *, name: str | None = None) -> Lowered:
         opts = _opts(options)
         opts.check()
-        lay = program.layout
-        c = lay.buffer_chunks
+        c = program.layout.buffer_chunks
         buffer_bytes = c * program.unit_bytes
-        lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes)
+        # the executor accepts any multiple of C x buffer_alignment (16 B) in [min, max]: only B carries the packing
+        lo, hi = size_window(opts.bytes_range(), opts.size_range, buffer_bytes, c * 16)
         if name is None:
-            name = default_name(program)
+            name = default_name(program, "mscclpp", opts)  # the JSON and the DSL form: one plan, one name
         one_server = program.machine is not None and len(set(program.machine.node)) == 1
         proto = opts.protocol
         if proto == "auto":
             proto = "LL" if one_server and buffer_bytes < LL_LIMIT else "Simple"
-        layouts = [opts.tb_layout] if opts.tb_layout != "auto" else ["split", "combined"]
-        last: LoweringError | None = None
-        for tl in layouts:
-            lo_opts = LowerOptions(
-                name=name,
-                target=opts.target,
-                protocol=proto,
-                tb_layout=tl,
-                output_writes=opts.output_writes,
-                deps=opts.deps,
-                max_threadblocks=opts.tbs(),
-                min_bytes=lo,
-                max_bytes=hi,
-            )
-            try:
-                plan, stats = lower(program, lo_opts)
-                break
-            except LoweringError as exc:
-                last = exc
-        else:
-            assert last is not None
-            raise last
+        base = LowerOptions(
+            name=name, target=opts.target, protocol=proto, output_writes=opts.output_writes, deps=opts.deps,
+            max_threadblocks=opts.tbs(), min_bytes=lo, max_bytes=hi,
+        )  # fmt: skip
+        try:
+            text, model, tl = _lower_some_layout(program, base, opts.tb_layout)
+        except LoweringError as exc:
+            if opts.max_threadblocks or "thread blocks but max_threadblocks" not in str(exc):
+                raise
+            raise LoweringError(f"{exc}. {TBS_HINT}") from exc
         fname = f"{name}.json" if self.kind == "json" else f"{name}.py"
-        recorded = {
-            "target": opts.target,
-            "protocol": proto,
-            "tb_layout": tl,
-            "output_writes": opts.output_writes,
-            "deps": opts.deps,
-        }
+        recorded = {"target": opts.target, "protocol": proto, "tb_layout": tl, "output_writes": opts.output_writes,
+                    "deps": opts.deps}  # fmt: skip
         man = manifest_for(
-            program.counts,
-            program.unit_bytes,
-            program.traffic,
-            target=self.name,
-            file=fname,
-            algo_name=name,
-            buffer_chunks=c,
-            call=CALL if self.kind == "json" else CALL_DSL,
-            options=recorded,
-        )
+            program.counts, program.unit_bytes, program.traffic, target=self.name, file=fname, algo_name=name,
+            buffer_chunks=c, call=CALL if self.kind == "json" else CALL_DSL, options=recorded,
+            dtypes=tuple(DTYPE_BYTES),  # the call passes byte sizes: every element type works alike
+            selection=SELECTION,
+        )  # fmt: skip
         if self.kind == "json":
-            text = to_json(plan)
             usage = (
                 "mscclpp.ExecutionPlan('{output}', rank) with mscclpp.Executor (or A2ACC_EXECUTOR=mscclpp)"
             )
         else:
-            text = to_dsl(plan)
+            text = to_dsl(model.plan)
             usage = "python3 {output} > plan.json (needs mscclpp.language), then a2acc verify plan.json"
-        summary = _summary(plan, stats) + f", tb_layout {tl}"
-        return Lowered(self.name, {fname: text}, man, summary, MscclppModel(plan, stats), opts, usage)
+        st = model.stats
+        summary = summary_text(
+            program.nranks, c, proto, st.threadblocks, st.ops_per_tb, st.lanes, st.ordering_deps
+        )
+        return Lowered(self.name, {fname: text}, man, summary + f", tb_layout {tl}", model, opts, usage)
 
     # ------------------------------------------------------------------ check
     def check(self, lowered: Lowered) -> CheckReport:
@@ -290,14 +325,8 @@ class _MscclppTarget:
 
     def _check(self, text: str, src: str, manifest: Manifest | None, opts: TargetOptions) -> CheckReport:
         if self.kind == "dsl":
-            dr = read_dsl(text, src)
-            if dr.plan is None:
-                return CheckReport(False, tuple(dr.errors), tuple(dr.notes))
-            return check_plan_obj(dr.plan, src, manifest, opts, dr.errors, dr.notes)
-        rr = read_plan(text, src)
-        if rr.plan is None or not rr.plan.gpus:
-            return CheckReport(False, tuple(rr.errors), tuple(rr.notes))
-        return check_plan_obj(rr.plan, src, manifest, opts, rr.errors, rr.notes)
+            return check_dsl(text, src, manifest, opts)
+        return check_json(text, src, manifest, opts)
 
     # ------------------------------------------------------------------ emit
     def emit(
@@ -357,15 +386,16 @@ class _MscclppTarget:
         if not is_plan_json(head):
             return False
         try:
-            name = json.loads(path.read_text(encoding="utf-8")).get("name", "")
+            name = loads_json(path.read_text(encoding="utf-8")).get("name", "")
         except (OSError, ValueError, AttributeError):
             return False
         return str(name).startswith("a2acc") or _beside(str(path)) is not None
 
     # ------------------------------------------------------------------ verify
     def detect(self, head: str) -> bool:
-        """Only the JSON target claims files (``a2acc verify``); DSL source is checked through the API."""
-        return self.kind == "json" and is_plan_json(head)
+        """JSON: an execution plan (either schema, anyone's); DSL: a program a2acc wrote (its header line),
+        which ``a2acc verify`` reads back as data, without running it."""
+        return is_plan_json(head) if self.kind == "json" else head.startswith(HEADER)
 
     def check_text(self, text: str, source: str, manifest: Manifest | None, options: Any) -> CheckReport:
         notes: list[str] = []
@@ -379,11 +409,10 @@ class _MscclppTarget:
         return dataclasses.replace(rep, notes=(*notes, *rep.notes))
 
 
-TARGETS = {
-    "mscclpp-json": _MscclppTarget(
-        "mscclpp-json", "MSCCL++ JSON execution plan for mscclpp.Executor (--opt target=nvidia|amd)", "json"
-    ),
-    "mscclpp-dsl": _MscclppTarget(
-        "mscclpp-dsl", "MSCCL++ DSL program (mscclpp.language) from the same lowering as mscclpp-json", "dsl"
-    ),
-}
+JSON_TARGET = _MscclppTarget(
+    "mscclpp-json", "MSCCL++ JSON execution plan for mscclpp.Executor (--opt target=nvidia|amd)", "json"
+)
+DSL_TARGET = _MscclppTarget(
+    "mscclpp-dsl", "MSCCL++ DSL program (mscclpp.language) from the same lowering as mscclpp-json", "dsl"
+)
+TARGETS = {t.name: t for t in (JSON_TARGET, DSL_TARGET)}

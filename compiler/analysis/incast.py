@@ -34,7 +34,7 @@ together: ``E = integral of (k - 1)^fanin_power dt``; the probability that some 
 Synchronised senders (equal messages, all active to the end) accrue exposure at the full fan-in for the whole
 transfer; staggered ones (random sizes) see ``k`` fall as they finish - which is why FAST's fixed-size fan-out
 collapses at a smaller size than its random-size fan-out. The parameters of the RoCE default are fitted
-by :mod:`a2acc.analysis.calibrate` (docs/simulator.md says on which logs); the others are defaults.
+by :mod:`a2acc.studies.calibrate` (docs/simulator.md says on which logs); the others are defaults.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MiB = 1 << 20
 
@@ -67,6 +68,8 @@ class IncastModel:
     storm_s: float = math.inf
     shape: float = 2.0
     fanin_power: float = 1.0
+    #: how the go-back-N waste grows with the fan-in (0: not at all; module docstring)
+    fanin_loss: float = 0.0
 
     @staticmethod
     def off() -> IncastModel:
@@ -95,7 +98,11 @@ class IncastModel:
         q = self.port_share(congested_ports)
         if inflight <= q:
             return 1.0
-        return 1.0 / (1.0 + self.retransmit * (1.0 - q / inflight))
+        return 1.0 / (1.0 + self.waste(senders) * (1.0 - q / inflight))
+
+    def waste(self, senders: int | float) -> float:
+        """Bytes resent per overflowing byte with ``senders`` concurrent senders: ``retransmit x (k - 1)^fanin_loss``."""
+        return self.retransmit * float(max(senders - 1, 1)) ** self.fanin_loss
 
     def exposure_rate(self, senders: int) -> float:
         """How fast an overloaded port with ``senders`` concurrent senders accrues timeout exposure (per s)."""
@@ -119,19 +126,30 @@ class IncastModel:
             "storm_s": self.storm_s,
             "shape": self.shape,
             "fanin_power": self.fanin_power,
+            "fanin_loss": self.fanin_loss,
         }
 
 
+class Episode(NamedTuple):
+    """One overload episode of a receive port: when it started, its exposure, and how long it spent at each
+    fan-in degree ``k`` (what the exposure integrates: ``sum of exposure_rate(k) x seconds``)."""
+
+    start: float
+    exposure: float
+    spans: tuple[tuple[int, float], ...] = ()
+
+
 def timeout_penalty(
-    model: IncastModel, makespan: float, episodes: Sequence[tuple[float, float]]
+    model: IncastModel, makespan: float, episodes: Sequence[tuple[float, float] | Episode]
 ) -> tuple[float, float]:
-    """(expected completion time, timeout probability) given the overload ``episodes`` (start, exposure).
+    """(expected completion time, timeout probability) given the overload ``episodes`` (start, exposure, ...).
 
     A timeout stalls its connection for ``rto_s`` from the drop, taken at the start of the most exposed
     episode; the iteration then ends at ``max(makespan, start + rto_s)``. The expectation over iterations is
     reported, as a benchmark that averages many iterations measures it."""
-    p = model.timeout_probability([e for _s, e in episodes])
+    exposures = [float(e[1]) for e in episodes]
+    p = model.timeout_probability(exposures)
     if p <= 0.0:
         return makespan, 0.0
-    start = max(episodes, key=lambda e: e[1])[0]
+    start = float(episodes[int(max(range(len(exposures)), key=exposures.__getitem__))][0])
     return (1.0 - p) * makespan + p * max(makespan, start + model.rto_s), p

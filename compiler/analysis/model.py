@@ -14,6 +14,14 @@ run a Program's DAG as a fluid model on the topology graph with these costs (doc
     waits for: a staged schedule pays a kernel launch or a host/stream synchronisation per stage (FAST's
     implementation synchronises the host between steps, FAST repository ``amd/test_alltoall.cpp``; MPI-style
     shifts pay a rendezvous per step).
+``fill_bytes``
+    the pipeline fill of a synchronised step: a message that starts in step with its receiver (it waits for
+    the receiver's previous step, as SpreadOut's shifts and FAST's stages do) first pays ``min(message,
+    fill_bytes)`` at its route's slowest link - the collective library's per-connection FIFO (NCCL/RCCL
+    ``NCCL_BUFFSIZE``, split in ``NCCL_STEPS`` slots) drains completely between two synchronised steps, so each
+    step exposes one FIFO's worth of transfer before the next one streams. 0 switches it off. FAST's
+    fixed-size SpreadOut runs show the shape: the time above the bandwidth term, per step, grows with the
+    message up to ~2.5 MB and is flat beyond.
 ``incast``
     the receive-port model of :mod:`a2acc.analysis.incast`.
 
@@ -61,6 +69,7 @@ class SimModel:
     eager_bytes: float = 4.0 * 2**20
     incast: IncastModel = field(default_factory=IncastModel.off)
     source: str = "ideal fabric: line rate, no software costs, no incast"
+    fill_bytes: float = 0.0
 
     def with_incast(self, incast: IncastModel) -> SimModel:
         return replace(self, incast=incast)
@@ -75,10 +84,11 @@ class SimModel:
             if inc.enabled
             else f"incast {'off' if inc.name == 'off' else 'none (lossless)'}"
         )
+        fill = f", fill {self.fill_bytes / 2**20:.3g} MiB per step" if self.fill_bytes > 0 else ""
         return (
             f"model {self.name} ({self.transport}): goodput {self.inter_efficiency:.3f} x NIC, "
-            f"alpha {self.alpha_s * 1e6:.3g} us/message, rendezvous {self.stage_s * 1e6:.3g} us per stage above "
-            f"{self.eager_bytes / 2**20:.3g} MiB, {incast}"
+            f"{self.intra_efficiency:.3f} x scale-up, alpha {self.alpha_s * 1e6:.3g} us/message, rendezvous "
+            f"{self.stage_s * 1e6:.3g} us per stage above {self.eager_bytes / 2**20:.3g} MiB{fill}, {incast}"
         )
 
     def params(self) -> dict[str, Any]:
@@ -91,6 +101,7 @@ class SimModel:
             "alpha_us": self.alpha_s * 1e6,
             "stage_us": self.stage_s * 1e6,
             "eager_bytes": int(self.eager_bytes),
+            "fill_bytes": int(self.fill_bytes),
             "incast": _incast_doc(self.incast),
             "source": self.source,
         }
@@ -112,43 +123,50 @@ def _incast_doc(inc: IncastModel) -> dict[str, Any]:
         "storm_ms": inc.storm_s * 1e3 if math.isfinite(inc.storm_s) else None,
         "shape": inc.shape,
         "fanin_power": inc.fanin_power,
+        "fanin_loss": inc.fanin_loss,
     }
 
 
 # ---------------------------------------------------------------------------------------------- defaults
 #: Fitted by ``.venv/bin/python benchmarks/calibration.py --fit`` (the same fit as ``a2acc calibrate``) on the
 #: fit part of FAST's MI300X logs (FAST repository, ``amd-result/``: 3n_random_sz_*, 3n_random_cdf_*,
-#: 3n_skewed_sz_*, 3n_skewed_cdf_*, 3n_skewness_*; 64 configurations): goodput, alpha, rendezvous cost and eager
-#: window from the SpreadOut column, the incast parameters from the fan-out column; rounded to 4 digits. The
-#: fixed-size runs (3n_fixed_sz_*) were held back and test it (tests/analysis/test_accuracy.py).
+#: 3n_skewed_sz_*, 3n_skewed_cdf_*, 3n_skewness_*; 96 configurations): NIC and scale-up goodput, per-message
+#: cost, rendezvous cost and pipeline fill from the FLASH and SpreadOut columns, the incast parameters from the
+#: fan-out column; rounded to 4 digits. Not fitted: the eager window (NCCL's ``NCCL_BUFFSIZE``, 4 MiB), the
+#: connection window (the same), the timeout (4.096 us x 2^19), ``shape`` and ``fanin_power`` (2: the logs do
+#: not separate them from ``storm``), ``fanin_loss`` (0: fitted, it stays 0). The fixed-size runs (3n_fixed_sz_*)
+#: were held back and test it (tests/studies/test_accuracy.py).
 CALIBRATED_ROCE = SimModel(
     name="mi300x-roce",
     transport="roce",
-    inter_efficiency=0.9164,
-    intra_efficiency=1.0,
-    alpha_s=26.71e-6,
-    stage_s=56.63e-6,
-    eager_bytes=2.785e6,
+    inter_efficiency=0.9508,
+    intra_efficiency=0.4532,
+    alpha_s=0.3551e-6,
+    stage_s=137.2e-6,
+    eager_bytes=float(DEFAULT_WINDOW_BYTES),
     incast=IncastModel(
         name="roce",
-        buffer_bytes=99.55e6,
+        buffer_bytes=42.21e6,
         window_bytes=float(DEFAULT_WINDOW_BYTES),
         dt_alpha=DEFAULT_DT_ALPHA,
-        retransmit=0.2787,
+        retransmit=0.3769,
         rto_s=ROCE_RTO_S,
-        storm_s=1610.0,
+        storm_s=291.9,
         shape=2.0,
-        fanin_power=2.658,
+        fanin_power=2.0,
+        fanin_loss=0.0,
     ),
     source="calibrated on FAST's published MI300X logs (FAST repository, amd-result/: random- and skewed-size "
     "runs); the fixed-size runs are held back for testing",
+    fill_bytes=1.321e6,
 )
 
 
 def transport_defaults(transport: str) -> SimModel:
     """The shipped parameters of a transport: what a model file's missing fields take. ``ideal``: line rate,
-    no costs; ``roce``: :data:`CALIBRATED_ROCE`; lossless transports: its software costs and goodput, no
-    incast loss."""
+    no costs; ``roce``: :data:`CALIBRATED_ROCE`; lossless transports: its software costs and NIC goodput, no
+    incast loss, and line-rate scale-up links (the calibrated scale-up goodput is MI300X Infinity Fabric's under
+    RCCL, not a property of other scale-up fabrics)."""
     if transport in ("", "ideal"):
         return SimModel()
     if transport == "roce":
@@ -158,9 +176,11 @@ def transport_defaults(transport: str) -> SimModel:
         base,
         name=f"{transport}-default",
         transport=transport,
+        intra_efficiency=1.0,
         incast=IncastModel.lossless(transport),
-        source=f"defaults (no measured {transport} data): software costs and goodput from the RoCE "
-        f"calibration ({base.source.split(';')[0]}); lossless credit-based fabric, no incast loss",
+        source=f"defaults (no measured {transport} data): software costs and NIC goodput from the RoCE "
+        f"calibration ({base.source.split(';')[0]}); scale-up links at line rate; lossless credit-based "
+        "fabric, no incast loss",
     )
 
 
@@ -191,6 +211,7 @@ _TOP = (
     "alpha_us",
     "stage_us",
     "eager_bytes",
+    "fill_bytes",
     "incast",
 )
 _TOP_INFO = ("source", "fit")  # informational, kept as written
@@ -204,6 +225,7 @@ _INCAST = (
     "storm_ms",
     "shape",
     "fanin_power",
+    "fanin_loss",
 )
 
 
@@ -225,8 +247,36 @@ def _req_num(src: str, fld: str, v: object, lo: float, hi: float) -> float:
 
 
 def parse_model(data: Any, source: str) -> SimModel:
-    """Validate a params mapping (YAML already parsed) into a :class:`SimModel`."""
+    """Validate a params mapping (YAML already parsed) into a :class:`SimModel`.
+
+    A field the file leaves out takes the transport's default (:func:`transport_defaults`), never an ideal
+    value."""
     src = source
+    transport, name, inc_raw = _check_layout(data, src)
+    base = transport_defaults(str(transport))
+    incast = _parse_incast(inc_raw, base.incast, str(transport), src)
+    source_txt = data.get("source", f"model file {source}")
+    return SimModel(
+        name=name,
+        transport=str(transport),
+        inter_efficiency=_req_num(
+            src, "inter_efficiency", data.get("inter_efficiency", base.inter_efficiency), 1e-3, 1.0
+        ),
+        intra_efficiency=_req_num(
+            src, "intra_efficiency", data.get("intra_efficiency", base.intra_efficiency), 1e-3, 1.0
+        ),
+        alpha_s=_req_num(src, "alpha_us", data.get("alpha_us", base.alpha_s * 1e6), 0, 1e7) * 1e-6,
+        stage_s=_req_num(src, "stage_us", data.get("stage_us", base.stage_s * 1e6), 0, 1e7) * 1e-6,
+        eager_bytes=_req_num(src, "eager_bytes", data.get("eager_bytes", base.eager_bytes), 0, 2**40),
+        fill_bytes=_req_num(src, "fill_bytes", data.get("fill_bytes", base.fill_bytes), 0, 2**40),
+        incast=incast,
+        source=str(source_txt),
+    )
+
+
+def _check_layout(data: Any, src: str) -> tuple[object, str, dict[Any, Any]]:
+    """The file's shape before any value: a mapping of known fields, the version, the transport, the name
+    (default: the file's stem) and the incast mapping (known fields only). Returns (transport, name, incast)."""
     if not isinstance(data, dict):
         raise ModelFileError(
             src, "", type(data).__name__, "a model file is a YAML mapping (a2acc calibrate -o)"
@@ -243,7 +293,7 @@ def parse_model(data: Any, source: str) -> SimModel:
     transport = data.get("transport")
     if transport not in MODEL_TRANSPORTS:
         raise ModelFileError(src, "transport", transport, f"one of {', '.join(MODEL_TRANSPORTS)}")
-    name = data.get("name", Path(source).stem)
+    name = data.get("name", Path(src).stem)
     if not isinstance(name, str) or not name:
         raise ModelFileError(src, "name", name, "a non-empty string")
     inc_raw = data.get("incast") or {}
@@ -254,12 +304,15 @@ def parse_model(data: Any, source: str) -> SimModel:
             raise ModelFileError(
                 src, f"incast.{k}", inc_raw[k], f"unknown field; allowed: {', '.join(_INCAST)}"
             )
-    # a field the file leaves out takes the transport's default (transport_defaults), never an ideal value
-    base = transport_defaults(str(transport))
-    bi = base.incast
+    return transport, name, inc_raw
+
+
+def _parse_incast(inc_raw: dict[Any, Any], bi: IncastModel, transport: str, src: str) -> IncastModel:
+    """The ``incast`` mapping, each missing field taken from the transport's incast model ``bi``; ``storm_ms``
+    may be null (no storm ceiling)."""
     storm_default = bi.storm_s * 1e3 if math.isfinite(bi.storm_s) else None
     storm = _num(src, "incast.storm_ms", inc_raw.get("storm_ms", storm_default), 1e-6, 1e9, allow_none=True)
-    incast = IncastModel(
+    return IncastModel(
         name=str(inc_raw.get("name", bi.name if bi.name != "off" else transport)),
         buffer_bytes=_req_num(
             src, "incast.buffer_bytes", inc_raw.get("buffer_bytes", bi.buffer_bytes), 0, 2**40
@@ -275,22 +328,7 @@ def parse_model(data: Any, source: str) -> SimModel:
         fanin_power=_req_num(
             src, "incast.fanin_power", inc_raw.get("fanin_power", bi.fanin_power), 0.0, 10.0
         ),
-    )
-    source_txt = data.get("source", f"model file {source}")
-    return SimModel(
-        name=name,
-        transport=str(transport),
-        inter_efficiency=_req_num(
-            src, "inter_efficiency", data.get("inter_efficiency", base.inter_efficiency), 1e-3, 1.0
-        ),
-        intra_efficiency=_req_num(
-            src, "intra_efficiency", data.get("intra_efficiency", base.intra_efficiency), 1e-3, 1.0
-        ),
-        alpha_s=_req_num(src, "alpha_us", data.get("alpha_us", base.alpha_s * 1e6), 0, 1e7) * 1e-6,
-        stage_s=_req_num(src, "stage_us", data.get("stage_us", base.stage_s * 1e6), 0, 1e7) * 1e-6,
-        eager_bytes=_req_num(src, "eager_bytes", data.get("eager_bytes", base.eager_bytes), 0, 2**40),
-        incast=incast,
-        source=str(source_txt),
+        fanin_loss=_req_num(src, "incast.fanin_loss", inc_raw.get("fanin_loss", bi.fanin_loss), 0.0, 4.0),
     )
 
 

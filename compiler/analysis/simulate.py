@@ -23,17 +23,20 @@ unless ``payload_bytes`` is given.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.analysis.incast import IncastModel, timeout_penalty
+from a2acc.analysis.incast import Episode, IncastModel, timeout_penalty
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.errors import InputError, InternalError
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
 
+T = TypeVar("T")
 #: links at least this fast never bind (the topology's PCIe/C2C attachment and non-blocking core: 1e15 B/s)
 UNBOUNDED = 1e14
 Timeline = tuple[tuple[float, float, npt.NDArray[np.int64], npt.NDArray[np.float64]], ...]
@@ -56,6 +59,8 @@ class SimResult:
     timeout_probability: float = 0.0
     model: SimModel = field(default_factory=SimModel)
     engine: str = "reference"
+    #: the incast overload episodes the timeout expectation was computed from
+    episodes: tuple[Episode, ...] = field(default=(), repr=False)
 
     @property
     def algbw_GBps(self) -> float:
@@ -111,10 +116,27 @@ class Setup:
     succ_ptr: npt.NDArray[np.int64]
     succ_ids: npt.NDArray[np.int64]
     model: SimModel
+    #: per successor edge (aligned with ``succ_ids``): how long after its dependency ends the successor may start
+    #: (None: 0 everywhere). A synchronised op waits ``fill`` after its sender's side and the rendezvous after its
+    #: receiver's side (:meth:`Routes.setup`); both engines take an op's ready time as the latest of these.
+    succ_delay: npt.NDArray[np.float64] | None = None
+    #: what an engine derives from the routes and the DAG alone (model-independent), shared by every Setup of
+    #: one :class:`Routes`: calibration simulates one Program under many models
+    cache: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def n_ops(self) -> int:
         return len(self.size)
+
+    def derived(self, key: str, make: Callable[[], T]) -> T:
+        """``make()``, remembered in :attr:`cache` under ``key`` when there is one (it depends only on the routes
+        and the DAG: the exclusive links, the route groups)."""
+        if self.cache is None:
+            return make()
+        got = self.cache.get(key)
+        if got is None:
+            got = self.cache[key] = make()
+        return cast(T, got)
 
     def busy_bytes(self) -> npt.NDArray[np.float64]:
         """Bytes each link carries over the whole run (every op's bytes cross every link of its route)."""
@@ -166,21 +188,64 @@ class Routes:
     dep_ids: npt.NDArray[np.int64]
     succ_ptr: npt.NDArray[np.int64]
     succ_ids: npt.NDArray[np.int64]
-    _rendezvous: dict[float, npt.NDArray[np.bool_]] = field(default_factory=dict, compare=False, repr=False)
+    _sync: list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]] = field(
+        default_factory=list, compare=False, repr=False
+    )
+    _sides: list[npt.NDArray[np.bool_]] = field(default_factory=list, compare=False, repr=False)
+    _derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def synchronised(self) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+        if not self._sync:
+            self._sync.append(synchronised(self.prog))
+        return self._sync[0]
 
     def rendezvous(self, eager_bytes: float) -> npt.NDArray[np.bool_]:
-        got = self._rendezvous.get(eager_bytes)
-        if got is None:
-            got = self._rendezvous[eager_bytes] = rendezvous(self.prog, eager_bytes)
-        return got
+        sync, msg = self.synchronised()
+        return sync & (msg > eager_bytes)
+
+    def sender_side(self) -> npt.NDArray[np.bool_]:
+        """Per successor edge (aligned with ``succ_ids``): does the dependency involve the successor's sender (it
+        sent or received it)? The other edges are the successor's receiver side (:func:`synchronised`)."""
+        if not self._sides:
+            n = len(self.size)
+            owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.succ_ptr))
+            self._sides.append(dep_sender_side(self.src, self.prog.table.dst_rank, self.succ_ids, owner))
+        return self._sides[0]
+
+    def fill_time(self, cap: npt.NDArray[np.float64], fill_bytes: float) -> npt.NDArray[np.float64]:
+        """Per op, the pipeline fill a synchronised message pays: ``min(message, fill_bytes)`` at its route's
+        slowest link (0 for ops that do not start in step with their receiver)."""
+        sync, msg = self.synchronised()
+        out = np.zeros(len(sync))
+        ids = np.flatnonzero(sync)
+        if len(ids):
+            ext = np.append(cap, np.inf)
+            rate = ext[self.bind[ids]].min(axis=1)
+            out[ids] = np.minimum(msg[ids], fill_bytes) / rate
+        return out
+
+    def step_delays(self, cap: npt.NDArray[np.float64], model: SimModel) -> npt.NDArray[np.float64] | None:
+        """Per successor edge, the delay :attr:`Setup.succ_delay` (None when there is none): a synchronised op
+        (it starts in step with its receiver) may start ``fill`` after its sender's side is done - the sender
+        stages the message's first ``min(message, fill_bytes)`` bytes through its pipeline while it waits - and
+        ``stage_s`` after its receiver's side is done when the message is larger than the eager window (the
+        receiver's clear-to-send of a rendezvous). The later of the two counts: whichever side arrives first
+        hides its part (docs/simulator.md)."""
+        if not len(self.succ_ids) or (model.fill_bytes <= 0 and model.stage_s <= 0):
+            return None
+        sync, _msg = self.synchronised()
+        if not sync.any():
+            return None
+        fill = self.fill_time(cap, model.fill_bytes) if model.fill_bytes > 0 else np.zeros(len(sync))
+        hand = model.stage_s * self.rendezvous(model.eager_bytes)
+        succ = self.succ_ids
+        return np.where(self.sender_side(), fill[succ], hand[succ])
 
     def setup(self, model: SimModel) -> Setup:
         """Capacities and latencies under ``model``."""
         factor = np.array([1.0, model.inter_efficiency, model.intra_efficiency])
         cap = self.raw_cap * factor[self.eff_class]
         lat = self.route_alpha + model.alpha_s
-        if model.stage_s > 0 and len(self.dep_ids):
-            lat = lat + model.stage_s * self.rendezvous(model.eager_bytes)
         return Setup(
             nranks=self.nranks,
             cap=cap,
@@ -198,6 +263,8 @@ class Routes:
             succ_ptr=self.succ_ptr,
             succ_ids=self.succ_ids,
             model=model,
+            succ_delay=self.step_delays(cap, model),
+            cache=self._derived,
         )
 
 
@@ -288,21 +355,59 @@ def rendezvous(prog: Program, eager_bytes: float) -> npt.NDArray[np.bool_]:
     collective library's per-connection FIFO) is pushed without waiting for the receiver's go-ahead; a larger
     one pays a rendezvous round trip (the eager/rendezvous protocols of MPI and NCCL). Concurrent ops between
     the same pair with the same dependencies are one message on one connection: their bytes add up."""
-    ops = prog.ops
-    out = np.zeros(len(ops), dtype=bool)
-    groups: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
-    for op in ops:
-        if not op.deps or op.src_rank == op.dst_rank:
-            continue
-        s = op.src_rank
-        if all(ops[d].src_rank == s or ops[d].dst_rank == s for d in op.deps):
-            continue
-        groups.setdefault((s, op.dst_rank, op.deps), []).append(op.id)
-    unit = prog.unit_bytes
-    for ids in groups.values():
-        if sum(ops[i].cnt for i in ids) * unit > eager_bytes:
-            out[ids] = True
-    return out
+    sync, msg = synchronised(prog)
+    return sync & (msg > eager_bytes)
+
+
+def synchronised(prog: Program) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+    """Per op: does it start in step with its receiver (it waits for an op not involving its sender), and the
+    bytes of the message it belongs to (concurrent ops between one pair with the same dependencies are one
+    message on one connection). What :func:`rendezvous` and the pipeline fill of ``fill_bytes`` charge.
+    Array passes over the op table (no object per op: Programs reach millions of ops)."""
+    t = prog.table
+    n = len(t)
+    src, dst = t.src_rank, t.dst_rank
+    ndeps = np.diff(t.dep_ptr)
+    owner = np.repeat(np.arange(n, dtype=np.int64), ndeps)
+    d = t.dep_ids
+    side = dep_sender_side(src, dst, owner, d)
+    sync = (ndeps > 0) & (src != dst) & (np.bincount(owner[~side], minlength=n) > 0)
+    msg = np.zeros(n, dtype=np.float64)
+    ids = np.flatnonzero(sync)
+    if len(ids):
+        # one message: the same pair and the same dependency set (an order-free 64-bit hash of the set)
+        mixed = _mix64(d.astype(np.uint64))
+        has = ndeps > 0
+        sig = np.zeros(n, dtype=np.uint64)
+        sig[has] = np.add.reduceat(mixed, t.dep_ptr[:-1][has])
+        key = np.stack([src[ids], dst[ids], ndeps[ids], sig[ids].view(np.int64)], axis=1)
+        _u, inv = np.unique(key, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        total = np.bincount(inv, weights=t.cnt[ids].astype(np.float64))
+        msg[ids] = total[inv] * float(prog.unit_bytes)
+    return sync, msg
+
+
+def dep_sender_side(
+    src: npt.NDArray[np.int64],
+    dst: npt.NDArray[np.int64],
+    op: npt.NDArray[np.int64],
+    dep: npt.NDArray[np.int64],
+) -> npt.NDArray[np.bool_]:
+    """Per dependency edge (``op`` waits for ``dep``): does ``dep`` involve ``op``'s sender (it sent or received
+    it)? The other edges are ``op``'s receiver side."""
+    sender = src[op]
+    return np.asarray((src[dep] == sender) | (dst[dep] == sender), dtype=bool)
+
+
+def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """splitmix64's finaliser (Steele, Lea and Flood, OOPSLA 2014): well-spread 64-bit values whose sums
+    identify sets of small integers."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return np.asarray(z ^ (z >> np.uint64(31)), dtype=np.uint64)
 
 
 def _routes(
@@ -450,33 +555,40 @@ def incast_capacity(
     if not over.any():
         return cap, none, none
     out = cap.copy()
-    eta = 1.0 / (1.0 + inc.retransmit * (1.0 - q[over] / inflight[over]))
+    waste = inc.retransmit * np.maximum(k[over] - 1, 1).astype(np.float64) ** inc.fanin_loss
+    eta = 1.0 / (1.0 + waste * (1.0 - q[over] / inflight[over]))
     out[ulinks[over]] *= eta
     return out, ulinks[over].astype(np.int64), k[over].astype(np.int64)
 
 
 class Episodes:
-    """Overload episodes per receive link: (start, exposure) of every maximal overloaded interval, the
-    exposure accruing at ``incast.exposure_rate(k)`` per second while the link has ``k`` senders."""
+    """Overload episodes per receive link (:class:`~a2acc.analysis.incast.Episode`): every maximal overloaded
+    interval's start, its exposure (accruing at ``incast.exposure_rate(k)`` per second while the link has ``k``
+    senders) and its time at each ``k`` (so a fit can re-weigh the exposure without simulating again)."""
 
     def __init__(self, model: IncastModel) -> None:
         self.model = model
-        self.open: dict[int, list[float]] = {}  # link -> [start, exposure, rate, since]
-        self.closed: list[tuple[float, float]] = []
+        # link -> [start, exposure, rate, since, k, {k: seconds}]
+        self.open: dict[int, list[Any]] = {}
+        self.closed: list[Episode] = []
 
     def update(self, now: float, links: npt.NDArray[np.int64], k: npt.NDArray[np.int64]) -> None:
         for ep in self.open.values():
-            ep[1] += ep[2] * (now - ep[3])
+            dt = now - ep[3]
+            ep[1] += ep[2] * dt
+            spans = ep[5]
+            spans[ep[4]] = spans.get(ep[4], 0.0) + dt
             ep[3] = now
         cur = dict(zip(links.tolist(), k.tolist()))
         for link in [lk for lk in self.open if lk not in cur]:
-            start, exposure, _r, _t = self.open.pop(link)
-            self.closed.append((start, exposure))
+            start, exposure, _r, _t, _k, spans = self.open.pop(link)
+            self.closed.append(Episode(start, exposure, tuple(sorted(spans.items()))))
         for link, kk in cur.items():
-            ep = self.open.setdefault(link, [now, 0.0, 0.0, now])
+            ep = self.open.setdefault(link, [now, 0.0, 0.0, now, kk, {}])
             ep[2] = self.model.exposure_rate(kk)
+            ep[4] = kk
 
-    def finish(self, now: float) -> list[tuple[float, float]]:
+    def finish(self, now: float) -> list[Episode]:
         none = np.zeros(0, dtype=np.int64)
         self.update(now, none, none)
         return self.closed
@@ -514,6 +626,29 @@ def _max_min_rates(
     return rates
 
 
+def _release(
+    st: Setup,
+    f: int,
+    now: float,
+    missing: npt.NDArray[np.int64],
+    ready_at: npt.NDArray[np.float64],
+    start: npt.NDArray[np.float64],
+    pending: list[tuple[float, int]],
+) -> None:
+    """``f`` ended at ``now``: each successor is ready at the latest of its dependencies' ends plus their edge
+    delays (:attr:`Setup.succ_delay`) and starts streaming its latency later."""
+    delay = st.succ_delay
+    for e in range(int(st.succ_ptr[f]), int(st.succ_ptr[f + 1])):
+        s = int(st.succ_ids[e])
+        t = now + (float(delay[e]) if delay is not None else 0.0)
+        if t > ready_at[s]:
+            ready_at[s] = t
+        missing[s] -= 1
+        if missing[s] == 0:
+            start[s] = ready_at[s]
+            heapq.heappush(pending, (float(ready_at[s]) + float(st.lat[s]), s))
+
+
 def simulate(
     prog: Program,
     topo: Topology,
@@ -541,6 +676,7 @@ def simulate(
     for i in np.flatnonzero(missing == 0).tolist():
         start[i] = 0.0
         heapq.heappush(pending, (float(st.lat[i]), i))
+    ready_at = np.zeros(n_ops)
     active: list[int] = []
     timeline: list[tuple[float, float, npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []
     episodes = Episodes(mdl.incast)
@@ -600,27 +736,20 @@ def simulate(
                 end[f] = now
                 remaining[f] = 0.0
                 done += 1
-                for s in st.succ_ids[st.succ_ptr[f] : st.succ_ptr[f + 1]].tolist():
-                    missing[s] -= 1
-                    if missing[s] == 0:
-                        start[s] = now
-                        heapq.heappush(pending, (now + float(st.lat[s]), s))
+                _release(st, f, now, missing, ready_at, start, pending)
             dirty = True
         while pending and pending[0][0] <= now * (1 + 1e-15) + 1e-18:
             _, f = heapq.heappop(pending)
             if st.size[f] <= 0:
                 end[f] = now
                 done += 1
-                for s in st.succ_ids[st.succ_ptr[f] : st.succ_ptr[f + 1]].tolist():
-                    missing[s] -= 1
-                    if missing[s] == 0:
-                        start[s] = now
-                        heapq.heappush(pending, (now + float(st.lat[s]), s))
+                _release(st, f, now, missing, ready_at, start, pending)
                 continue
             active.append(f)
             dirty = True
     makespan = float(np.nanmax(end)) if n_ops else 0.0
-    expected, p_to = timeout_penalty(mdl.incast, makespan, episodes.finish(makespan))
+    eps = tuple(episodes.finish(makespan))
+    expected, p_to = timeout_penalty(mdl.incast, makespan, eps)
     total = payload_bytes if payload_bytes is not None else int(prog.counts.sum()) * prog.unit_bytes
     return SimResult(
         time_s=expected,
@@ -636,4 +765,5 @@ def simulate(
         timeout_probability=p_to,
         model=mdl,
         engine="reference",
+        episodes=eps,
     )

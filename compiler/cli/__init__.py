@@ -1,14 +1,20 @@
 """The ``a2acc`` command line: subcommands in the style of msccl-tools/TACCL (argparse, one module each).
 
-Exit codes: 0 success; 1 a plan or file failed verification; 2 bad input (file, field, value named).
+Exit codes: 0 success; 1 a plan or file failed verification; 2 bad input (file, field, value named);
+130 / 143 interrupted by SIGINT / SIGTERM (one line, ``a2acc: interrupted``; every output is either complete
+or untouched, because every file is written to a temporary sibling and renamed into place).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from types import FrameType
 
 from a2acc import __version__
 from a2acc.errors import A2accError, InputError, VerificationError
@@ -60,12 +66,61 @@ def _register_optional(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         mod.register(sub)
 
 
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: unwinds like KeyboardInterrupt (every ``finally`` and temporary-file cleanup
+    runs), then :func:`main` prints one line and exits 128 + the signal number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` once; a second signal while the first unwinds is ignored,
+    so cleanup (removing a temporary file) is never cut short. Handlers are restored on exit; off the main
+    thread (where Python cannot install handlers) signals keep their defaults."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    try:
+        with _interruptible():
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if not getattr(args, "func", None):
+                parser.print_help()
+                return 2
+            return _dispatch(args)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        _quietly_flush()
+        print("a2acc: interrupted", file=sys.stderr, flush=True)
+        return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
+
+
+def _quietly_flush() -> None:
+    """Flush stdout before the last line (a closed pipe must not turn the message into a traceback)."""
+    with suppress(OSError, ValueError):
+        sys.stdout.flush()
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         rc: int = args.func(args)
         return rc

@@ -1,4 +1,4 @@
-"""``a2acc bucket --topology T --traffic M``: the skew bucket (key, layout, padding) for one matrix."""
+"""``a2acc bucket --topology T --traffic M``: the skew bucket (key, relabelling, layout, padding) for one matrix."""
 
 from __future__ import annotations
 
@@ -20,7 +20,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--backend",
         "-b",
         default="none",
-        help="as A2ACC_BACKEND: none (reference executor) or a backend name",
+        help="as A2ACC_BACKEND: none (the p2p and reference executors run the plan itself) or a backend name",
+    )
+    p.add_argument(
+        "--buckets",
+        choices=("symmetric", "plain"),
+        default="symmetric",
+        help="as A2ACC_BUCKETS: symmetric (canonical form under the topology's symmetries, the JIT's default) or plain",
     )
     p.add_argument("--full", action="store_true", help="print the whole layout matrix")
     p.set_defaults(func=_run)
@@ -29,8 +35,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
-    b = BucketIndex(topo, args.algorithm, args.backend).lookup(m)
+    b = BucketIndex(topo, args.algorithm, args.backend, symmetric=args.buckets == "symmetric").lookup(m)
     print(f"key        : {b.key}")
+    if b.ranks is not None:
+        print(
+            f"relabelled : rank {b.ranks.tolist()} plays canonical rank 0..{len(b.ranks) - 1} (layout below is canonical)"
+        )
     print(f"unit       : {format_bytes(b.unit)} ({b.unit} B per chunk)")
     print(
         f"layout     : {int(b.layout.sum())} chunks, max pair {int(b.layout.max())}, "

@@ -4,30 +4,34 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from a2acc import __version__
-from a2acc.analysis.calibrate import (
-    PARAMS,
-    Prediction,
-    build_cases,
-    evaluate,
-    fit,
-    get_param,
-    read_logs,
-    start_model,
-    summarise,
-)
 from a2acc.analysis.model import SimModel
 from a2acc.cli.common import add_topology_args, topology_from_args
 from a2acc.errors import InputError
 from a2acc.fileio import Output, atomic_write_text, check_outputs
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import load_matrix
+from a2acc.studies.calibrate import (
+    PARAMS,
+    Prediction,
+    band_summaries,
+    build_cases,
+    evaluate,
+    fit,
+    get_param,
+    start_model,
+    summarise,
+)
+from a2acc.studies.logs import Measurement, read_logs
 
-DEFAULT_FIT_ON = "spreadout,direct"
+DEFAULT_FIT_ON = "fast,spreadout,direct"
 ACCURACY_FROM = 8_000_000  # bytes per GPU: the accuracy summary covers sizes from 8 MB up
 
 
@@ -67,14 +71,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--fit",
         default=None,
         metavar="P1,P2",
-        help=f"parameters to fit (default: what the logs identify); any of {', '.join(PARAMS)}",
+        help=f"parameters to fit (default: what the logs identify); any of {', '.join(PARAMS)}. eager_bytes is "
+        "a threshold fitted on a grid (9 times the work of the others)",
     )
     p.add_argument(
         "--fit-on",
         default=DEFAULT_FIT_ON,
         metavar="ALGS",
-        help=f"algorithms whose rows are fitted (default {DEFAULT_FIT_ON}: FAST's own FLASH implementation "
-        "balances in a separate phase, unlike a2acc's fast planner, so its rows are reported, not fitted)",
+        help=f"algorithms whose rows are fitted (default {DEFAULT_FIT_ON}; FAST's FLASH column is planned as FAST's "
+        "own implementation runs it: its steps in FAST's order, balancing, steps and last redistribution one "
+        "after another)",
     )
     p.add_argument("--name", default=None, help="name of the fitted model (default: TOPOLOGY-calibrated)")
     p.add_argument(
@@ -112,15 +118,62 @@ def base_model(topo: Topology) -> SimModel:
 
 
 def _run(args: argparse.Namespace) -> int:
+    start, cpu0 = time.perf_counter(), _cpu()
     topo = topology_from_args(args)
-    out = Path(args.output)
     check_outputs(
         [Output("-o/--output", args.output, owned_params)],
         [*args.logs, *args.test, args.traffic or "", args.topology],
         force=args.force,
     )
     _distinct_logs(args.logs, args.test)
-    traffic = load_matrix(args.traffic, expect_ranks=topo.nranks) if args.traffic else None
+    fit_on, params = _choices(args)
+    fit_meas, test_meas = _read(args, topo, fit_on)
+    bar = BarProgress()
+    try:
+        fit_cases = build_cases(fit_meas, topo, progress=bar)
+        test_cases = build_cases(test_meas, topo, seed=10_000, progress=bar) if test_meas else []
+        res = fit(
+            [c for c in fit_cases if c.meas.algorithm in fit_on],
+            base_model(topo),
+            params,
+            tolerance=1e-2,
+            progress=bar,
+        )
+        fitted_algs = ", ".join(sorted({m.algorithm for m in fit_meas if m.algorithm in fit_on}))
+        model = replace(
+            res.model,
+            name=args.name or f"{topo.name}-calibrated",
+            source=f"calibrated by a2acc calibrate {__version__} on {topo.name} x{topo.servers} from "
+            f"{_names(args.logs)} (fitted: {', '.join(res.params)}; rows of {fitted_algs})",
+        )
+        bar.phase("predicting", 2)
+        fit_preds = evaluate(fit_cases, model)
+        bar.advance()
+        test_preds = evaluate(test_cases, model)
+        bar.advance()
+    finally:
+        bar.close()
+    _report(fit_preds, test_preds, fit_on, model, res.params)
+    header = (
+        f"a2acc simulator parameters (a2acc calibrate {__version__})\n"
+        f"topology: {topo.name} ({topo.nranks} GPUs), fingerprint {topo.fingerprint}\n"
+        f"fitted on: {_names(args.logs)}\n"
+        + (f"held back: {_names(args.test)}\n" if args.test else "")
+        + "use: a2acc simulate PLAN -t TOPO --model THIS_FILE; a2acc compare ... --model THIS_FILE"
+    )
+    atomic_write_text(Path(args.output), model.to_yaml(header))
+    print(f"# wrote {args.output}")
+    wall, cpu = time.perf_counter() - start, _cpu() - cpu0
+    print(f"# calibrated in {wall:.1f} s ({cpu:.1f} s of CPU)", file=sys.stderr, flush=True)
+    return 0
+
+
+def _names(paths: list[str]) -> str:
+    return ", ".join(Path(p).name for p in paths)
+
+
+def _choices(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
+    """The algorithms to fit on and the parameters to fit (None: what the logs identify), checked."""
     fit_on = [a.strip() for a in args.fit_on.split(",") if a.strip()]
     for a in fit_on:
         if a not in ("fast", "spreadout", "direct"):
@@ -132,8 +185,20 @@ def _run(args: argparse.Namespace) -> int:
         bad = [p for p in params if p not in PARAMS]
         if bad:
             raise InputError("", "--fit", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
-    fit_meas = read_logs(args.logs, topo, traffic=traffic)
-    test_meas = read_logs(args.test, topo, traffic=traffic) if args.test else []
+    return fit_on, params
+
+
+def _read(
+    args: argparse.Namespace, topo: Topology, fit_on: list[str]
+) -> tuple[list[Measurement], list[Measurement]]:
+    """The fit and held-back measurements; the header lines saying what they are."""
+    traffic = load_matrix(args.traffic, expect_ranks=topo.nranks) if args.traffic else None
+
+    def warn(msg: str) -> None:
+        print(f"a2acc: warning: {msg}", file=sys.stderr, flush=True)
+
+    fit_meas = read_logs(args.logs, topo, traffic=traffic, warn=warn)
+    test_meas = read_logs(args.test, topo, traffic=traffic, warn=warn) if args.test else []
     fitted = [m for m in fit_meas if m.algorithm in fit_on]
     if not fitted:
         raise InputError(
@@ -143,38 +208,62 @@ def _run(args: argparse.Namespace) -> int:
             f"no rows of these algorithms in the logs (they hold "
             f"{', '.join(sorted({m.algorithm for m in fit_meas}))})",
         )
-    fitted_algs = ", ".join(sorted({m.algorithm for m in fitted}))
-    print(
-        f"# a2acc calibrate {__version__}: {topo.name} ({topo.nranks} GPUs, transport "
-        f"{(topo.inter.transport if topo.inter is not None else '') or 'not given'})",
-        flush=True,
-    )
-    print(
-        f"# fit on   : {len(fitted)} configurations from {_logs(len(args.logs))} (algorithms {fitted_algs})"
-    )
+    algs = ", ".join(sorted({m.algorithm for m in fitted}))
+    transport = (topo.inter.transport if topo.inter is not None else "") or "not given"
+    print(f"# a2acc calibrate {__version__}: {topo.name} ({topo.nranks} GPUs, transport {transport})")
+    print(f"# fit on   : {len(fitted)} configurations from {_logs(len(args.logs))} (algorithms {algs})")
     if args.test:
         print(f"# held back: {len(test_meas)} configurations from {_logs(len(args.test))} (never fitted)")
     sys.stdout.flush()
-    fit_cases = build_cases(fit_meas, topo)
-    test_cases = build_cases(test_meas, topo, seed=10_000) if test_meas else []
-    base = base_model(topo)
-    res = fit(
-        [c for c in fit_cases if c.meas.algorithm in fit_on],
-        base,
-        params,
-        tolerance=1e-2,
-        progress=lambda s: print(f"# {s}", file=sys.stderr, flush=True),
-    )
-    name = args.name or f"{topo.name}-calibrated"
-    srcs = ", ".join(Path(p).name for p in args.logs)
-    model = replace(
-        res.model,
-        name=name,
-        source=f"calibrated by a2acc calibrate {__version__} on {topo.name} x{topo.servers} from {srcs} "
-        f"(fitted: {', '.join(res.params)}; rows of {fitted_algs})",
-    )
-    fit_preds = evaluate(fit_cases, model)
-    test_preds = evaluate(test_cases, model)
+    return fit_meas, test_meas
+
+
+def _cpu() -> float:
+    """CPU seconds of this process (user + system)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+class BarProgress:
+    """The fit's progress on standard error: a tqdm bar per phase on a terminal (none otherwise), and a line per
+    finished phase either way."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+
+    def phase(self, name: str, total: int) -> None:
+        from tqdm import tqdm
+
+        self.close()
+        self.bar = tqdm(
+            total=total, desc=name, file=sys.stderr, leave=False, dynamic_ncols=True, disable=None
+        )
+
+    def advance(self, steps: int = 1) -> None:
+        if self.bar is not None:
+            if self.bar.total is not None and self.bar.n + steps > self.bar.total:
+                self.bar.total = self.bar.n + steps  # the optimiser ran longer than estimated
+            self.bar.update(steps)
+
+    def note(self, text: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(f"# {text}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _report(
+    fit_preds: list[Prediction],
+    test_preds: list[Prediction],
+    fit_on: list[str],
+    model: SimModel,
+    fitted: tuple[str, ...],
+) -> None:
+    """The tables and summaries on standard output."""
     print(
         _table(fit_preds, "fit", fit_on) + ("\n" + _table(test_preds, "test", fit_on) if test_preds else "")
     )
@@ -184,19 +273,14 @@ def _run(args: argparse.Namespace) -> int:
                 f"# {label:4s} {s.algorithm:9s}: {s.runs:3d} sizes >= 8 MB/GPU, median |pred/meas - 1| "
                 f"{100 * s.median_abs_error:5.1f}%, worst {100 * s.worst_abs_error:5.1f}%"
             )
+        for band, s in band_summaries(preds):
+            print(
+                f"# {label:4s} {s.algorithm:9s}: {s.runs:3d} sizes in {band:16s} median "
+                f"{100 * s.median_abs_error:5.1f}%, worst {100 * s.worst_abs_error:5.1f}%"
+            )
     print("# parameters:")
     for p in PARAMS:
-        print(f"#   {p:18s} {get_param(model, p):.6g}{'  (fitted)' if p in res.params else ''}")
-    header = (
-        f"a2acc simulator parameters (a2acc calibrate {__version__})\n"
-        f"topology: {topo.name} ({topo.nranks} GPUs), fingerprint {topo.fingerprint}\n"
-        f"fitted on: {srcs}\n"
-        + (f"held back: {', '.join(Path(p).name for p in args.test)}\n" if args.test else "")
-        + "use: a2acc simulate PLAN -t TOPO --model THIS_FILE; a2acc compare ... --model THIS_FILE"
-    )
-    atomic_write_text(out, model.to_yaml(header))
-    print(f"# wrote {out}")
-    return 0
+        print(f"#   {p:18s} {get_param(model, p):.6g}{'  (fitted)' if p in fitted else ''}")
 
 
 def _logs(n: int) -> str:

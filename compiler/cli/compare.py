@@ -12,7 +12,15 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc import __version__
-from a2acc.analysis.compare import (
+from a2acc.cli.common import add_topology_args, topology_from_args
+from a2acc.cli.simulate import add_model_args, model_from_args
+from a2acc.errors import InputError
+from a2acc.fileio import Output, check_outputs
+from a2acc.model.topology import Topology
+from a2acc.model.traffic import GENERATORS, load_matrix
+from a2acc.model.units import parse_size, parse_size_range
+from a2acc.planners import applies, available
+from a2acc.studies.compare import (
     BW_DEFINITIONS,
     PLOT_METRICS,
     Row,
@@ -27,34 +35,26 @@ from a2acc.analysis.compare import (
     owned_plot,
     plot,
     size_label,
+    summary_lines,
     write_csv,
     write_json,
 )
-from a2acc.cli.common import add_topology_args, topology_from_args
-from a2acc.cli.simulate import add_model_args, model_from_args
-from a2acc.errors import InputError
-from a2acc.fileio import Output, check_outputs
-from a2acc.model.topology import Topology
-from a2acc.model.traffic import GENERATORS, load_matrix
-from a2acc.model.units import parse_size, parse_size_range
-from a2acc.planners import available
 
 DEFAULT_ALGOS = "fast,spreadout,direct,hierarchical"
-#: ``syccl`` joins the defaults on server topologies whose symmetry it verifies, up to this many GPUs (its
+#: runs last: its candidates' simulations are the rows above, remembered (a2acc.analysis.fastsim)
+AUTO = "auto"
+#: ``syccl`` joins the defaults on the tiered topologies it applies to, up to this many GPUs (its
 #: synthesis takes ~13 s at 64 GPUs on a 2-core machine; larger ones ask for it with ``-a``)
 SYCCL_DEFAULT_MAX_GPUS = 64
 
 
 def default_algorithms(topo: Topology) -> list[str]:
-    """compare's planners when ``-a`` is not given: fast, spreadout, direct, hierarchical, and syccl where the
-    topology's symmetry is verified (:func:`a2acc.planners.syccl.symmetry`, cached: the planner reuses it)."""
+    """compare's planners when ``-a`` is not given: fast, spreadout, direct, hierarchical, and syccl where it
+    applies (tiered topologies) up to :data:`SYCCL_DEFAULT_MAX_GPUS` GPUs."""
     algos = DEFAULT_ALGOS.split(",")
-    if topo.direct is None and 1 < topo.nranks <= SYCCL_DEFAULT_MAX_GPUS:
-        from a2acc.planners.syccl import symmetry
-
-        if symmetry(topo).server_symmetric:
-            algos.append("syccl")
-    return algos
+    if 1 < topo.nranks <= SYCCL_DEFAULT_MAX_GPUS and applies("syccl", topo) is None:
+        algos.append("syccl")
+    return [*algos, AUTO]
 
 
 DEFAULT_SIZES = "1M:1G:x4"
@@ -97,8 +97,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--algorithms",
         "-a",
         default=None,
-        help=f"comma list (default {DEFAULT_ALGOS}, plus syccl on symmetric server topologies of up to "
-        f"{SYCCL_DEFAULT_MAX_GPUS} GPUs)",
+        help=f"comma list of planners (default {DEFAULT_ALGOS}, plus syccl on tiered topologies of up to "
+        f"{SYCCL_DEFAULT_MAX_GPUS} GPUs, then {AUTO}, whose pick the closing table shows)",
     )
     p.add_argument("--seed", type=int, default=0, help="generator seed")
     p.add_argument("--skew", type=float, default=0.8, help="generator skew (zipf, moe)")
@@ -197,6 +197,9 @@ def _run(args: argparse.Namespace) -> int:
     for a in algos:
         if a not in known:
             raise InputError("", "--algorithms", a, f"known planners: {', '.join(sorted(known))}")
+        why = applies(a, topo)
+        if why is not None:
+            raise InputError("", "--algorithms", a, f"does not apply to this topology: {why}")
     model = model_from_args(args, topo)
     print(_header(topo, tdesc, model.describe(), model.source, args.bw), flush=True)
     total = len(sizes) * len(algos)
@@ -231,6 +234,7 @@ def _run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     print(f"# bound terms: {', '.join(sorted({r.bound_term for r in rows}))}")
+    print("\n".join(summary_lines(rows)))
     meta: dict[str, object] = {
         "a2acc_version": __version__,
         "tool": "a2acc compare",

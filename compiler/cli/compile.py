@@ -24,9 +24,7 @@ from a2acc.planners import DEFAULT_ALGORITHM
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    backends = "\n".join(
-        f"  {t.name:14s} {t.summary}" for t in sorted(TARGETS.values(), key=lambda t: t.name)
-    )
+    backends = "\n".join(f"  {t.name:14s} {t.summary}" for t in TARGETS.entries())
     p = sub.add_parser(
         "compile",
         help="plan + lower to executor files (MSCCL XML), verified before anything is written",
@@ -100,6 +98,14 @@ def _run(args: argparse.Namespace) -> int:
         f"wrote {paths[-1]}: chunk {format_bytes(man.chunk_bytes)}, buffer {format_bytes(man.buffer_bytes)}/rank, "
         f"padding {100 * pad:.2f}% of payload ({res.unit_label})"
     )
+    if man.dtypes:
+        from a2acc.ir.quantize import DTYPE_BYTES
+
+        by_size: dict[int, list[str]] = {}
+        for d in man.dtypes:
+            by_size.setdefault(DTYPE_BYTES[d], []).append(d)
+        counts = "; ".join(f"{', '.join(ds)}: {man.count_per_peer(sz)}" for sz, ds in sorted(by_size.items()))
+        print(f"the packed call selects the file for these element types (count per peer): {counts}")
     if res.lowered.usage:
         print("use: " + res.lowered.usage.format(output=os.path.abspath(args.output)))
     if args.timings:

@@ -23,7 +23,7 @@ from a2acc.planners import DEFAULT_ALGORITHM, available
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     planners = "\n".join(f"  {i.name:14s} {i.summary}" for i in available())
-    passes = "\n".join(f"  {name:14s} {summary}" for name, (_m, summary) in sorted(PASSES.items()))
+    passes = "\n".join(f"  {e.name:14s} {e.summary}" for e in PASSES.entries())
     p = sub.add_parser(
         "plan",
         help="build a verified plan (IR Program) and save it as JSON",

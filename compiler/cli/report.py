@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from collections.abc import Mapping
 
 from a2acc.ir import load_program
 from a2acc.ir.verify import verify_program
@@ -54,7 +55,32 @@ def _run(args: argparse.Namespace) -> int:
         f"scratch    : up to {format_bytes(peak * prog.unit_bytes)} per rank ({peak} chunks), "
         f"{format_bytes(sum(prog.scratch) * prog.unit_bytes)} in all"
     )
+    for line in _choice_lines(prog.meta):
+        print(line)
     print(f"verified   : {'OK' if rep.ok else 'FAILED'}" + ("" if rep.ok else f" ({len(rep.errors)} errors)"))
     for e in rep.errors[:10]:
         print(f"  - {e}")
     return 0 if rep.ok else 1
+
+
+def _choice_lines(meta: Mapping[str, object]) -> list[str]:
+    """Why this plan: auto's pick among planners, fast's shape among its candidates (simulated times)."""
+    out = []
+    auto = meta.get("auto")
+    if isinstance(auto, Mapping):
+        out.append(f"auto       : picked {auto.get('pick')} ({auto.get('why')})")
+        out.append("  candidates (us): " + _times(auto.get("candidates_us")))
+        skipped = auto.get("skipped")
+        if isinstance(skipped, Mapping) and skipped:
+            out.append("  skipped: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    cands = meta.get("candidates_us")
+    if isinstance(cands, Mapping):
+        out.append(f"fast shape : {meta.get('shape')} ({meta.get('chosen_by')})")
+        out.append("  candidates (us): " + _times(cands))
+    return out
+
+
+def _times(doc: object) -> str:
+    if not isinstance(doc, Mapping):
+        return "-"
+    return ", ".join(f"{k} {float(v):.1f}" for k, v in sorted(doc.items(), key=lambda kv: float(kv[1])))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
 from a2acc.errors import InputError
+from a2acc.fileio import Output, atomic_write_bytes, check_outputs
 from a2acc.model.topology import load_topology
-from a2acc.model.traffic import GENERATORS, MoeSpec, generate, load_matrix, save_matrix, stats
+from a2acc.model.traffic import GENERATORS, MoeSpec, generate, load_matrix, matrix_bytes, owned_matrix, stats
 from a2acc.model.units import format_bytes, parse_size
 
 
@@ -39,7 +41,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     gen.add_argument("--top-k", type=int, default=2, help="moe: experts per token")
     gen.add_argument("--hidden", type=int, default=4096, help="moe: hidden size")
     gen.add_argument("--dtype-bytes", type=int, default=2, help="moe: bytes per element (2 = bf16)")
-    gen.add_argument("-o", "--output", required=True, help="output file (.npy, .csv, .json, .txt)")
+    gen.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="output file (.npy, .csv, .json, or nccl-tests' whitespace-separated text for any other suffix)",
+    )
+    gen.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing file a2acc cannot prove it wrote (default: refuse; a JSON matrix of a2acc's, "
+        "or a file with exactly the bytes about to be written, is replaced without it)",
+    )
     gen.set_defaults(func=_gen)
     show = tsub.add_parser("show", help="print row/column sums and skew statistics")
     show.add_argument("file")
@@ -59,7 +72,10 @@ def _gen(args: argparse.Namespace) -> int:
         raise InputError(
             "traffic gen", "--size", args.size, "the generated matrix is all zeros; use a larger size"
         )
-    save_matrix(m, args.output)
+    data = matrix_bytes(m, Path(args.output).suffix, args.output)
+    topo_input = [args.topology] if args.topology else []
+    check_outputs([Output("-o/--output", args.output, owned_matrix, data)], topo_input, force=args.force)
+    atomic_write_bytes(args.output, data)
     print(f"wrote {args.output}: {n} x {n}, {format_bytes(m.sum())} total, {args.kind} seed {args.seed}")
     return 0
 

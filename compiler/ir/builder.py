@@ -2,9 +2,8 @@
 
 The builder knows the chunk layout (``in_off``/``out_off``), the topology's machine map (so :meth:`link`
 labels a transfer ``local``, ``intra``, ``inter`` or ``direct`` from where its ranks live, not from a guess)
-and owns the scratch allocator. Scratch can be reused: :meth:`release_scratch` returns a region together with
-the ops that last touch it, and :meth:`alloc_scratch_reuse` hands that region out again with those ops, which
-every write into the reused space must depend on (the verifier checks that it does).
+and owns the scratch allocator (fresh regions only: every planner sizes its scratch up front, and the verifier
+would catch a write into scratch still being read).
 """
 
 from __future__ import annotations
@@ -65,7 +64,6 @@ class ProgramBuilder:
         if topology is not None and topology.nranks != self.nranks:
             raise InternalError(f"layout has {self.nranks} ranks but the topology {topology.nranks}")
         # free scratch regions per rank: (offset, chunks, ops that must finish before the space is rewritten)
-        self._free: list[list[tuple[int, int, tuple[int, ...]]]] = [[] for _ in range(self.nranks)]
 
     # ------------------------------------------------------------------ links
     def link(self, src: int, dst: int) -> str:
@@ -84,24 +82,6 @@ class ProgramBuilder:
         off = self.scratch[rank]
         self.scratch[rank] += int(chunks)
         return off
-
-    def release_scratch(self, rank: int, off: int, chunks: int, last_use: Iterable[int]) -> None:
-        """Give ``[off, off+chunks)`` back; ``last_use`` are the ops that read or write it last."""
-        if chunks < 1 or off < 0 or off + chunks > self.scratch[rank]:
-            raise InternalError(f"release of scratch [{off}, {off + chunks}) on rank {rank} out of range")
-        self._free[rank].append((int(off), int(chunks), tuple(sorted(set(int(x) for x in last_use)))))
-
-    def alloc_scratch_reuse(self, rank: int, chunks: int) -> tuple[int, tuple[int, ...]]:
-        """First-fit reuse of released scratch, else fresh space: (offset, ops every writer must wait for)."""
-        free = self._free[rank]
-        for i, (off, cnt, wait) in enumerate(free):
-            if cnt >= chunks:
-                if cnt == chunks:
-                    free.pop(i)
-                else:
-                    free[i] = (off + chunks, cnt - chunks, wait)
-                return off, wait
-        return self.alloc_scratch(rank, chunks), ()
 
     # ------------------------------------------------------------------ ops
     def _code_of(self, link: str) -> int:

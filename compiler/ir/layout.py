@@ -16,6 +16,7 @@ interpreter, the JIT engine) uses :class:`ChunkLayout`; nothing recomputes them.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -24,7 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.errors import PlanFormatError
+from a2acc.errors import InternalError, PlanFormatError
+from a2acc.fileio import loads_json
 
 # size limits of a layout read from a file (checked before anything is allocated from it)
 MAX_LAYOUT_RANKS = 16384
@@ -86,42 +88,117 @@ class ChunkLayout:
 
     # ------------------------------------------------------------------ pack / unpack
     def pack_segments(
-        self, rows: npt.NDArray[np.int64], row_bytes: int, unit: int, rank: int
-    ) -> list[tuple[int, int, int]]:
+        self,
+        rows: npt.NDArray[np.int64],
+        row_bytes: int,
+        unit: int,
+        rank: int,
+        ranks: npt.NDArray[np.int64] | None = None,
+        peers: Any = None,
+    ) -> Segments:
         """Copies that pack rank ``rank``'s contiguous input (``rows[rank][d]`` rows of ``row_bytes`` for peer
         ``d``, as ``all_to_all_single`` lays it out) into the layout: ``(src byte, dst byte, nbytes)``.
 
-        Rows beyond a peer's region (the residual of a skew bucket) are left out; see :func:`fitting_rows`."""
-        fit = fitting_rows(self.counts, rows, row_bytes, unit)
-        row_off = np.concatenate([[0], np.cumsum(rows[rank])[:-1]])
-        out = []
-        for d in range(self.nranks):
-            nb = int(fit[rank, d]) * row_bytes
-            if nb:
-                out.append((int(row_off[d]) * row_bytes, int(self.in_off[rank, d]) * unit, nb))
-        return out
+        ``ranks[c]`` is the caller's rank that plays layout rank ``c`` (a relabelling under the topology's
+        symmetries, :mod:`a2acc.jit.symmetry`; identity when None): ``rows`` and ``rank`` are in the caller's
+        ranks, the regions in the layout's. Rows beyond a peer's region (the residual of a skew bucket) are
+        left out; see :func:`fitting_rows`. Empty segments are dropped; ``peers`` (the caller's ranks) keeps
+        only those peers' segments."""
+        inv = _inverse(self.nranks, ranks)
+        c = int(inv[rank])
+        mine = np.asarray(rows[rank], dtype=np.int64)
+        fit = _only(_fit(mine, self.counts[c, inv], row_bytes, unit), peers)
+        row_off = np.cumsum(mine) - mine
+        return _segments(row_off * row_bytes, self.in_off[c, inv] * unit, fit * row_bytes)
 
     def unpack_segments(
-        self, rows: npt.NDArray[np.int64], row_bytes: int, unit: int, rank: int
-    ) -> list[tuple[int, int, int]]:
-        """Copies from the layout's output to rank ``rank``'s contiguous output: ``(src byte, dst byte, n)``."""
-        fit = fitting_rows(self.counts, rows, row_bytes, unit)
-        row_off = np.concatenate([[0], np.cumsum(rows[:, rank])[:-1]])
-        out = []
-        for s in range(self.nranks):
-            nb = int(fit[s, rank]) * row_bytes
-            if nb:
-                out.append((int(self.out_off[rank, s]) * unit, int(row_off[s]) * row_bytes, nb))
-        return out
+        self,
+        rows: npt.NDArray[np.int64],
+        row_bytes: int,
+        unit: int,
+        rank: int,
+        ranks: npt.NDArray[np.int64] | None = None,
+        peers: Any = None,
+    ) -> Segments:
+        """Copies from the layout's output to rank ``rank``'s contiguous output: ``(src byte, dst byte, n)``
+        (``ranks`` and ``peers``, the sources kept, as in :meth:`pack_segments`)."""
+        inv = _inverse(self.nranks, ranks)
+        c = int(inv[rank])
+        theirs = np.asarray(rows[:, rank], dtype=np.int64)
+        fit = _only(_fit(theirs, self.counts[inv, c], row_bytes, unit), peers)
+        row_off = np.cumsum(theirs) - theirs
+        return _segments(self.out_off[c, inv] * unit, row_off * row_bytes, fit * row_bytes)
+
+
+@dataclass(frozen=True, eq=False)
+class Segments:
+    """Byte copies ``dst[dst_off[i]:+nbytes[i]] = src[src_off[i]:+nbytes[i]]`` (int64 arrays, no empty ones);
+    iterating gives ``(src, dst, nbytes)`` tuples of ints."""
+
+    src: npt.NDArray[np.int64]
+    dst: npt.NDArray[np.int64]
+    nbytes: npt.NDArray[np.int64]
+
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        return zip(self.src.tolist(), self.dst.tolist(), self.nbytes.tolist())
+
+    def __len__(self) -> int:
+        return int(self.nbytes.shape[0])
+
+    @property
+    def total(self) -> int:
+        return int(self.nbytes.sum())
+
+
+def _segments(src: Any, dst: Any, nbytes: Any) -> Segments:
+    nb = np.asarray(nbytes, dtype=np.int64)
+    keep = nb > 0
+    return Segments(np.asarray(src, dtype=np.int64)[keep], np.asarray(dst, dtype=np.int64)[keep], nb[keep])
+
+
+def _only(fit: Any, peers: Any) -> Any:
+    """``fit`` with every entry outside ``peers`` zeroed (None: all kept)."""
+    if peers is None:
+        return fit
+    keep = np.zeros(fit.shape[0], dtype=bool)
+    keep[np.asarray(list(peers), dtype=np.int64)] = True
+    return np.where(keep, fit, 0)
+
+
+def _inverse(n: int, ranks: npt.NDArray[np.int64] | None) -> npt.NDArray[np.int64]:
+    """``inv[r]``: the layout rank that rank ``r`` plays (``ranks`` inverted; identity when None)."""
+    if ranks is None:
+        return np.arange(n, dtype=np.int64)
+    r = np.asarray(ranks, dtype=np.int64)
+    if r.shape != (n,) or sorted(r.tolist()) != list(range(n)):
+        raise InternalError(f"ranks {r.tolist()[:8]} is not a permutation of 0..{n - 1}")
+    inv = np.empty(n, dtype=np.int64)
+    inv[r] = np.arange(n, dtype=np.int64)
+    return inv
+
+
+def _fit(rows: npt.NDArray[np.int64], chunks: npt.NDArray[np.int64], row_bytes: int, unit: int) -> Any:
+    if row_bytes <= 0:
+        return np.asarray(rows, dtype=np.int64)
+    return np.minimum(
+        np.asarray(rows, dtype=np.int64), (np.asarray(chunks, dtype=np.int64) * unit) // row_bytes
+    )
 
 
 def fitting_rows(
-    counts: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], row_bytes: int, unit: int
+    counts: npt.NDArray[np.int64],
+    rows: npt.NDArray[np.int64],
+    row_bytes: int,
+    unit: int,
+    ranks: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.int64]:
-    """Rows of each (src, dst) pair that fit the layout's region (whole rows only); the rest is residual."""
-    if row_bytes <= 0:
-        return np.asarray(rows, dtype=np.int64)
-    return np.minimum(np.asarray(rows, dtype=np.int64), (counts * unit) // row_bytes)
+    """Rows of each (src, dst) pair that fit the layout's region (whole rows only); the rest is residual.
+    ``rows`` (and the result) are in the caller's ranks; ``ranks`` as in :meth:`ChunkLayout.pack_segments`."""
+    c = np.asarray(counts, dtype=np.int64)
+    if ranks is not None:
+        inv = _inverse(c.shape[0], ranks)
+        c = c[np.ix_(inv, inv)]
+    return np.asarray(_fit(rows, c, row_bytes, unit), dtype=np.int64)
 
 
 def pack(
@@ -131,10 +208,13 @@ def pack(
     row_bytes: int,
     unit: int,
     rank: int,
+    ranks: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.uint8]:
-    """numpy form of packing (tests, tools): the zero-padded input buffer of ``rank``."""
-    buf = np.zeros(layout.input_chunks(rank) * unit, dtype=np.uint8)
-    for a, b, nb in layout.pack_segments(rows, row_bytes, unit, rank):
+    """numpy form of packing (tests, tools): the zero-padded input buffer of ``rank``. The torch form, which
+    the JIT uses, is :mod:`a2acc.runtime.packing` (same segments)."""
+    c = int(_inverse(layout.nranks, ranks)[rank])
+    buf = np.zeros(layout.input_chunks(c) * unit, dtype=np.uint8)
+    for a, b, nb in layout.pack_segments(rows, row_bytes, unit, rank, ranks):
         buf[b : b + nb] = src[a : a + nb]
     return buf
 
@@ -146,10 +226,11 @@ def unpack(
     row_bytes: int,
     unit: int,
     rank: int,
+    ranks: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.uint8]:
     """numpy form of unpacking: rank ``rank``'s contiguous output (residual rows left zero)."""
     dst = np.zeros(int(rows[:, rank].sum()) * row_bytes, dtype=np.uint8)
-    for a, b, nb in layout.unpack_segments(rows, row_bytes, unit, rank):
+    for a, b, nb in layout.unpack_segments(rows, row_bytes, unit, rank, ranks):
         dst[b : b + nb] = out_buf[a : a + nb]
     return dst
 
@@ -172,6 +253,14 @@ class Manifest:
     traffic_bytes: list[list[int]] | None
     call: str = ""
     options: tuple[tuple[str, str], ...] = ()  # the target options the file was lowered with (e.g. dialect)
+    # the element types the packed call may use (the executor selects the file for each; empty: not recorded,
+    # or a target that takes bytes), and the selection rule(s) that were checked for them
+    dtypes: tuple[str, ...] = ()
+    selection: str = ""
+
+    def count_per_peer(self, dtype_bytes: int) -> int:
+        """Elements per peer of the packed uniform call for an element of ``dtype_bytes`` bytes."""
+        return self.buffer_bytes // (self.ngpus * dtype_bytes)
 
     @cached_property
     def chunk_layout(self) -> ChunkLayout:
@@ -185,6 +274,16 @@ class Manifest:
         moved = sum(map(sum, self.counts)) * self.chunk_bytes
         payload = sum(map(sum, self.traffic_bytes)) if self.traffic_bytes else moved
         return moved - payload
+
+    def _selection_json(self) -> dict[str, Any]:
+        if not self.dtypes and not self.selection:
+            return {}
+        from a2acc.ir.quantize import DTYPE_BYTES
+
+        return {
+            "dtypes": {d: {"count_per_peer": self.count_per_peer(DTYPE_BYTES[d])} for d in self.dtypes},
+            "selection": self.selection,
+        }
 
     def to_json(self) -> str:
         lay = self.chunk_layout
@@ -204,6 +303,7 @@ class Manifest:
                 "chunk_bytes": self.chunk_bytes,
                 "buffer_bytes_per_rank": self.buffer_bytes,
                 "call": self.call,
+                **self._selection_json(),
                 "pack": "peer d's bytes go to input chunk offset input[r][d][0], zero-padded to input[r][d][1] chunks",
                 "unpack": "source s's bytes come from output chunk offset output[r][s][0]",
             },
@@ -238,6 +338,8 @@ def manifest_for(
     buffer_chunks: int | None = None,
     call: str = "",
     options: dict[str, str] | None = None,
+    dtypes: tuple[str, ...] = (),
+    selection: str = "",
 ) -> Manifest:
     lay = ChunkLayout.of(counts)
     return Manifest(
@@ -251,6 +353,8 @@ def manifest_for(
         traffic_bytes=None if traffic is None else np.asarray(traffic, dtype=np.int64).tolist(),
         call=call,
         options=tuple(sorted((options or {}).items())),
+        dtypes=dtypes,
+        selection=selection,
     )
 
 
@@ -261,7 +365,7 @@ def _mfail(path: str, fld: str, value: object, allowed: str) -> PlanFormatError:
 def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
     """Parse a manifest; the offsets it lists must be the contiguous layout of its counts (checked)."""
     try:
-        doc = json.loads(text)
+        doc = loads_json(text)
     except json.JSONDecodeError as exc:
         raise _mfail(path, "", "JSON", f"not valid JSON ({exc})") from exc
     if not isinstance(doc, dict):
@@ -312,9 +416,24 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
             traffic_bytes=doc.get("traffic_bytes"),
             call=str(doc["unit_rules"].get("call", "")),
             options=tuple(sorted((str(k), str(v)) for k, v in (doc.get("target_options") or {}).items())),
+            dtypes=_read_dtypes(doc["unit_rules"].get("dtypes"), path),
+            selection=str(doc["unit_rules"].get("selection", "")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise _mfail(path, "", "manifest", f"missing or malformed field ({exc})") from exc
+
+
+def _read_dtypes(raw: Any, path: str) -> tuple[str, ...]:
+    """The element types a manifest claims (an object keyed by type name; absent in older manifests)."""
+    from a2acc.ir.quantize import DTYPE_BYTES
+
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or any(k not in DTYPE_BYTES for k in raw):
+        raise _mfail(
+            path, "unit_rules.dtypes", raw, f"an object keyed by element types ({', '.join(DTYPE_BYTES)})"
+        )
+    return tuple(str(k) for k in raw)
 
 
 def load_manifest(path: str | Path) -> Manifest:

@@ -129,8 +129,11 @@ class UnitPolicy:
     max_padding: float | str | None = None
     target_chunks: int = DEFAULT_TARGET_CHUNKS
 
-    def candidates(self, matrix: npt.NDArray[np.int64], max_chunks: int | None) -> list[tuple[str, int]]:
-        """Units to try in order, each with a label for messages ("--max-padding 0.05", ...)."""
+    def candidates(
+        self, matrix: npt.NDArray[np.int64], max_chunks: int | None, align: int = DEFAULT_ALIGN
+    ) -> list[tuple[str, int]]:
+        """Units to try in order, each with a label for messages ("--max-padding 0.05", ...); every unit the
+        policy chooses is a multiple of ``align`` (the target's, see :func:`selection_align`)."""
         if self.unit is not None:
             if self.unit < 1:
                 raise InputError("", "--unit", self.unit, "must be >= 1 byte")
@@ -146,9 +149,43 @@ class UnitPolicy:
                 )
             out: list[tuple[str, int]] = []
             for b in budgets:
-                u = unit_for_padding(matrix, b, max_chunks=max_chunks)
+                u = unit_for_padding(matrix, b, align=align, max_chunks=max_chunks)
                 if all(u != x for _l, x in out):
                     out.append((f"--max-padding {b:g}", u))
             return out
-        u = max(choose_unit(matrix, self.target_chunks), min_unit(matrix, max_chunks))
+        u = max(choose_unit(matrix, self.target_chunks, align), min_unit(matrix, max_chunks, align))
         return [(f"--target-chunks {self.target_chunks}", u)]
+
+
+# element sizes of the types a collective call may use (NCCL/RCCL ``ncclDataType_t``; fp8 types are 1 byte)
+DTYPE_BYTES = {
+    "int8": 1,
+    "uint8": 1,
+    "float8": 1,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+}
+
+
+def selection_align(nranks: int, dtypes: tuple[str, ...], align: int = DEFAULT_ALIGN) -> int:
+    """The unit granularity under which a packed all-to-all call of any of ``dtypes`` selects a file by every
+    rule the MSCCL executors use: msccl-executor-nccl's ``(count * ngpus) % nchunksperloop``, RCCL's (up to
+    2024-10) and msccl-scheduler's ``count % nChunksPerLoop``, RCCL's later ``(count * sizeMultiplier) %
+    nChunksPerLoop`` (count = elements per peer). With C chunks of u bytes per rank, count = C * u / (N * s)
+    for an element of s bytes, and the strictest rule holds for every C exactly when u is a multiple of N * s:
+    the unit is a multiple of ``lcm(align, N * largest element)``."""
+    import math
+
+    largest = max((DTYPE_BYTES[d] for d in dtypes), default=1)
+    return math.lcm(align, nranks * largest)
+
+
+def selecting_dtypes(unit: int, nranks: int, dtypes: tuple[str, ...]) -> tuple[str, ...]:
+    """The types of ``dtypes`` whose packed call (``unit``-byte chunks) satisfies every selection rule."""
+    return tuple(d for d in dtypes if unit % (nranks * DTYPE_BYTES[d]) == 0)

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import PlanFormatError
-from a2acc.fileio import atomic_write_text
+from a2acc.fileio import atomic_write_text, loads_json
 from a2acc.ir.layout import MAX_LAYOUT_CHUNKS, MAX_LAYOUT_RANKS
 from a2acc.ir.program import (
     LINK_CLASSES,
@@ -169,39 +169,8 @@ def _machine(v: Any, n: int, src: str) -> MachineMap | None:
 def program_from_json(text: str, source: str = "<plan>") -> Program:
     """Parse and validate a plan JSON (version 1 or 2); raises :class:`PlanFormatError` naming the field."""
     src = source
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanFormatError(src, "", "JSON", f"not valid JSON (truncated or corrupt?): {exc}") from exc
-    if not isinstance(doc, dict):
-        raise PlanFormatError(src, "", type(doc).__name__, "a plan file is a JSON object")
-    if doc.get("format") != IR_FORMAT:
-        raise PlanFormatError(src, "format", doc.get("format"), f"expected '{IR_FORMAT}'")
-    version = doc.get("version")
-    if version not in READ_VERSIONS:
-        raise PlanFormatError(
-            src, "version", version, f"this a2acc reads plan versions {list(READ_VERSIONS)}"
-        )
-    n = _int(doc.get("nranks"), src, "nranks", 1)
-    if n > MAX_LAYOUT_RANKS:
-        raise PlanFormatError(src, "nranks", n, f"at most {MAX_LAYOUT_RANKS}")
-    unit = _int(doc.get("unit_bytes"), src, "unit_bytes", 1, MAX_BYTES)
-    counts = _matrix(doc.get("counts"), n, src, "counts")
-    if int(counts.sum()) > MAX_LAYOUT_CHUNKS:
-        raise PlanFormatError(src, "counts", int(counts.sum()), f"at most {MAX_LAYOUT_CHUNKS} chunks in all")
-    traffic = (
-        None
-        if doc.get("traffic_bytes") is None
-        else _matrix(doc["traffic_bytes"], n, src, "traffic_bytes", MAX_BYTES)
-    )
-    scratch_raw = doc.get("scratch_chunks")
-    if not isinstance(scratch_raw, list) or len(scratch_raw) != n:
-        raise PlanFormatError(src, "scratch_chunks", scratch_raw, f"must be a list of {n} integers >= 0")
-    scratch = tuple(_int(x, src, f"scratch_chunks[{i}]", 0) for i, x in enumerate(scratch_raw))
-    if sum(scratch) > MAX_LAYOUT_CHUNKS:
-        raise PlanFormatError(
-            src, "scratch_chunks", sum(scratch), f"at most {MAX_LAYOUT_CHUNKS} chunks in all"
-        )
+    doc, version = _plan_doc(text, src)
+    n, unit, counts, traffic, scratch = _plan_layout(doc, src)
     want_fields = list(OP_FIELDS) if version == 2 else list(_V1_FIELDS)
     fields = doc.get("op_fields")
     if fields != want_fields:
@@ -232,6 +201,52 @@ def program_from_json(text: str, source: str = "<plan>") -> Program:
         machine=machine,
         topology=topo,
     )
+
+
+def _plan_doc(text: str, src: str) -> tuple[dict[str, Any], int]:
+    """The JSON object of an a2acc plan and its version (one this a2acc reads)."""
+    try:
+        doc = loads_json(text)
+    except json.JSONDecodeError as exc:
+        raise PlanFormatError(src, "", "JSON", f"not valid JSON (truncated or corrupt?): {exc}") from exc
+    if not isinstance(doc, dict):
+        raise PlanFormatError(src, "", type(doc).__name__, "a plan file is a JSON object")
+    if doc.get("format") != IR_FORMAT:
+        raise PlanFormatError(src, "format", doc.get("format"), f"expected '{IR_FORMAT}'")
+    version = doc.get("version")
+    if version not in READ_VERSIONS:
+        raise PlanFormatError(
+            src, "version", version, f"this a2acc reads plan versions {list(READ_VERSIONS)}"
+        )
+    return doc, version
+
+
+def _plan_layout(
+    doc: dict[str, Any], src: str
+) -> tuple[int, int, npt.NDArray[np.int64], npt.NDArray[np.int64] | None, tuple[int, ...]]:
+    """(ranks, unit bytes, chunk counts, traffic bytes or None, scratch chunks per rank), each within the
+    layout limits (checked before the op rows are read)."""
+    n = _int(doc.get("nranks"), src, "nranks", 1)
+    if n > MAX_LAYOUT_RANKS:
+        raise PlanFormatError(src, "nranks", n, f"at most {MAX_LAYOUT_RANKS}")
+    unit = _int(doc.get("unit_bytes"), src, "unit_bytes", 1, MAX_BYTES)
+    counts = _matrix(doc.get("counts"), n, src, "counts")
+    if int(counts.sum()) > MAX_LAYOUT_CHUNKS:
+        raise PlanFormatError(src, "counts", int(counts.sum()), f"at most {MAX_LAYOUT_CHUNKS} chunks in all")
+    traffic = (
+        None
+        if doc.get("traffic_bytes") is None
+        else _matrix(doc["traffic_bytes"], n, src, "traffic_bytes", MAX_BYTES)
+    )
+    scratch_raw = doc.get("scratch_chunks")
+    if not isinstance(scratch_raw, list) or len(scratch_raw) != n:
+        raise PlanFormatError(src, "scratch_chunks", scratch_raw, f"must be a list of {n} integers >= 0")
+    scratch = tuple(_int(x, src, f"scratch_chunks[{i}]", 0) for i, x in enumerate(scratch_raw))
+    if sum(scratch) > MAX_LAYOUT_CHUNKS:
+        raise PlanFormatError(
+            src, "scratch_chunks", sum(scratch), f"at most {MAX_LAYOUT_CHUNKS} chunks in all"
+        )
+    return n, unit, counts, traffic, scratch
 
 
 _LETTER = {"i": 0, "o": 1, "s": 2}

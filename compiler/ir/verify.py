@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 from a2acc.errors import InternalError, VerificationError
 from a2acc.ir.dag import HappensBefore, order_errors
-from a2acc.ir.program import Buf, Program
+from a2acc.ir.program import Buf, Op, Program
 from a2acc.native import verify as _native
 
 _BUF_NAME = ("input", "output", "scratch")
@@ -256,87 +256,25 @@ def _verify_python(p: Program, max_errors: int) -> VerifyReport:
     if errors:
         return VerifyReport(False, tuple(errors[:max_errors]), len(p.ops), 0, 0)
     n = p.nranks
-    order = range(len(p.ops))
     hb = HappensBefore(p.ops)
     in_sizes = np.array([p.input_chunks(r) for r in range(n)], dtype=np.int64)
     in_base = np.concatenate([[0], np.cumsum(in_sizes)[:-1]])
-    content: list[list[npt.NDArray[np.int64]]] = []
-    writer: list[list[npt.NDArray[np.int64]]] = []
-    reader: list[list[npt.NDArray[np.int64]]] = []
-    extra_readers: list[list[dict[int, list[int]]]] = []
-    for r in range(n):
-        sizes = [int(in_sizes[r]), p.output_chunks(r), p.scratch[r]]
-        content.append(
-            [
-                np.arange(in_base[r], in_base[r] + sizes[0], dtype=np.int64),
-                np.full(sizes[1], -1, np.int64),
-                np.full(sizes[2], -1, np.int64),
-            ]
-        )
-        writer.append([np.full(s, -1, np.int64) for s in sizes])
-        reader.append([np.full(s, -1, np.int64) for s in sizes])
-        extra_readers.append([{}, {}, {}])
+    chunks = _Chunks(p, in_sizes, in_base)
     depth = [0] * len(p.ops)
     moved = 0
     races = 0
-
-    def _ids(arr: npt.NDArray[np.int64]) -> list[int]:
-        first = int(arr[0])
-        if arr.shape[0] == 1 or bool((arr == first).all()):
-            return [first] if first >= 0 else []
-        return [int(x) for x in np.unique(arr) if x >= 0]
-
-    for oid in order:
+    for oid in range(len(p.ops)):
         if len(errors) >= max_errors:
             break
         op = p.ops[oid]
         depth[oid] = 1 + max((depth[d] for d in op.deps), default=0)
         moved += op.cnt
-        sr, sb, so = op.src_rank, op.src_buf, op.src_off
-        dr, db, do = op.dst_rank, op.dst_buf, op.dst_off
-        c = op.cnt
-        src_vals = content[sr][sb][so : so + c]
-        if sb != Buf.INPUT:
-            # read-after-write ordering and initialisation
-            if (src_vals < 0).any():
-                bad = np.flatnonzero(src_vals < 0)
-                errors.append(_msg_uninit(oid, sr, sb, so + int(bad[0]), so + int(bad[-1]) + 1))
-            for w in _ids(writer[sr][sb][so : so + c]):
-                if not hb.before(w, oid):
-                    errors.append(_msg_raw(oid, w, sr, sb, so, so + c))
-                    races += 1
-            rd = reader[sr][sb][so : so + c]
-            if (rd >= 0).any():
-                ex = extra_readers[sr][sb]
-                for k in np.flatnonzero(rd >= 0):
-                    ex.setdefault(so + int(k), []).append(int(rd[k]))
-            rd[:] = oid
-        # write: order after previous writer(s) and readers of the old value
-        dst_w = writer[dr][db][do : do + c]
-        for w in _ids(dst_w):
-            if not hb.before(w, oid):
-                errors.append(_msg_waw(w, oid, dr, db, do, do + c))
-                races += 1
-        prev_readers = set(_ids(reader[dr][db][do : do + c]))
-        ex = extra_readers[dr][db]
-        if ex:
-            for ch in range(do, do + c):
-                lst = ex.pop(ch, None)
-                if lst:
-                    prev_readers.update(lst)
-        prev_readers.discard(oid)
-        for rd_op in sorted(prev_readers):
-            if not hb.before(rd_op, oid):
-                errors.append(_msg_war(oid, rd_op, dr, db, do, do + c))
-                races += 1
-        content[dr][db][do : do + c] = src_vals
-        dst_w[:] = oid
-        reader[dr][db][do : do + c] = -1
+        races += chunks.run(oid, op, hb, errors)
     if len(errors) < max_errors:
         _postcondition(
             p,
-            [content[d][Buf.OUTPUT] for d in range(n)],
-            [writer[d][Buf.OUTPUT] for d in range(n)],
+            [chunks.content[d][Buf.OUTPUT] for d in range(n)],
+            [chunks.writer[d][Buf.OUTPUT] for d in range(n)],
             in_base,
             errors,
             max_errors,
@@ -349,6 +287,116 @@ def _verify_python(p: Program, max_errors: int) -> VerifyReport:
         depth=max(depth, default=0),
         stats={"races": races},
     )
+
+
+def _live_ids(arr: npt.NDArray[np.int64]) -> list[int]:
+    """The distinct op ids (>= 0) in a slice of a writer or reader column, sorted; fast when all are one."""
+    first = int(arr[0])
+    if arr.shape[0] == 1 or bool((arr == first).all()):
+        return [first] if first >= 0 else []
+    return [int(x) for x in np.unique(arr) if x >= 0]
+
+
+class _Chunks:
+    """The reference verifier's state, per rank and buffer (input, output, scratch) and chunk: its symbolic
+    content (the global id of the input chunk it holds, -1 before any write), its last writer, and its readers
+    since that write (the latest in ``reader``, earlier ones in ``extra_readers`` by chunk index)."""
+
+    def __init__(self, p: Program, in_sizes: npt.NDArray[np.int64], in_base: npt.NDArray[np.int64]) -> None:
+        self.content: list[list[npt.NDArray[np.int64]]] = []
+        self.writer: list[list[npt.NDArray[np.int64]]] = []
+        self.reader: list[list[npt.NDArray[np.int64]]] = []
+        self.extra_readers: list[list[dict[int, list[int]]]] = []
+        for r in range(p.nranks):
+            sizes = [int(in_sizes[r]), p.output_chunks(r), p.scratch[r]]
+            self.content.append(
+                [
+                    np.arange(in_base[r], in_base[r] + sizes[0], dtype=np.int64),
+                    np.full(sizes[1], -1, np.int64),
+                    np.full(sizes[2], -1, np.int64),
+                ]
+            )
+            self.writer.append([np.full(s, -1, np.int64) for s in sizes])
+            self.reader.append([np.full(s, -1, np.int64) for s in sizes])
+            self.extra_readers.append([{}, {}, {}])
+
+    def run(self, oid: int, op: Op, hb: HappensBefore, errors: list[str]) -> int:
+        """Execute op ``oid``: check its read and its write against the happens-before order (appending to
+        ``errors``), then move the content. Returns the races found."""
+        sr, sb, so = op.src_rank, op.src_buf, op.src_off
+        c = op.cnt
+        src_vals = self.content[sr][sb][so : so + c]
+        races = 0
+        if sb != Buf.INPUT:
+            races += self._read(oid, sr, sb, so, c, src_vals, hb, errors)
+        dr, db, do = op.dst_rank, op.dst_buf, op.dst_off
+        dst_w = self.writer[dr][db][do : do + c]
+        races += self._write(oid, dr, db, do, c, dst_w, hb, errors)
+        self.content[dr][db][do : do + c] = src_vals
+        dst_w[:] = oid
+        self.reader[dr][db][do : do + c] = -1
+        return races
+
+    def _read(
+        self,
+        oid: int,
+        sr: int,
+        sb: int,
+        so: int,
+        c: int,
+        src_vals: npt.NDArray[np.int64],
+        hb: HappensBefore,
+        errors: list[str],
+    ) -> int:
+        """A read of scratch or output: initialised, ordered after the write it reads (read-after-write);
+        records ``oid`` as the chunks' reader (the one before it kept as an extra reader)."""
+        races = 0
+        if (src_vals < 0).any():
+            bad = np.flatnonzero(src_vals < 0)
+            errors.append(_msg_uninit(oid, sr, sb, so + int(bad[0]), so + int(bad[-1]) + 1))
+        for w in _live_ids(self.writer[sr][sb][so : so + c]):
+            if not hb.before(w, oid):
+                errors.append(_msg_raw(oid, w, sr, sb, so, so + c))
+                races += 1
+        rd = self.reader[sr][sb][so : so + c]
+        if (rd >= 0).any():
+            ex = self.extra_readers[sr][sb]
+            for k in np.flatnonzero(rd >= 0):
+                ex.setdefault(so + int(k), []).append(int(rd[k]))
+        rd[:] = oid
+        return races
+
+    def _write(
+        self,
+        oid: int,
+        dr: int,
+        db: int,
+        do: int,
+        c: int,
+        dst_w: npt.NDArray[np.int64],
+        hb: HappensBefore,
+        errors: list[str],
+    ) -> int:
+        """A write: ordered after the previous writer(s) (write-after-write) and after every reader of the old
+        value (write-after-read); the extra readers of the chunks are dropped."""
+        races = 0
+        for w in _live_ids(dst_w):
+            if not hb.before(w, oid):
+                errors.append(_msg_waw(w, oid, dr, db, do, do + c))
+                races += 1
+        prev_readers = set(_live_ids(self.reader[dr][db][do : do + c]))
+        ex = self.extra_readers[dr][db]
+        if ex:
+            for ch in range(do, do + c):
+                lst = ex.pop(ch, None)
+                if lst:
+                    prev_readers.update(lst)
+        prev_readers.discard(oid)
+        for rd_op in sorted(prev_readers):
+            if not hb.before(rd_op, oid):
+                errors.append(_msg_war(oid, rd_op, dr, db, do, do + c))
+                races += 1
+        return races
 
 
 def _postcondition(

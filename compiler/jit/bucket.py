@@ -16,7 +16,13 @@ Design for MoE traffic, whose matrix changes every call but drifts slowly:
   per-call sampling noise (with 512 tokens per pair, sigma is ~4.4 %, and a covering margin for all 1024 pairs
   costs 15-30 % padding: measured). So a layout serves the bulk and the few bytes that exceed it (whole rows)
   travel as a small residual exchange; its share is reported (``overflow``), never hidden.
-- **Statistical layout on a miss.** Per-pair EWMA mean + ``z`` standard deviations of the required chunks.
+- **Statistical layout on a miss.** Per-pair EWMA mean + ``z`` standard deviations of the required chunks;
+  when that does not serve the matrix itself within both budgets (a burst, a new regime), the matrix's own
+  chunks plus the same margin, so that the burst's recurrences hit.
+- **Canonical form** (:mod:`a2acc.jit.symmetry`). With ``symmetric=True`` (the JIT's default) the matrix is
+  relabelled by an automorphism of the topology that sorts servers and GPUs by the traffic they touch before
+  anything else happens, so a hot expert that rotates or jumps keeps hitting the same layouts. The bucket says
+  which rank plays each canonical rank (``ranks``); the layout, its key and its plan are canonical.
 
 Determinism: the index is updated only from the matrix sequence, which is identical on every rank (it is
 all-gathered), so every rank picks the same layout with no broadcast. The runtime still cross-checks the plan
@@ -26,13 +32,14 @@ hash and falls back if ranks disagree (e.g. one process restarted with an empty 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from a2acc import __version__
 from a2acc.ir.quantize import DEFAULT_PAIR_CHUNKS, ladder_unit, quantize
+from a2acc.jit.symmetry import Symmetry
 from a2acc.model.topology import Topology
 
 DEFAULT_MAX_PADDING = 0.10
@@ -45,15 +52,11 @@ def variant(name: str, options: dict[str, str] | None = None) -> str:
     return name if not options else f"{name}{sorted(options.items())}"
 
 
-def topology_fingerprint(topo: Topology) -> str:
-    """Stable hash of everything in a topology that affects plans (:attr:`Topology.fingerprint`)."""
-    return topo.fingerprint
-
-
 @dataclass(frozen=True)
 class Bucket:
     """The layout chosen for one matrix: ``padding_bytes`` are unused chunk bytes, ``overflow_bytes`` the bytes
-    that do not fit the layout and travel as a residual exchange (see :mod:`a2acc.runtime`)."""
+    that do not fit the layout and travel as a residual exchange (see :mod:`a2acc.runtime`). ``layout`` is in
+    canonical rank order; ``ranks[c]`` is the rank that plays canonical rank ``c``."""
 
     key: str
     layout: npt.NDArray[np.int64]
@@ -62,6 +65,11 @@ class Bucket:
     overflow_bytes: int
     payload_bytes: int
     hit: bool
+    ranks: npt.NDArray[np.int64] | None = None  # None: the identity
+
+    @property
+    def permuted(self) -> bool:
+        return self.ranks is not None
 
     @property
     def padding_fraction(self) -> float:
@@ -107,60 +115,138 @@ class BucketIndex:
     max_padding: float = DEFAULT_MAX_PADDING
     max_overflow: float = 0.05
     capacity: int = DEFAULT_CAPACITY
+    symmetric: bool = False
     _layouts: dict[int, list[tuple[str, npt.NDArray[np.int64]]]] = field(default_factory=dict)
     _stacks: dict[int, npt.NDArray[np.int64]] = field(default_factory=dict)
     _stats: dict[int, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = field(default_factory=dict)
     _fp: str = ""
+    _sym: Symmetry | None = None
+    _frame: npt.NDArray[np.int64] | None = None  # the relabelling last used (symmetric)
+    _pinned: list[tuple[str, npt.NDArray[np.int64], int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._fp = topology_fingerprint(self.topology)
+        self._fp = self.topology.fingerprint
+        self._sym = Symmetry(self.topology) if self.symmetric else None
+
+    def pin(self, layout: npt.NDArray[np.int64], unit: int) -> str:
+        """Offer a fixed layout (e.g. one ``a2acc compile`` wrote for the executor) before any other: a matrix
+        it serves within both budgets uses it, in the matrix's own rank order. Returns its bucket key."""
+        lay = np.asarray(layout, dtype=np.int64)
+        key = bucket_key(lay, int(unit), self.planner, self.backend, self._fp)
+        if all(k != key for k, _l, _u in self._pinned):
+            self._pinned.append((key, lay, int(unit)))
+        return key
+
+    def _pinned_lookup(self, m: npt.NDArray[np.int64]) -> Bucket | None:
+        payload = int(m.sum())
+        best: Bucket | None = None
+        for key, lay, unit in self._pinned:
+            if lay.shape != m.shape:
+                continue
+            pad, over = fit(lay, m, unit)
+            serves = pad <= self.max_padding * payload and over <= self.max_overflow * payload
+            if serves and (best is None or pad + over < best.padding_bytes + best.overflow_bytes):
+                best = Bucket(key, lay, unit, pad, over, payload, True)
+        return best
 
     def lookup(self, matrix: npt.NDArray[np.int64]) -> Bucket:
-        """Bucket for ``matrix``: the best serving cached layout (hit) or a new layout (miss)."""
+        """Bucket for ``matrix``: a pinned layout that serves it, else the best serving cached layout (hit),
+        else a new layout (miss).
+
+        With ``symmetric``, two frames are tried: the relabelling last used (a stationary skew keeps its frame,
+        whatever the noise does to the order of similar ranks), then the matrix's canonical form (a hot expert
+        that moved); a miss is laid out in the canonical form."""
         m = np.asarray(matrix, dtype=np.int64)
+        pinned = self._pinned_lookup(m) if self._pinned else None
+        if pinned is not None:
+            return pinned
+        if self._sym is None:
+            hit = self._serve(m)
+            self._observe(m)
+            return hit if hit is not None else self._new(m)
+        canon = self._sym.canonical(m)
+        frames = [f for f in (self._frame,) if f is not None]
+        if not any(np.array_equal(f, canon) for f in frames):
+            frames.append(canon)
+        for perm in frames:
+            mp = m[np.ix_(perm, perm)]
+            hit = self._serve(mp)
+            if hit is not None:
+                self._observe(mp)
+                self._frame = perm
+                return _relabelled(hit, perm)
+        mp = m[np.ix_(canon, canon)]
+        self._observe(mp)
+        self._frame = canon
+        return _relabelled(self._new(mp), canon)
+
+    def _observe(self, m: npt.NDArray[np.int64]) -> None:
+        """Per-pair EWMA mean and variance of the required chunks (per unit)."""
+        unit = ladder_unit(m, self.pair_chunks)
+        req = quantize(m, unit)
+        mean, var = self._stats.get(unit, (req.astype(np.float64), np.zeros(req.shape)))
+        d = req - mean
+        self._stats[unit] = (mean + self.alpha * d, (1 - self.alpha) * (var + self.alpha * d * d))
+
+    def _serve(self, m: npt.NDArray[np.int64]) -> Bucket | None:
+        """The cached layout that serves ``m`` within both budgets (the most recently used first, else the least
+        waste), or None."""
+        unit = ladder_unit(m, self.pair_chunks)
+        payload = int(m.sum())
+        layouts = self._layouts.get(unit)
+        if not layouts:
+            return None
+        key, lay = layouts[-1]
+        cap = lay * unit
+        used = int(np.minimum(cap, m).sum())
+        pad0, over0 = int(cap.sum()) - used, payload - used
+        if pad0 <= self.max_padding * payload and over0 <= self.max_overflow * payload:
+            return Bucket(key, lay, unit, pad0, over0, payload, True)
+        stack = self._stacks.get(unit)
+        if stack is None:
+            stack = np.stack([lay for _k, lay in layouts]) * unit
+            self._stacks[unit] = stack
+        used_all = np.minimum(stack, m).sum(axis=(1, 2))
+        pads = stack.sum(axis=(1, 2)) - used_all
+        overs = payload - used_all
+        ok = (pads <= self.max_padding * payload) & (overs <= self.max_overflow * payload)
+        if not ok.any():
+            return None
+        waste = np.where(ok, pads + overs, np.iinfo(np.int64).max)
+        # least waste; ties go to the most recently used layout (the end of the list)
+        i = int(len(waste) - 1 - np.argmin(waste[::-1]))
+        key, lay = layouts[i]
+        if i != len(layouts) - 1:
+            layouts.append(layouts.pop(i))
+            self._stacks.pop(unit, None)
+        return Bucket(key, lay, unit, int(pads[i]), int(overs[i]), payload, True)
+
+    def _new(self, m: npt.NDArray[np.int64]) -> Bucket:
+        """A new layout for ``m``'s family (see the class docstring), remembered."""
         unit = ladder_unit(m, self.pair_chunks)
         req = quantize(m, unit)
         payload = int(m.sum())
-        mean, var = self._stats.get(unit, (req.astype(np.float64), np.zeros(req.shape)))
-        d = req - mean
-        mean = mean + self.alpha * d
-        var = (1 - self.alpha) * (var + self.alpha * d * d)
-        self._stats[unit] = (mean, var)
-        layouts = self._layouts.setdefault(unit, [])
-        if layouts:
-            # fast path: the most recently used layout, if it serves within both budgets
-            key, lay = layouts[-1]
-            cap = lay * unit
-            used = int(np.minimum(cap, m).sum())
-            pad0, over0 = int(cap.sum()) - used, payload - used
-            if pad0 <= self.max_padding * payload and over0 <= self.max_overflow * payload:
-                return Bucket(key, lay, unit, pad0, over0, payload, True)
-            stack = self._stacks.get(unit)
-            if stack is None:
-                stack = np.stack([lay for _k, lay in layouts]) * unit
-                self._stacks[unit] = stack
-            used = np.minimum(stack, m).sum(axis=(1, 2))
-            pads = stack.sum(axis=(1, 2)) - used
-            overs = payload - used
-            ok = (pads <= self.max_padding * payload) & (overs <= self.max_overflow * payload)
-            if ok.any():
-                waste = np.where(ok, pads + overs, np.iinfo(np.int64).max)
-                # least waste; ties go to the most recently used layout (the end of the list)
-                i = int(len(waste) - 1 - np.argmin(waste[::-1]))
-                key, lay = layouts[i]
-                if i != len(layouts) - 1:
-                    layouts.append(layouts.pop(i))
-                    self._stacks.pop(unit, None)
-                return Bucket(key, lay, unit, int(pads[i]), int(overs[i]), payload, True)
+        mean, var = self._stats[unit]
         lay = np.ceil(mean + self.z * np.sqrt(var)).astype(np.int64)
         lay = np.maximum(lay, (m > 0).astype(np.int64))  # every non-empty pair keeps at least one chunk
         grown = np.maximum(lay, req)
         if fit(grown, m, unit)[0] <= self.max_padding * payload:
             lay = grown
         pad, over = fit(lay, m, unit)
+        if pad > self.max_padding * payload or over > self.max_overflow * payload:
+            # the family's statistics do not describe this matrix (a burst, a new regime): lay out the matrix
+            # itself, with the same margin where the padding budget allows, so its recurrences hit
+            own = req + np.ceil(self.z * np.sqrt(req)).astype(np.int64)
+            lay = own if fit(own, m, unit)[0] <= self.max_padding * payload else req
+            pad, over = fit(lay, m, unit)
         key = bucket_key(lay, unit, self.planner, self.backend, self._fp)
+        layouts = self._layouts.setdefault(unit, [])
         layouts.append((key, lay))
         if len(layouts) > self.capacity:
             layouts.pop(0)
         self._stacks.pop(unit, None)
         return Bucket(key, lay, unit, pad, over, payload, False)
+
+
+def _relabelled(b: Bucket, perm: npt.NDArray[np.int64]) -> Bucket:
+    return b if bool((perm == np.arange(perm.shape[0])).all()) else replace(b, ranks=perm)

@@ -9,6 +9,13 @@ one JSON file ``<dir>/v<version>/<key>.json`` wrapping the payload with its SHA-
   write complete, identical files and the last rename wins, leaving one valid entry.
 - A truncated or corrupt entry (unparsable, wrong checksum, wrong key) is reported with a warning, removed and
   recompiled. Entries of another a2acc version live in another directory and are never read.
+- **Nothing that is not a cache entry is touched.** A file is an entry only when it is a regular file (not a
+  symlink) named ``<key>.json`` in a version directory that is itself a real directory (not a symlink) and it
+  starts with the entry header; only such files are ever removed (a corrupt entry, ``cache clear``) or
+  overwritten. Anything else at an entry's path is left alone with a warning (the plan then lives in memory).
+- **Entry file names are checked** before anything is written from them: one path component, a known suffix
+  (:data:`FILE_SUFFIXES`); an entry with another name is refused (``cache export`` writes nothing outside its
+  directory).
 - Default directory: ``$A2ACC_CACHE_DIR``, else ``$XDG_CACHE_HOME/a2acc``, else ``~/.cache/a2acc``.
 """
 
@@ -27,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from a2acc import __version__
-from a2acc.errors import InputError
-from a2acc.fileio import atomic_write_text
+from a2acc.errors import InputError, InternalError
+from a2acc.fileio import atomic_write_text, loads_json
 
 log = logging.getLogger("a2acc.jit.cache")
 ENTRY_FORMAT = "a2acc.cache-entry"
@@ -61,6 +68,18 @@ class CacheEntry:
 
 KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 VERSION_DIR_RE = re.compile(r"^v[0-9]+(\.[0-9A-Za-z+-]+)*$")
+FILE_SUFFIXES = (".xml", ".json", ".py")  # what the targets write (MSCCL XML, MSCCL++ JSON plan and DSL)
+FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}$")
+
+
+def check_file_name(name: object) -> str | None:
+    """Why ``name`` cannot be a lowered file's name in an entry (None: it can): one path component of safe
+    characters with a known suffix."""
+    if not isinstance(name, str) or not FILE_NAME_RE.match(name) or ".." in name:
+        return f"{name!r} is not a plain file name"
+    if not name.endswith(FILE_SUFFIXES):
+        return f"{name!r} does not end in {', '.join(FILE_SUFFIXES)}"
+    return None
 
 
 def check_key(key: str) -> str:
@@ -73,11 +92,16 @@ def check_key(key: str) -> str:
     return key
 
 
+def _real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
 def _is_entry_file(path: Path) -> bool:
-    """A file a2acc wrote into its cache: ``v<version>/<key>.json`` whose JSON header names the entry format."""
-    if not (path.is_file() and path.suffix == ".json" and KEY_RE.match(path.stem)):
+    """A file a2acc wrote into its cache: a regular file (no symlink) ``v<version>/<key>.json`` in a real version
+    directory whose JSON header names the entry format."""
+    if path.is_symlink() or not (path.is_file() and path.suffix == ".json" and KEY_RE.match(path.stem)):
         return False
-    if not VERSION_DIR_RE.match(path.parent.name):
+    if not VERSION_DIR_RE.match(path.parent.name) or not _real_dir(path.parent):
         return False
     try:
         with path.open("rb") as fh:
@@ -102,6 +126,7 @@ class PlanCache:
         self.capacity = capacity
         self._mem: OrderedDict[str, CacheEntry] = OrderedDict()
         self.stats = {"memory": 0, "disk": 0, "compiled": 0, "corrupt": 0}
+        self._warned: set[str] = set()
 
     @property
     def dir(self) -> Path | None:
@@ -130,12 +155,31 @@ class PlanCache:
             self._remember(entry)
         return entry
 
+    def _usable(self, path: Path) -> bool:
+        """The entry path may be read, replaced or removed: its version directory is a real directory inside
+        the cache (not a symlink to elsewhere) and nothing but an a2acc entry sits at the path."""
+        d = path.parent
+        if d.is_symlink() or (d.exists() and not d.is_dir()):
+            self._warn(d, "is not a directory a2acc made (a symlink or a file): the cache is kept in memory")
+            return False
+        if (path.exists() or path.is_symlink()) and not _is_entry_file(path):
+            self._warn(
+                path, "is not an a2acc cache entry: a2acc leaves it alone and keeps the plan in memory"
+            )
+            return False
+        return True
+
+    def _warn(self, path: Path, what: str) -> None:
+        if str(path) not in self._warned:
+            self._warned.add(str(path))
+            log.warning("a2acc cache: %s %s", path, what)
+
     def _read_disk(self, key: str) -> CacheEntry | None:
         path = self._path(key)
-        if path is None or not path.exists():
+        if path is None or not (path.exists() or path.is_symlink()) or not self._usable(path):
             return None
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = loads_json(path.read_text(encoding="utf-8"))
             ok = (
                 isinstance(doc, dict)
                 and doc.get("format") == ENTRY_FORMAT
@@ -147,20 +191,29 @@ class PlanCache:
             if not ok:
                 raise ValueError("format, version, key or checksum mismatch")
             p = doc["payload"]
-            return CacheEntry(
+            entry = CacheEntry(
                 key, p["program"], dict(p.get("files") or {}), p.get("manifest"), dict(p.get("meta") or {})
             )
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             self.stats["corrupt"] += 1
             log.warning("a2acc cache: discarding corrupt entry %s (%s); it will be recompiled", path, exc)
             with contextlib.suppress(OSError):
-                path.unlink()
+                path.unlink()  # _usable proved it an a2acc entry (its header)
             return None
+        bad = [why for name in entry.files if (why := check_file_name(name)) is not None]
+        if bad:  # a checksum-valid entry that a2acc would never have written: refused, left alone
+            self.stats["corrupt"] += 1
+            self._warn(path, f"names a file a2acc would not write ({bad[0]}): refused, left alone")
+            return None
+        return entry
 
     def put(self, entry: CacheEntry) -> None:
-        self._remember(entry)
         path = self._path(entry.key)
-        if path is None:
+        bad = [why for name in entry.files if (why := check_file_name(name)) is not None]
+        if bad:
+            raise InternalError(f"a cache entry names plain files only ({bad[0]})")
+        self._remember(entry)
+        if path is None or not self._usable(path):
             return
         payload = entry.payload()
         doc = {  # "format" first: clear() recognises a2acc's entries by this header
@@ -192,30 +245,31 @@ class PlanCache:
         self.put(entry)
         return entry, "compiled"
 
+    def _version_dirs(self) -> list[Path]:
+        """Real version directories in the cache (a symlink named like one is not followed)."""
+        if self.root is None or not self.root.is_dir():
+            return []
+        return [d for d in sorted(self.root.glob("v*")) if VERSION_DIR_RE.match(d.name) and _real_dir(d)]
+
     def list_entries(self) -> list[tuple[str, int, str]]:
-        """(key, size in bytes, version dir) for every entry on disk, all versions."""
+        """(key, size in bytes, version dir) for every entry on disk, all versions (entries only: regular
+        ``<key>.json`` files with the entry header)."""
         out: list[tuple[str, int, str]] = []
-        if self.root is None or not self.root.exists():
-            return out
-        for vdir in sorted(self.root.glob("v*")):
-            if not (vdir.is_dir() and VERSION_DIR_RE.match(vdir.name)):
-                continue
+        for vdir in self._version_dirs():
             for f in sorted(vdir.glob("*.json")):
-                if KEY_RE.match(f.stem) and f.is_file():
+                if _is_entry_file(f):
                     out.append((f.stem, f.stat().st_size, vdir.name))
         return out
 
     def clear(self) -> int:
-        """Remove every cache entry a2acc wrote (all versions); nothing else in the directory is touched."""
+        """Remove every cache entry a2acc wrote (all versions); nothing else in the directory is touched, and no
+        symlink is followed."""
         self._mem.clear()
         n = 0
-        if self.root is not None and self.root.exists():
-            for vdir in self.root.glob("v*"):
-                if not (vdir.is_dir() and VERSION_DIR_RE.match(vdir.name)):
-                    continue
-                for f in vdir.glob("*.json"):
-                    if _is_entry_file(f):
-                        with contextlib.suppress(OSError):
-                            f.unlink()
-                            n += 1
+        for vdir in self._version_dirs():
+            for f in vdir.glob("*.json"):
+                if _is_entry_file(f):
+                    with contextlib.suppress(OSError):
+                        f.unlink()
+                        n += 1
         return n

@@ -5,7 +5,9 @@ during a job can only serve the *next* one. Export writes every valid cache entr
 carries lowered files: each is read back and checked by its target (strict reader + interpreter against its
 manifest) before anything is written; then the files go into ``DIR`` (for msccl-xml: XML only, as the
 executor requires) and each manifest into ``DIR.manifests/<file>.manifest.json`` beside it. Entries of the
-``none`` backend (reference executor only) have no files and are counted as skipped.
+``none`` backend (p2p and reference executors) have no files and are counted as skipped. Only cache entries
+are read (nothing else in the cache directory is read or removed), and every file name is checked to be one
+plain component before anything is written, so nothing lands outside ``DIR``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from a2acc.backends import get_target
 from a2acc.backends.target import Lowered
 from a2acc.errors import InputError, VerificationError
 from a2acc.ir.layout import manifest_from_json
-from a2acc.jit.cache import PlanCache
+from a2acc.jit.cache import PlanCache, check_file_name
 from a2acc.options import parse_options
 
 
@@ -49,6 +51,12 @@ def export_cache(cache: PlanCache, out_dir: str | Path, backend: str = "msccl-xm
         if backend == "msccl-xml":  # the dialect is in the file name, NN-name-DIALECT.xml
             (fname,) = entry.files
             opts = parse_options(target.Options, {"dialect": fname.rsplit("-", 1)[-1].removesuffix(".xml")})
+        for name in entry.files:  # checked before anything is written (the cache refuses such entries too)
+            why = check_file_name(name)
+            if why is not None or (out / name).parent != out:
+                raise InputError(
+                    f"cache entry {key}", "files", name, f"a plain file name inside {out} ({why})"
+                )
         lowered = Lowered(backend, dict(entry.files), man, "", None, opts)
         chk = target.check(lowered)
         if not chk.ok:

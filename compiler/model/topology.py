@@ -26,16 +26,17 @@ or, for direct-connect fabrics (no servers tier; every node is one GPU)::
     direct: {kind: torus, dims: [4, 4], bandwidth: 25, latency: 1.0}
     # kind: hypercube (dimension: d) | genkautz (n, degree) | edges (nodes: N, edges: [[u, v, GB/s], ...])
 
-The model compiles into a networkx ``DiGraph`` whose nodes are GPUs (``g<rank>``), NVSwitches (``sw<s>``),
-NICs (``nic<s>.<k>``) and network switches (``rail<k>``, ``spine``, ``tor``); every directed edge carries
-``bw`` (bytes/s) and ``alpha`` (seconds). Tiered planners use :class:`TierSummary` (n, m, B_intra, B_inter).
+A :class:`Topology` holds its fabric as one typed value, :class:`Tiered` (servers: a scale-up fabric and, past
+one server, scale-out NICs) or :class:`DirectConnect` (a graph of GPUs); the graphs themselves come from
+:mod:`a2acc.model.graphs` and the link graph with its routes from :mod:`a2acc.model.network`
+(:attr:`Topology.network`). Tiered planners use :class:`TierSummary` (n, m, B_intra, B_inter).
 Units: GB = 1e9 bytes, latency in microseconds in files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -48,6 +49,9 @@ import networkx as nx
 import yaml
 
 from a2acc.errors import TopologyError
+from a2acc.fileio import loads_json
+from a2acc.model import graphs
+from a2acc.model.network import Network, Route
 from a2acc.model.units import parse_bandwidth, parse_latency, parse_size
 
 
@@ -83,19 +87,6 @@ _DIRECT_KEYS = (
     "bandwidth",
     "latency",
     "removed",
-)
-
-#: DGX-1 / NDv2 (V100) hybrid cube-mesh: NVLink counts between local GPUs (each GPU has 6 links).
-#: Same link counts as msccl-tools ``msccl/topologies/nvidia.py`` (DGX-1) and TE-CCL ``topologies/ndv2.py``.
-DGX1_LINK_COUNTS: tuple[tuple[int, ...], ...] = (
-    (0, 2, 1, 1, 2, 0, 0, 0),
-    (2, 0, 1, 2, 0, 1, 0, 0),
-    (1, 1, 0, 2, 0, 0, 2, 0),
-    (1, 2, 2, 0, 0, 0, 0, 1),
-    (2, 0, 0, 0, 0, 2, 1, 1),
-    (0, 1, 0, 0, 2, 0, 1, 2),
-    (0, 0, 2, 0, 1, 1, 0, 2),
-    (0, 0, 0, 1, 1, 2, 2, 0),
 )
 
 PRESETS = (
@@ -170,16 +161,28 @@ class TierSummary:
 
 
 @dataclass(frozen=True)
+class Tiered:
+    """Servers of GPUs: a scale-up fabric in each server and, with more than one server, scale-out NICs."""
+
+    intra: IntraFabric
+    inter: ScaleOut | None = None
+
+
+Fabric = Tiered | DirectConnect
+
+
+@dataclass(frozen=True)
 class Topology:
-    """A validated topology. Build with :func:`load_topology` or :func:`parse_topology`."""
+    """A validated topology. Build with :func:`load_topology` or :func:`parse_topology`.
+
+    ``fabric`` is one typed value; :attr:`intra`, :attr:`inter` and :attr:`direct` read its parts (None where
+    the fabric has no such part) for code that handles one kind."""
 
     name: str
     servers: int
     gpus_per_server: int
     memory_bandwidth: float
-    intra: IntraFabric | None
-    inter: ScaleOut | None
-    direct: DirectConnect | None = None
+    fabric: Fabric
     source: str = field(default="", compare=False)
 
     @property
@@ -188,7 +191,19 @@ class Topology:
 
     @property
     def is_tiered(self) -> bool:
-        return self.direct is None
+        return isinstance(self.fabric, Tiered)
+
+    @property
+    def intra(self) -> IntraFabric | None:
+        return self.fabric.intra if isinstance(self.fabric, Tiered) else None
+
+    @property
+    def inter(self) -> ScaleOut | None:
+        return self.fabric.inter if isinstance(self.fabric, Tiered) else None
+
+    @property
+    def direct(self) -> DirectConnect | None:
+        return self.fabric if isinstance(self.fabric, DirectConnect) else None
 
     def server_of(self, rank: int) -> int:
         return rank // self.gpus_per_server
@@ -204,199 +219,88 @@ class Topology:
 
     def with_servers(self, servers: int) -> Topology:
         """The same server type scaled to ``servers`` servers (``--servers N``)."""
-        if self.direct is not None:
+        if not isinstance(self.fabric, Tiered):
             raise TopologyError(self.source, "servers", servers, "direct-connect topologies cannot be scaled")
         if not isinstance(servers, int) or servers < 1:
             raise TopologyError(self.source, "--servers", servers, "must be an integer >= 1")
         if servers * self.gpus_per_server > MAX_RANKS:
             raise TopologyError(self.source, "--servers", servers, f"at most {MAX_RANKS} GPUs in all")
-        if servers > 1 and self.inter is None:
+        if servers > 1 and self.fabric.inter is None:
             raise TopologyError(self.source, "inter", None, "multi-server topologies need an 'inter' section")
         return replace(self, servers=servers)
 
     def summary(self) -> TierSummary:
         """The (n, m, B_intra, B_inter) view; direct-connect graphs report m = 1."""
-        if self.direct is not None:
-            egress = [0.0] * self.direct.nodes
-            for u, _v, bw in self.direct.edges:
+        fabric = self.fabric
+        if isinstance(fabric, DirectConnect):
+            egress = [0.0] * fabric.nodes
+            for u, _v, bw in fabric.edges:
                 egress[u] += bw
-            return TierSummary(self.nranks, 1, 0.0, 0.0, min(egress) if egress else 0.0, self.direct.kind)
-        assert self.intra is not None  # guaranteed by parse_topology
+            return TierSummary(self.nranks, 1, 0.0, 0.0, min(egress) if egress else 0.0, fabric.kind)
         m = self.gpus_per_server
-        if self.intra.kind == "switch":
-            b_intra, b_link = self.intra.bandwidth, self.intra.bandwidth
+        intra = fabric.intra
+        if intra.kind == "switch":
+            b_intra, b_link = intra.bandwidth, intra.bandwidth
         else:
             egress = [0.0] * m
-            for a, _b, bw in self.intra.links:
+            for a, _b, bw in intra.links:
                 egress[a] += bw
             b_intra = min(egress) if m > 1 else 0.0
-            b_link = min((bw for _a, _b, bw in self.intra.links), default=0.0)
+            b_link = min((bw for _a, _b, bw in intra.links), default=0.0)
         b_inter = 0.0
-        if self.inter is not None:
-            b_inter = self.inter.nics_per_server * self.inter.bandwidth / m
-        return TierSummary(self.servers, m, b_intra, b_link, b_inter, self.intra.kind)
+        if fabric.inter is not None:
+            b_inter = fabric.inter.nics_per_server * fabric.inter.bandwidth / m
+        return TierSummary(self.servers, m, b_intra, b_link, b_inter, intra.kind)
 
     @cached_property
     def fingerprint(self) -> str:
-        """Stable hash of everything in the topology that affects plans (not its name or source file)."""
+        """Stable hash of every field a plan can depend on (the transport and switch buffer included: plans
+        chosen under a model depend on them); not the name or the source file."""
         doc = {
             "servers": self.servers,
             "gpus_per_server": self.gpus_per_server,
             "memory_bandwidth": self.memory_bandwidth,
-            "intra": None
-            if self.intra is None
-            else [self.intra.kind, self.intra.bandwidth, self.intra.latency, list(self.intra.links)],
-            "inter": None
-            if self.inter is None
-            else [self.inter.nics_per_server, self.inter.bandwidth, self.inter.latency, self.inter.wiring],
-            "direct": None
-            if self.direct is None
-            else [self.direct.kind, self.direct.nodes, list(self.direct.edges), self.direct.latency],
+            "fabric": [type(self.fabric).__name__, _plain(self.fabric)],
         }
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
-    # ------------------------------------------------------------------ graph
+    # ------------------------------------------------------------------ network
     @cached_property
+    def network(self) -> Network:
+        """The link graph and routes (:mod:`a2acc.model.network`)."""
+        return Network(self)
+
+    @property
     def graph(self) -> nx.DiGraph:
         """The topology as a networkx DiGraph with ``bw`` (B/s) and ``alpha`` (s) on every edge."""
-        return _build_graph(self)
+        return self.network.graph
 
-    @cached_property
-    def _link_index(self) -> dict[tuple[str, str], int]:
-        return {(u, v): i for i, (u, v) in enumerate(self.graph.edges())}
-
-    @cached_property
+    @property
     def link_names(self) -> tuple[tuple[str, str], ...]:
-        return tuple(self.graph.edges())
+        return self.network.link_names
 
-    @cached_property
+    @property
     def link_bandwidths(self) -> tuple[float, ...]:
         """Per-link bandwidth in bytes/s, indexed like :attr:`link_names`."""
-        return tuple(float(d["bw"]) for _u, _v, d in self.graph.edges(data=True))
+        return self.network.link_bandwidths
 
-    @cached_property
+    @property
     def link_kinds(self) -> tuple[str, ...]:
-        return tuple(str(d["kind"]) for _u, _v, d in self.graph.edges(data=True))
+        return self.network.link_kinds
 
-    @cached_property
-    def _paths(self) -> dict[tuple[int, int], tuple[tuple[int, ...], float]]:
-        return {}
-
-    def route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
-        """Deterministic route of a GPU-to-GPU transfer: (link indices, total alpha in seconds).
-
-        Intra-server traffic follows the fabric (shortest hop path in meshes, rings and cube-meshes); traffic
-        between servers goes GPU -> its NIC -> network -> the receiver's NIC -> GPU. A transfer within one rank
-        is a local copy and returns an empty path (the simulator charges memory bandwidth for it).
-        """
-        key = (src, dst)
-        cached = self._paths.get(key)
-        if cached is not None:
-            return cached
-        if src == dst:
-            res: tuple[tuple[int, ...], float] = ((), 0.0)
-        else:
-            nodes = _route_nodes(self, src, dst)
-            g = self.graph
-            idx = self._link_index
-            links = tuple(idx[(a, b)] for a, b in itertools.pairwise(nodes))
-            alpha = sum(float(g.edges[a, b]["alpha"]) for a, b in itertools.pairwise(nodes))
-            res = (links, alpha)
-        self._paths[key] = res
-        return res
+    def route(self, src: int, dst: int) -> Route:
+        """Deterministic route of a GPU-to-GPU transfer: (link indices, total alpha in seconds)
+        (:meth:`a2acc.model.network.Network.route`)."""
+        return self.network.route(src, dst)
 
 
-# ---------------------------------------------------------------------- graph building
-def _gpu(rank: int) -> str:
-    return f"g{rank}"
-
-
-def _build_graph(t: Topology) -> nx.DiGraph:
-    g: nx.DiGraph = nx.DiGraph()
-    for r in range(t.nranks):
-        g.add_node(_gpu(r), kind="gpu", server=t.server_of(r))
-    if t.direct is not None:
-        alpha = t.direct.latency * 1e-6
-        for u, v, bw in t.direct.edges:
-            g.add_edge(_gpu(u), _gpu(v), bw=bw * 1e9, alpha=alpha, kind="direct")
-        return g
-    assert t.intra is not None
-    m = t.gpus_per_server
-    ia = t.intra.latency * 1e-6
-    for s in range(t.servers):
-        base = s * m
-        if t.intra.kind == "switch":
-            sw = f"sw{s}"
-            g.add_node(sw, kind="nvswitch", server=s)
-            bw = t.intra.bandwidth * 1e9
-            for j in range(m):
-                # alpha is charged once per GPU-to-GPU path: split over the two switch hops
-                g.add_edge(_gpu(base + j), sw, bw=bw, alpha=ia / 2, kind="intra")
-                g.add_edge(sw, _gpu(base + j), bw=bw, alpha=ia / 2, kind="intra")
-        else:
-            for a, b, bw in t.intra.links:
-                g.add_edge(_gpu(base + a), _gpu(base + b), bw=bw * 1e9, alpha=ia, kind="intra")
-    if t.inter is None:
-        return g
-    k_nics = t.inter.nics_per_server
-    oa = t.inter.latency * 1e-6
-    nbw = t.inter.bandwidth * 1e9
-    # The GPU<->NIC attachment (PCIe/C2C) is not modelled as a bottleneck: FAST/FLASH and TACCL profiles
-    # charge the NIC rate only. A NIC shared by several GPUs is a shared bottleneck (its own edges).
-    big = 1e15
-    if t.inter.wiring == "single_switch":
-        g.add_node("tor", kind="netswitch")
-    else:
-        g.add_node("spine", kind="netswitch")
-        for k in range(k_nics):
-            g.add_node(f"rail{k}", kind="netswitch")
-            g.add_edge(f"rail{k}", "spine", bw=big, alpha=0.0, kind="net")
-            g.add_edge("spine", f"rail{k}", bw=big, alpha=0.0, kind="net")
-    for s in range(t.servers):
-        for k in range(k_nics):
-            nic = f"nic{s}.{k}"
-            g.add_node(nic, kind="nic", server=s)
-            sw = "tor" if t.inter.wiring == "single_switch" else f"rail{k}"
-            g.add_edge(nic, sw, bw=nbw, alpha=oa, kind="nic_tx")
-            g.add_edge(sw, nic, bw=nbw, alpha=0.0, kind="nic_rx")
-        for j in range(m):
-            r = s * m + j
-            nic = f"nic{s}.{t.nic_of(r)}"
-            g.add_edge(_gpu(r), nic, bw=big, alpha=0.0, kind="pcie")
-            g.add_edge(nic, _gpu(r), bw=big, alpha=0.0, kind="pcie")
-    return g
-
-
-def _route_nodes(t: Topology, src: int, dst: int) -> list[str]:
-    g = t.graph
-    if t.direct is not None:
-        return list(nx.shortest_path(g, _gpu(src), _gpu(dst)))
-    ss, ds = t.server_of(src), t.server_of(dst)
-    assert t.intra is not None
-    if ss == ds:
-        if t.intra.kind == "switch":
-            return [_gpu(src), f"sw{ss}", _gpu(dst)]
-        sub = _intra_subgraph(t, ss)
-        return list(nx.shortest_path(sub, _gpu(src), _gpu(dst)))
-    assert t.inter is not None
-    a, b = t.nic_of(src), t.nic_of(dst)
-    na, nb = f"nic{ss}.{a}", f"nic{ds}.{b}"
-    if t.inter.wiring == "single_switch":
-        mid = ["tor"]
-    elif a == b:
-        mid = [f"rail{a}"]
-    else:
-        mid = [f"rail{a}", "spine", f"rail{b}"]
-    return [_gpu(src), na, *mid, nb, _gpu(dst)]
-
-
-def _intra_subgraph(t: Topology, server: int) -> nx.DiGraph:
-    m = t.gpus_per_server
-    nodes = [_gpu(server * m + j) for j in range(m)]
-    sub = t.graph.subgraph(nodes)
-    if not nx.is_strongly_connected(sub):
-        raise TopologyError(t.source, "intra.links", "disconnected", "every GPU must reach every other GPU")
-    return sub
+def _plain(value: Any) -> Any:
+    """A dataclass as nested JSON-able lists (every field, in declaration order)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [_plain(getattr(value, f.name)) for f in dataclasses.fields(value)]
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
 
 
 # ---------------------------------------------------------------------- parsing
@@ -421,50 +325,69 @@ def _check_keys(d: Mapping[str, Any], allowed: tuple[str, ...], src: str, prefix
 
 
 def _intra_links(kind: str, m: int, bw: float, raw: Any, src: str) -> tuple[tuple[int, int, float], ...]:
-    out: list[tuple[int, int, float]] = []
-    if kind == "switch" or m == 1:
-        return ()
-    if kind == "full_mesh":
-        out = [(a, b, bw) for a in range(m) for b in range(m) if a != b]
-    elif kind == "ring":
-        for a in range(m):
-            for b in ((a + 1) % m, (a - 1) % m):
-                if b != a and (a, b, bw) not in out:
-                    out.append((a, b, bw))
-    elif kind == "hybrid_cube_mesh":
-        if m != 8:
-            raise TopologyError(src, "gpus_per_server", m, "hybrid_cube_mesh is the 8-GPU DGX-1/NDv2 layout")
-        out = [
-            (a, b, bw * DGX1_LINK_COUNTS[a][b]) for a in range(8) for b in range(8) if DGX1_LINK_COUNTS[a][b]
-        ]
-    elif kind == "links":
-        if not isinstance(raw, list) or not raw:
-            raise TopologyError(
-                src, "intra.links", raw, "fabric 'links' needs a non-empty list [[a, b, GB/s]]"
-            )
-        seen: dict[tuple[int, int], float] = {}
-        for i, item in enumerate(raw):
-            fld = f"intra.links[{i}]"
-            if not isinstance(item, list) or len(item) not in (2, 3):
-                raise TopologyError(src, fld, item, "each link is [gpu_a, gpu_b] or [gpu_a, gpu_b, GB/s]")
-            a, b = item[0], item[1]
-            for x in (a, b):
-                if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < m:
-                    raise TopologyError(
-                        src, fld, item, f"GPU indices must be in 0..{m - 1} (gpus_per_server={m})"
-                    )
-            if a == b:
-                raise TopologyError(src, fld, item, "a link must join two different GPUs")
-            lbw = _bw(item[2], source=src, field=fld) if len(item) == 3 else bw
-            for u, v in ((a, b), (b, a)):
-                seen[(u, v)] = seen.get((u, v), 0.0) + lbw
-        out = [(u, v, w) for (u, v), w in sorted(seen.items())]
-    return tuple(out)
+    if kind == "hybrid_cube_mesh" and m != 8:
+        raise TopologyError(src, "gpus_per_server", m, "hybrid_cube_mesh is the 8-GPU DGX-1/NDv2 layout")
+    if kind != "links" or m == 1:
+        return graphs.fabric_links(kind, m, bw)
+    if not isinstance(raw, list) or not raw:
+        raise TopologyError(src, "intra.links", raw, "fabric 'links' needs a non-empty list [[a, b, GB/s]]")
+    return _listed_links(raw, m, bw, src, "intra.links", "GPU indices", f"(gpus_per_server={m})")
+
+
+def _listed_links(
+    raw: list[Any], n: int, bw: float, src: str, fld0: str, what: str, hint: str = ""
+) -> tuple[tuple[int, int, float], ...]:
+    """An explicit link list ``[[a, b], ...]`` or ``[[a, b, GB/s], ...]``: both directions, parallel links summed."""
+    seen: dict[tuple[int, int], float] = {}
+    for i, item in enumerate(raw):
+        fld = f"{fld0}[{i}]"
+        if not isinstance(item, list) or len(item) not in (2, 3):
+            raise TopologyError(src, fld, item, "each link is [a, b] or [a, b, GB/s]")
+        a, b = item[0], item[1]
+        for x in (a, b):
+            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < n:
+                raise TopologyError(src, fld, item, f"{what} must be in 0..{n - 1} {hint}".rstrip())
+        if a == b:
+            raise TopologyError(src, fld, item, "a link must join two different nodes")
+        lbw = _bw(item[2], source=src, field=fld) if len(item) == 3 else bw
+        for u, v in ((a, b), (b, a)):
+            seen[(u, v)] = seen.get((u, v), 0.0) + lbw
+    return tuple((u, v, w) for (u, v), w in sorted(seen.items()))
 
 
 def _max_nodes(n: int, src: str, fld: str, value: object) -> None:
     if n > MAX_RANKS:
         raise TopologyError(src, fld, value, f"at most {MAX_RANKS} nodes")
+
+
+def _torus(d: Mapping[str, Any], src: str) -> tuple[int, list[graphs.Pair], list[tuple[str, Any]]]:
+    dims = _req(d, "dims", src, "direct.", "a list of dimension sizes, e.g. [4, 4]")
+    if not isinstance(dims, list) or not dims:
+        raise TopologyError(src, "direct.dims", dims, "a non-empty list of integers >= 2")
+    dims_t = tuple(_pos_int(x, src, "direct.dims", 2) for x in dims)
+    n = 1
+    for x in dims_t:
+        n *= x
+        _max_nodes(n, src, "direct.dims", dims)
+    return n, graphs.torus(dims_t), [("dims", dims_t)]
+
+
+def _hypercube(d: Mapping[str, Any], src: str) -> tuple[int, list[graphs.Pair], list[tuple[str, Any]]]:
+    dim = _pos_int(_req(d, "dimension", src, "direct.", "an integer >= 1"), src, "direct.dimension")
+    if dim > MAX_RANKS.bit_length() - 1:
+        raise TopologyError(
+            src, "direct.dimension", dim, f"at most {MAX_RANKS.bit_length() - 1} ({MAX_RANKS} nodes)"
+        )
+    return 2**dim, graphs.hypercube(dim), [("dimension", dim)]
+
+
+def _genkautz(d: Mapping[str, Any], src: str) -> tuple[int, list[graphs.Pair], list[tuple[str, Any]]]:
+    n = _pos_int(_req(d, "n", src, "direct.", "number of nodes >= 2"), src, "direct.n", 2)
+    _max_nodes(n, src, "direct.n", n)
+    deg = _pos_int(_req(d, "degree", src, "direct.", "out-degree >= 1"), src, "direct.degree")
+    if deg > MAX_DEGREE:
+        raise TopologyError(src, "direct.degree", deg, f"at most {MAX_DEGREE}")
+    return n, graphs.genkautz(n, deg), [("n", n), ("degree", deg)]
 
 
 def _direct(d: Mapping[str, Any], src: str) -> DirectConnect:
@@ -476,59 +399,8 @@ def _direct(d: Mapping[str, Any], src: str) -> DirectConnect:
         raise TopologyError(src, "direct.kind", kind, f"allowed: {', '.join(DIRECT_KINDS)}")
     bw = _bw(_req(d, "bandwidth", src, "direct.", "GB/s per link"), source=src, field="direct.bandwidth")
     lat = _lat(d.get("latency", 1.0), source=src, field="direct.latency")
-    pairs: set[tuple[int, int]] = set()
     params: list[tuple[str, Any]] = []
-    explicit: dict[tuple[int, int], float] = {}
-    if kind == "torus":
-        dims = _req(d, "dims", src, "direct.", "a list of dimension sizes, e.g. [4, 4]")
-        if not isinstance(dims, list) or not dims:
-            raise TopologyError(src, "direct.dims", dims, "a non-empty list of integers >= 2")
-        dims_t = tuple(_pos_int(x, src, "direct.dims", 2) for x in dims)
-        n = 1
-        for x in dims_t:
-            n *= x
-            _max_nodes(n, src, "direct.dims", dims)
-        params.append(("dims", dims_t))
-        for node in range(n):
-            coord, rest = [], node
-            for x in dims_t:
-                coord.append(rest % x)
-                rest //= x
-            for k, x in enumerate(dims_t):
-                for step in (1, -1):
-                    c2 = list(coord)
-                    c2[k] = (c2[k] + step) % x
-                    other, mul = 0, 1
-                    for val, xx in zip(c2, dims_t):
-                        other += val * mul
-                        mul *= xx
-                    if other != node:
-                        pairs.add((node, other))
-    elif kind == "hypercube":
-        dim = _pos_int(_req(d, "dimension", src, "direct.", "an integer >= 1"), src, "direct.dimension")
-        if dim > MAX_RANKS.bit_length() - 1:
-            raise TopologyError(
-                src, "direct.dimension", dim, f"at most {MAX_RANKS.bit_length() - 1} ({MAX_RANKS} nodes)"
-            )
-        n = 2**dim
-        params.append(("dimension", dim))
-        for node in range(n):
-            for k in range(dim):
-                pairs.add((node, node ^ (1 << k)))
-    elif kind == "genkautz":
-        n = _pos_int(_req(d, "n", src, "direct.", "number of nodes >= 2"), src, "direct.n", 2)
-        _max_nodes(n, src, "direct.n", n)
-        deg = _pos_int(_req(d, "degree", src, "direct.", "out-degree >= 1"), src, "direct.degree")
-        if deg > MAX_DEGREE:
-            raise TopologyError(src, "direct.degree", deg, f"at most {MAX_DEGREE}")
-        params.extend([("n", n), ("degree", deg)])
-        # Imase-Itoh generalized Kautz digraph: i -> (-i*d - q) mod n, q = 1..d (self loops dropped).
-        for i in range(n):
-            for q in range(1, deg + 1):
-                j = (-i * deg - q) % n
-                if j != i:
-                    pairs.add((i, j))
-    else:
+    if kind == "edges":
         n = _pos_int(_req(d, "nodes", src, "direct.", "number of nodes >= 2"), src, "direct.nodes", 2)
         _max_nodes(n, src, "direct.nodes", n)
         edges = _req(d, "edges", src, "direct.", "a list [[u, v, GB/s], ...]")
@@ -536,37 +408,14 @@ def _direct(d: Mapping[str, Any], src: str) -> DirectConnect:
             raise TopologyError(
                 src, "direct.edges", edges, "a non-empty list [[u, v], ...] or [[u, v, GB/s]]"
             )
-        for i, e in enumerate(edges):
-            fld = f"direct.edges[{i}]"
-            if not isinstance(e, list) or len(e) not in (2, 3):
-                raise TopologyError(src, fld, e, "each edge is [u, v] or [u, v, GB/s]")
-            for x in e[:2]:
-                if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < n:
-                    raise TopologyError(src, fld, e, f"node indices must be in 0..{n - 1}")
-            if e[0] == e[1]:
-                raise TopologyError(src, fld, e, "an edge must join two different nodes")
-            w = _bw(e[2], source=src, field=fld) if len(e) == 3 else bw
-            for u, v in ((e[0], e[1]), (e[1], e[0])):
-                explicit[(u, v)] = explicit.get((u, v), 0.0) + w
-    edge_list = (
-        tuple((u, v, w) for (u, v), w in sorted(explicit.items()))
-        if explicit
-        else tuple((u, v, bw) for u, v in sorted(pairs))
-    )
+        edge_list = _listed_links(edges, n, bw, src, "direct.edges", "node indices")
+    else:
+        n, pairs, params = {"torus": _torus, "hypercube": _hypercube, "genkautz": _genkautz}[kind](d, src)
+        edge_list = tuple((u, v, bw) for u, v in pairs)
     removed = d.get("removed")
     if removed is not None:  # a punctured graph: failed or missing links, both directions
-        if not isinstance(removed, list):
-            raise TopologyError(src, "direct.removed", removed, "a list of links [[u, v], ...] to remove")
-        present = {(u, v) for u, v, _w in edge_list}
-        gone: set[tuple[int, int]] = set()
-        for i, item in enumerate(removed):
-            fld = f"direct.removed[{i}]"
-            if not isinstance(item, list) or len(item) != 2 or (item[0], item[1]) not in present:
-                raise TopologyError(src, fld, item, "each removed link is [u, v], a link of the graph")
-            gone |= {(item[0], item[1]), (item[1], item[0])}
-        edge_list = tuple(x for x in edge_list if (x[0], x[1]) not in gone)
-        params.append(("removed", tuple(sorted(gone))))
-    dc = DirectConnect(kind, n, edge_list, bw, lat, tuple(params))
+        edge_list, gone = _puncture(edge_list, removed, src)
+        params.append(("removed", gone))
     gg: nx.DiGraph = nx.DiGraph()
     gg.add_nodes_from(range(n))
     gg.add_edges_from((u, v) for u, v, _w in edge_list)
@@ -574,7 +423,22 @@ def _direct(d: Mapping[str, Any], src: str) -> DirectConnect:
         raise TopologyError(
             src, "direct", kind, "the graph must be strongly connected (every node reaches all)"
         )
-    return dc
+    return DirectConnect(kind, n, edge_list, bw, lat, tuple(params))
+
+
+def _puncture(
+    edge_list: tuple[tuple[int, int, float], ...], removed: Any, src: str
+) -> tuple[tuple[tuple[int, int, float], ...], tuple[graphs.Pair, ...]]:
+    if not isinstance(removed, list):
+        raise TopologyError(src, "direct.removed", removed, "a list of links [[u, v], ...] to remove")
+    present = {(u, v) for u, v, _w in edge_list}
+    gone: set[graphs.Pair] = set()
+    for i, item in enumerate(removed):
+        fld = f"direct.removed[{i}]"
+        if not isinstance(item, list) or len(item) != 2 or (item[0], item[1]) not in present:
+            raise TopologyError(src, fld, item, "each removed link is [u, v], a link of the graph")
+        gone |= {(item[0], item[1]), (item[1], item[0])}
+    return tuple(x for x in edge_list if (x[0], x[1]) not in gone), tuple(sorted(gone))
 
 
 def parse_topology(data: Any, source: str = "<topology>") -> Topology:
@@ -595,30 +459,39 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
             if k in data:
                 raise TopologyError(src, k, data[k], "a direct-connect topology has no intra/inter sections")
         dc = _direct(data["direct"], src)
-        return Topology(name, dc.nodes, 1, mem, None, None, dc, src)
+        return Topology(name, dc.nodes, 1, mem, dc, src)
     servers = _pos_int(data.get("servers", 1), src, "servers")
     m = _pos_int(_req(data, "gpus_per_server", src, "", "an integer >= 1"), src, "gpus_per_server")
     if servers * m > MAX_RANKS:
         raise TopologyError(src, "servers x gpus_per_server", servers * m, f"at most {MAX_RANKS} GPUs")
-    intra_raw = data.get("intra")
-    if m > 1 and intra_raw is None:
+    intra = _intra(data.get("intra"), m, src)
+    inter_raw = data.get("inter")
+    if inter_raw is None and servers > 1:
+        raise TopologyError(src, "inter", None, "required when servers > 1 (scale-out NICs)")
+    inter = None if inter_raw is None else _scale_out(inter_raw, m, src)
+    topo = Topology(name, servers, m, mem, Tiered(intra, inter), src)
+    if intra.kind != "switch" and m > 1:
+        topo.network.server_subgraph(0)  # connectivity check with a clear error
+    return topo
+
+
+def _intra(raw: Any, m: int, src: str) -> IntraFabric:
+    if m > 1 and raw is None:
         raise TopologyError(src, "intra", None, "required when gpus_per_server > 1")
-    intra_raw = intra_raw or {"fabric": "switch", "bandwidth": 1.0}
-    if not isinstance(intra_raw, Mapping):
-        raise TopologyError(src, "intra", intra_raw, "must be a mapping with fabric/bandwidth/latency")
-    _check_keys(intra_raw, _INTRA_KEYS, src, "intra.")
-    kind = _req(intra_raw, "fabric", src, "intra.", f"one of {', '.join(INTRA_FABRICS)}")
+    raw = raw or {"fabric": "switch", "bandwidth": 1.0}
+    if not isinstance(raw, Mapping):
+        raise TopologyError(src, "intra", raw, "must be a mapping with fabric/bandwidth/latency")
+    _check_keys(raw, _INTRA_KEYS, src, "intra.")
+    kind = _req(raw, "fabric", src, "intra.", f"one of {', '.join(INTRA_FABRICS)}")
     if kind not in INTRA_FABRICS:
         raise TopologyError(src, "intra.fabric", kind, f"allowed fabrics: {', '.join(INTRA_FABRICS)}")
     if kind == "links":
-        ibw = _bw(intra_raw.get("bandwidth", 1.0), source=src, field="intra.bandwidth")
+        ibw = _bw(raw.get("bandwidth", 1.0), source=src, field="intra.bandwidth")
     else:
         ibw = _bw(
-            _req(intra_raw, "bandwidth", src, "intra.", "GB/s per direction"),
-            source=src,
-            field="intra.bandwidth",
+            _req(raw, "bandwidth", src, "intra.", "GB/s per direction"), source=src, field="intra.bandwidth"
         )
-    ilat = _lat(intra_raw.get("latency", 0.7), source=src, field="intra.latency")
+    ilat = _lat(raw.get("latency", 0.7), source=src, field="intra.latency")
     if kind in ("full_mesh", "ring", "links") and m > MAX_FABRIC_GPUS:
         raise TopologyError(
             src,
@@ -626,57 +499,41 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
             m,
             f"at most {MAX_FABRIC_GPUS} GPUs per server for fabric {kind} (switch: any)",
         )
-    if kind != "links" and "links" in intra_raw:
-        raise TopologyError(src, "intra.links", intra_raw["links"], "only allowed with fabric: links")
-    links = _intra_links(kind, m, ibw, intra_raw.get("links"), src)
-    intra = IntraFabric(kind, ibw, ilat, links)
-    inter: ScaleOut | None = None
-    inter_raw = data.get("inter")
-    if inter_raw is not None:
-        if not isinstance(inter_raw, Mapping):
-            raise TopologyError(
-                src, "inter", inter_raw, "must be a mapping with nics_per_server/bandwidth/..."
-            )
-        _check_keys(inter_raw, _INTER_KEYS, src, "inter.")
-        nics = _pos_int(inter_raw.get("nics_per_server", m), src, "inter.nics_per_server")
-        if nics > m and nics % m != 0:
-            raise TopologyError(
-                src, "inter.nics_per_server", nics, "must divide or be a multiple of gpus_per_server"
-            )
-        if nics <= m and m % nics != 0:
-            raise TopologyError(src, "inter.nics_per_server", nics, f"must divide gpus_per_server={m}")
-        nbw = _bw(
-            _req(inter_raw, "bandwidth", src, "inter.", "GB/s per NIC"), source=src, field="inter.bandwidth"
+    if kind != "links" and "links" in raw:
+        raise TopologyError(src, "intra.links", raw["links"], "only allowed with fabric: links")
+    return IntraFabric(kind, ibw, ilat, _intra_links(kind, m, ibw, raw.get("links"), src))
+
+
+def _scale_out(raw: Any, m: int, src: str) -> ScaleOut:
+    if not isinstance(raw, Mapping):
+        raise TopologyError(src, "inter", raw, "must be a mapping with nics_per_server/bandwidth/...")
+    _check_keys(raw, _INTER_KEYS, src, "inter.")
+    nics = _pos_int(raw.get("nics_per_server", m), src, "inter.nics_per_server")
+    if nics > m and nics % m != 0:
+        raise TopologyError(
+            src, "inter.nics_per_server", nics, "must divide or be a multiple of gpus_per_server"
         )
-        nlat = _lat(inter_raw.get("latency", 3.0), source=src, field="inter.latency")
-        wiring = inter_raw.get("wiring", "rail_optimized")
-        if wiring not in WIRINGS:
-            raise TopologyError(src, "inter.wiring", wiring, f"allowed: {', '.join(WIRINGS)}")
-        transport = inter_raw.get("transport", "")
-        if transport != "" and transport not in TRANSPORTS:
-            raise TopologyError(src, "inter.transport", transport, f"allowed: {', '.join(TRANSPORTS)}")
-        buffer = 0.0
-        if inter_raw.get("switch_buffer") is not None:
-            raw_buf = inter_raw["switch_buffer"]
-            if isinstance(raw_buf, bool) or not isinstance(raw_buf, (int, str)):
-                raise TopologyError(src, "inter.switch_buffer", raw_buf, "bytes, e.g. 64MiB or 67108864")
-            buffer = float(parse_size(raw_buf, source=src, field="inter.switch_buffer"))
-            if not 0 < buffer <= 2**40:
-                raise TopologyError(src, "inter.switch_buffer", inter_raw["switch_buffer"], "bytes in 1..1T")
-        inter = ScaleOut(
-            min(nics, m) if nics > m else nics,
-            nbw * (nics // m if nics > m else 1),
-            nlat,
-            wiring,
-            transport,
-            buffer,
-        )
-    elif servers > 1:
-        raise TopologyError(src, "inter", None, "required when servers > 1 (scale-out NICs)")
-    topo = Topology(name, servers, m, mem, intra, inter, None, src)
-    if kind != "switch" and m > 1:
-        _intra_subgraph(topo, 0)  # connectivity check with a clear error
-    return topo
+    if nics <= m and m % nics != 0:
+        raise TopologyError(src, "inter.nics_per_server", nics, f"must divide gpus_per_server={m}")
+    nbw = _bw(_req(raw, "bandwidth", src, "inter.", "GB/s per NIC"), source=src, field="inter.bandwidth")
+    nlat = _lat(raw.get("latency", 3.0), source=src, field="inter.latency")
+    wiring = raw.get("wiring", "rail_optimized")
+    if wiring not in WIRINGS:
+        raise TopologyError(src, "inter.wiring", wiring, f"allowed: {', '.join(WIRINGS)}")
+    transport = raw.get("transport", "")
+    if transport != "" and transport not in TRANSPORTS:
+        raise TopologyError(src, "inter.transport", transport, f"allowed: {', '.join(TRANSPORTS)}")
+    buffer = 0.0
+    if raw.get("switch_buffer") is not None:
+        raw_buf = raw["switch_buffer"]
+        if isinstance(raw_buf, bool) or not isinstance(raw_buf, (int, str)):
+            raise TopologyError(src, "inter.switch_buffer", raw_buf, "bytes, e.g. 64MiB or 67108864")
+        buffer = float(parse_size(raw_buf, source=src, field="inter.switch_buffer"))
+        if not 0 < buffer <= 2**40:
+            raise TopologyError(src, "inter.switch_buffer", raw["switch_buffer"], "bytes in 1..1T")
+    # more NICs than GPUs: each GPU drives nics/m of them, modelled as one NIC of nics/m times the bandwidth
+    per_gpu = nics // m if nics > m else 1
+    return ScaleOut(min(nics, m), nbw * per_gpu, nlat, wiring, transport, buffer)
 
 
 def _read_mapping(path: Path) -> Any:
@@ -689,8 +546,10 @@ def _read_mapping(path: Path) -> Any:
         ) from exc
     try:
         if path.suffix.lower() == ".json":
-            return json.loads(text)
+            return loads_json(text)
         return yaml.safe_load(text)
+    except RecursionError:
+        raise TopologyError(src, "", path.name, "nested too deeply to read") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise TopologyError(
             src, "", path.name, f"not valid {path.suffix.lstrip('.') or 'YAML'}: {_one_line(exc)}"
@@ -703,10 +562,6 @@ def _one_line(exc: Exception) -> str:
     problem = getattr(exc, "problem", None) or getattr(exc, "msg", None) or str(exc)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     return " ".join(f"{problem}{where}".split())
-
-
-def preset_names() -> tuple[str, ...]:
-    return PRESETS
 
 
 def load_topology(spec: str, servers: int | None = None) -> Topology:

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import TrafficMatrixError
-from a2acc.fileio import atomic_write_bytes, atomic_write_text
+from a2acc.fileio import atomic_write_bytes, loads_json
 from a2acc.model.topology import MAX_RANKS
 
 Matrix = npt.NDArray[np.int64]
@@ -52,19 +52,47 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
     (:data:`MAX_RANKS` ranks, :data:`MAX_RANK_BYTES` bytes sent or received per rank); return it as int64.
 
     Strings, booleans and mixed lists are refused (a JSON matrix of ``"1"`` is not bytes); unsigned and float
-    entries are range-checked before any conversion, so nothing wraps silently."""
+    entries are range-checked before any conversion, so nothing wraps silently. The shape is checked before
+    any entry is read (a memory-mapped ``.npy`` is refused from its header alone)."""
     try:
         arr = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
     except (ValueError, TypeError) as exc:
         raise TrafficMatrixError(
             source, "matrix", "ragged or non-numeric", f"need an N x N numeric matrix ({exc})"
         ) from exc
+    _check_shape(arr, source)
+    _check_entries(arr, source)
+    out = np.ascontiguousarray(arr, dtype=np.int64)
+    _check_rank_sums(out, source)
+    if expect_ranks is not None and out.shape[0] != expect_ranks:
+        raise TrafficMatrixError(
+            source,
+            "shape",
+            tuple(out.shape),
+            f"the topology has {expect_ranks} GPUs, so the matrix must be {expect_ranks} x {expect_ranks}",
+        )
+    return out
+
+
+def _check_shape(arr: npt.NDArray[Any], source: str) -> None:
+    """Square, at least 1 x 1, at most :data:`MAX_RANKS` ranks."""
     if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
         raise TrafficMatrixError(
             source, "shape", tuple(arr.shape), "the matrix must be square N x N with N >= 1"
         )
     if arr.shape[0] > MAX_RANKS:
         raise TrafficMatrixError(source, "shape", tuple(arr.shape), f"at most {MAX_RANKS} ranks")
+
+
+def _first(mask: npt.NDArray[np.bool_]) -> tuple[int, int]:
+    """(row, column) of the first True entry of ``mask``."""
+    i, j = (int(x) for x in np.argwhere(mask)[0])
+    return i, j
+
+
+def _check_entries(arr: npt.NDArray[Any], source: str) -> None:
+    """Numbers of whole bytes in ``[0, MAX_RANK_BYTES]``, checked in the entries' own type (no conversion that
+    could wrap: an unsigned 2**63 + 5 or a float 1e30 is reported as written)."""
     if arr.dtype.kind not in "iuf":
         raise TrafficMatrixError(
             source,
@@ -75,7 +103,7 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
     if arr.dtype.kind in "iu":
         big = arr > MAX_RANK_BYTES
         if big.any():
-            i, j = (int(x) for x in np.argwhere(big)[0])
+            i, j = _first(big)
             raise TrafficMatrixError(
                 source,
                 f"entry [{i}][{j}]",
@@ -83,31 +111,37 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
                 f"at most {MAX_RANK_BYTES} bytes (2**50) per entry",
             )
     if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            i, j = (int(x) for x in np.argwhere(bad)[0])
-            raise TrafficMatrixError(source, f"entry [{i}][{j}]", float(arr[i, j]), "entries must be finite")
-        frac = arr != np.floor(arr)
-        if frac.any():
-            i, j = (int(x) for x in np.argwhere(frac)[0])
-            raise TrafficMatrixError(
-                source, f"entry [{i}][{j}]", float(arr[i, j]), "entries must be whole bytes"
-            )
-        big = np.abs(arr) > MAX_RANK_BYTES
-        if big.any():
-            i, j = (int(x) for x in np.argwhere(big)[0])
-            raise TrafficMatrixError(
-                source,
-                f"entry [{i}][{j}]",
-                float(arr[i, j]),
-                f"at most {MAX_RANK_BYTES} bytes (2**50) per entry",
-            )
+        _check_float_entries(arr, source)
     neg = arr < 0
     if neg.any():
-        i, j = (int(x) for x in np.argwhere(neg)[0])
+        i, j = _first(neg)
         raise TrafficMatrixError(source, f"entry [{i}][{j}]", arr[i, j].item(), "entries must be >= 0 bytes")
-    out = np.ascontiguousarray(arr, dtype=np.int64)
-    # sums in float64 (exact below 2**53): an int64 sum could wrap
+
+
+def _check_float_entries(arr: npt.NDArray[np.floating[Any]], source: str) -> None:
+    """Finite, whole and at most :data:`MAX_RANK_BYTES` in magnitude (the sign is checked by the caller)."""
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i, j = _first(bad)
+        raise TrafficMatrixError(source, f"entry [{i}][{j}]", float(arr[i, j]), "entries must be finite")
+    frac = arr != np.floor(arr)
+    if frac.any():
+        i, j = _first(frac)
+        raise TrafficMatrixError(source, f"entry [{i}][{j}]", float(arr[i, j]), "entries must be whole bytes")
+    big = np.abs(arr) > MAX_RANK_BYTES
+    if big.any():
+        i, j = _first(big)
+        raise TrafficMatrixError(
+            source,
+            f"entry [{i}][{j}]",
+            float(arr[i, j]),
+            f"at most {MAX_RANK_BYTES} bytes (2**50) per entry",
+        )
+
+
+def _check_rank_sums(out: Matrix, source: str) -> None:
+    """No rank sends or receives more than :data:`MAX_RANK_BYTES` (sums in float64, exact below 2**53: an
+    int64 sum could wrap)."""
     sums = (out.astype(np.float64).sum(axis=1), out.astype(np.float64).sum(axis=0))
     for what, s in zip(("row", "column"), sums):
         if float(s.max()) > MAX_RANK_BYTES:
@@ -118,14 +152,6 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
                 int(s[r]),
                 f"a rank sends and receives at most {MAX_RANK_BYTES} bytes (2**50)",
             )
-    if expect_ranks is not None and out.shape[0] != expect_ranks:
-        raise TrafficMatrixError(
-            source,
-            "shape",
-            tuple(out.shape),
-            f"the topology has {expect_ranks} GPUs, so the matrix must be {expect_ranks} x {expect_ranks}",
-        )
-    return out
 
 
 def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
@@ -146,7 +172,7 @@ def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
             text = p.read_text(encoding="utf-8")
             if suffix == ".json":
                 try:
-                    doc = json.loads(text)
+                    doc = loads_json(text)
                 except json.JSONDecodeError as exc:
                     raise TrafficMatrixError(src, "", p.name, f"not valid JSON ({exc})") from exc
                 if isinstance(doc, dict):
@@ -196,21 +222,35 @@ def _parse_rows(rows: list[list[str]], src: str) -> list[list[float]]:
     return out
 
 
-def save_matrix(matrix: Matrix, path: str | Path) -> None:
-    """Write a matrix atomically in the format named by the extension."""
-    p = Path(path)
-    m = validate_matrix(matrix, str(p))
-    suffix = p.suffix.lower()
+#: the "format" key of a2acc's JSON matrices: what tells a later ``traffic gen -o`` that a2acc wrote the file
+MATRIX_FORMAT = "a2acc.matrix"
+
+
+def matrix_bytes(matrix: Matrix, suffix: str, source: str = "matrix") -> bytes:
+    """The file content of a matrix in the format named by ``suffix`` (.npy, .json, .csv, else nccl-tests'
+    whitespace-separated text)."""
+    m = validate_matrix(matrix, source)
+    suffix = suffix.lower()
     if suffix == ".npy":
         buf = io.BytesIO()
         np.save(buf, m, allow_pickle=False)
-        atomic_write_bytes(p, buf.getvalue())
-    elif suffix == ".json":
-        atomic_write_text(p, json.dumps({"units": "bytes", "matrix": m.tolist()}) + "\n")
-    elif suffix == ".csv":
-        atomic_write_text(p, "".join(",".join(str(int(x)) for x in row) + "\n" for row in m))
-    else:
-        atomic_write_text(p, "".join(" ".join(str(int(x)) for x in row) + "\n" for row in m))
+        return buf.getvalue()
+    if suffix == ".json":
+        return (json.dumps({"format": MATRIX_FORMAT, "units": "bytes", "matrix": m.tolist()}) + "\n").encode()
+    sep = "," if suffix == ".csv" else " "
+    return "".join(sep.join(str(int(x)) for x in row) + "\n" for row in m).encode()
+
+
+def owned_matrix(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is a matrix a2acc wrote (only JSON carries the mark; .npy, .csv
+    and text matrices are recognised only when their bytes are exactly what would be written)."""
+    return head.lstrip().startswith(b'{"format": "' + MATRIX_FORMAT.encode() + b'"')
+
+
+def save_matrix(matrix: Matrix, path: str | Path) -> None:
+    """Write a matrix atomically in the format named by the extension."""
+    p = Path(path)
+    atomic_write_bytes(p, matrix_bytes(matrix, p.suffix, str(p)))
 
 
 # ---------------------------------------------------------------------- generators

@@ -8,6 +8,7 @@ suffixes meaning **1024-based** units (``1M`` = 1,048,576 B); bandwidths are rep
 
 from __future__ import annotations
 
+import math
 import re
 
 from a2acc.errors import InputError
@@ -37,10 +38,20 @@ def parse_size(text: str | int, *, source: str = "", field: str = "size") -> int
     return value
 
 
+#: most sizes one range may expand to: a sweep is a row per size and planner, each a plan and a simulation
+#: (nccl-tests' widest default sweep, -b 8 -e 8G -f 2, has 31 sizes)
+MAX_SIZES = 64
+
+
 def parse_size_range(text: str, *, source: str = "", field: str = "--sizes") -> list[int]:
-    """Parse ``MIN:MAX:xF`` (geometric) or ``MIN:MAX:+STEP`` or a comma list into byte sizes."""
+    """Parse ``MIN:MAX:xF`` (geometric) or ``MIN:MAX:+STEP`` or a comma list into byte sizes (at most
+    :data:`MAX_SIZES`, counted before any list is built)."""
+    limit = f"at most {MAX_SIZES} sizes (each is a plan and a simulation per planner): use a coarser step"
     if "," in text or ":" not in text:
-        return [parse_size(p, source=source, field=field) for p in text.split(",") if p.strip()]
+        parts = [p for p in text.split(",") if p.strip()]
+        if len(parts) > MAX_SIZES:
+            raise InputError(source, field, text, limit)
+        return [parse_size(p, source=source, field=field) for p in parts]
     parts = text.split(":")
     if len(parts) != 3:
         raise InputError(
@@ -51,23 +62,29 @@ def parse_size_range(text: str, *, source: str = "", field: str = "--sizes") -> 
     step = parts[2].strip()
     if lo <= 0 or hi < lo:
         raise InputError(source, field, text, "need 0 < MIN <= MAX")
-    out: list[int] = []
     if step.startswith("x"):
-        factor = float(step[1:])
-        if factor <= 1:
-            raise InputError(source, field, text, "the factor after 'x' must be > 1")
+        try:
+            factor = float(step[1:])
+        except ValueError:
+            raise InputError(source, field, text, "the factor after 'x' must be a number > 1") from None
+        if not factor > 1 or math.isinf(factor):
+            raise InputError(source, field, text, "the factor after 'x' must be a finite number > 1")
+        if math.log(hi / lo) / math.log(factor) + 1 > MAX_SIZES + 1e-9:
+            raise InputError(source, field, text, limit)
+        out: list[int] = []
         v = float(lo)
         while v <= hi * (1 + 1e-9):
             out.append(round(v))
             v *= factor
-    elif step.startswith("+"):
+        return out
+    if step.startswith("+"):
         inc = parse_size(step[1:], source=source, field=field)
         if inc <= 0:
             raise InputError(source, field, text, "the step after '+' must be > 0")
-        out = list(range(lo, hi + 1, inc))
-    else:
-        raise InputError(source, field, text, "the third part must be xFACTOR or +STEP")
-    return out
+        if (hi - lo) // inc + 1 > MAX_SIZES:
+            raise InputError(source, field, text, limit)
+        return list(range(lo, hi + 1, inc))
+    raise InputError(source, field, text, "the third part must be xFACTOR or +STEP")
 
 
 _BW_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z/]*)\s*$")

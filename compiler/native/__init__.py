@@ -9,7 +9,10 @@ signatures.
 - ``stageplan``: FAST's stage plan (balancing, Birkhoff stages) and fast's op emission;
 - ``verify``: the verifier's symbolic execution and race checks, op-column helpers (levels, plan JSON rows,
   Op tuples);
-- ``xmlinterp``: MSCCL XML lowering and the strict check of a2acc's own XML.
+- ``xmlinterp``: MSCCL XML lowering and the strict check of a2acc's own XML;
+- ``mscclpp``: the check of a2acc's own MSCCL++ execution plans (load checks, execution, races);
+- ``mscclpp_lower``: the MSCCL++ lowering, writing the reference's exact JSON text;
+- ``maxmin``: the simulator's max-min fair sharing (progressive filling).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-NAMES = ("stageplan", "verify", "xmlinterp")
+NAMES = ("maxmin", "stageplan", "verify", "xmlinterp", "mscclpp", "mscclpp_lower")
 
 
 def load(name: str) -> ModuleType | None:
@@ -35,10 +38,16 @@ def built() -> dict[str, bool]:
 
 
 if TYPE_CHECKING:
+    from a2acc import _maxmin as maxmin
+    from a2acc import _mscclpp as mscclpp
+    from a2acc import _mscclpp_lower as mscclpp_lower
     from a2acc import _stageplan as stageplan
     from a2acc import _verify as verify
     from a2acc import _xmlinterp as xmlinterp
 else:
+    maxmin = load("maxmin")
     stageplan = load("stageplan")
     verify = load("verify")
     xmlinterp = load("xmlinterp")
+    mscclpp = load("mscclpp")
+    mscclpp_lower = load("mscclpp_lower")

@@ -615,10 +615,13 @@ static int merge_into(vec_t *acc, vec_t *tmp, const i64 *v, size_t k) {
 }
 
 static PyObject *fast_steps(PyObject *self, PyObject *args) {
-    Py_buffer bp, bq, bo, bperm, bcap, bgp, bg, bs;
+    Py_buffer bp, bq, bo, bperm, bcap, bgp, bg, bs, bend;
     int N, m;
     long long base;
-    if (!PyArg_ParseTuple(args, "y*y*y*iiy*y*y*y*Ly*", &bp, &bq, &bo, &N, &m, &bperm, &bcap, &bgp, &bg, &base, &bs))
+    /* ends[st] != 0: step st closes a group; steps of one group run concurrently (they wait only for the sends
+     * and receives of the groups before), so a group is one network step of several permutations */
+    if (!PyArg_ParseTuple(args, "y*y*y*iiy*y*y*y*Ly*y*", &bp, &bq, &bo, &N, &m, &bperm, &bcap, &bgp, &bg, &base, &bs,
+                          &bend))
         return NULL;
     PyObject *res = NULL;
     int n = m >= 1 ? N / m : 0;
@@ -627,13 +630,15 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
     int ok = m >= 1 && N % m == 0 && bp.len % sizeof(piece_t) == 0 && bq.len == (Py_ssize_t)((Q + 1) * 8) &&
              bo.len == (Py_ssize_t)N * N * 8 && bcap.len == bperm.len && (n == 0 || bperm.len % (8 * n) == 0) &&
              bgp.len == (Py_ssize_t)(N + 1) * 8 && bs.len == (Py_ssize_t)N * 8;
-    if (ok) ok = qp[Q] * (Py_ssize_t)sizeof(piece_t) == bp.len && gp[N] * 8 == bg.len;
+    if (ok) ok = qp[Q] * (Py_ssize_t)sizeof(piece_t) == bp.len && gp[N] * 8 == bg.len && bend.len == (Py_ssize_t)S * 8;
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "fast_steps: bad arguments");
         PyBuffer_Release(&bp); PyBuffer_Release(&bq); PyBuffer_Release(&bo); PyBuffer_Release(&bperm);
         PyBuffer_Release(&bcap); PyBuffer_Release(&bgp); PyBuffer_Release(&bg); PyBuffer_Release(&bs);
+        PyBuffer_Release(&bend);
         return NULL;
     }
+    const i64 *ends = bend.buf;
     emit_t e = {{0}, {0}, {0}, base};
     size_t npieces = (size_t)(bp.len / sizeof(piece_t));
     piece_t *pc = malloc(sizeof(piece_t) * (npieces + 1));
@@ -652,10 +657,13 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
         for (size_t q = 0; q < Q; q++) head[q] = qp[q];
         memcpy(scratch, bs.buf, (size_t)N * sizeof(i64));
     }
+    i64 stage_no = 1;
+    int any = 0;
     for (size_t st = 0; st < S && !err; st++) {
-        i64 stage_no = (i64)st + 1;
-        int any = 0;
-        for (int r = 0; r < N; r++) { sent[r].n = 0; recvd[r].n = 0; }
+        if (st == 0 || ends[st - 1]) { /* a group starts: it waits for what the groups before sent and received */
+            any = 0;
+            for (int r = 0; r < N; r++) { sent[r].n = 0; recvd[r].n = 0; }
+        }
         for (int a = 0; a < n && !err; a++) {
             i64 bb = perms[st * n + a];
             if (bb == a) continue;
@@ -712,7 +720,9 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
             }
         }
         if (err) break;
+        if (!ends[st]) continue;
         real += any;
+        stage_no++;
         for (int r = 0; r < N && !err; r++) {
             if (sent[r].n) {
                 vec_t t = last_send[r]; last_send[r] = sent[r]; sent[r] = t;
@@ -742,6 +752,7 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
     free(pc); free(head); free(scratch);
     PyBuffer_Release(&bp); PyBuffer_Release(&bq); PyBuffer_Release(&bo); PyBuffer_Release(&bperm);
     PyBuffer_Release(&bcap); PyBuffer_Release(&bgp); PyBuffer_Release(&bg); PyBuffer_Release(&bs);
+    PyBuffer_Release(&bend);
     return res;
 }
 

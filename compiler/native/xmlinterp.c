@@ -815,7 +815,13 @@ static void touch(low_t *L, int tb) {
 static int channel(const low_t *L, int src, int dst, int inst, int spill) {
     int n = (int)L->n;
     int dist = ((dst - src) % n + n) % n;
-    return (dist - 1) / 32 + L->n_groups * (inst + L->instances * spill);
+    int group;
+    if (L->combined) { /* one group for both directions of a pair: the shorter way round, 16 per side */
+        int k = dist < n - dist ? dist : n - dist;
+        group = (k - 1) / 16;
+    } else
+        group = (dist - 1) / 32;
+    return group + L->n_groups * (inst + L->instances * spill);
 }
 
 /* the sending and the receiving tb of connection src -> dst on chan */
@@ -1329,6 +1335,13 @@ static void sb_step(sbuf_t *b, int s, const char *type, char sb_, i64 so, char d
 }
 
 /* the whole lowering for one layout; L_OK with the text in out */
+/* channel groups per instance: every rank has at most 32 tbs of a role per channel (split: peers by distance
+   (d - s) mod N, 32 a group; combined: pairs by the shorter distance, 16 each way a group) */
+static int n_groups_of(i64 n, int combined) {
+    i64 g = combined ? ((n / 2) + 15) / 16 : (n - 1 + 31) / 32;
+    return g < 1 ? 1 : (int)g;
+}
+
 static int low_one(low_t *L, int combined, const char *name, const char *proto, i64 C, const i64 *scratch, i64 minb,
                    i64 maxb, sbuf_t *out, int *stats) {
     int n = (int)L->n, rc = L_UNDECIDED;
@@ -1341,6 +1354,7 @@ static int low_one(low_t *L, int combined, const char *name, const char *proto, 
     L->ntarg = 0;
     L->nfp = 0;
     L->combined = combined;
+    L->n_groups = n_groups_of(L->n, combined);
     memset(L->why, 0, sizeof(L->why));
     for (size_t i = 0; i < L->hsz; i++) L->hkey[i] = -1;
     for (i64 i = 0; i < L->nops; i++) L->last_src[i] = L->last_dst[i] = -1;
@@ -1508,8 +1522,6 @@ static PyObject *py_lower(PyObject *self, PyObject *args) {
         L.max_cnt = max_cnt;
         L.max_channels = max_channels;
         L.rccl = rccl;
-        L.n_groups = n - 1 > 0 ? (int)((n - 1 + 31) / 32) : 1;
-        if (L.n_groups < 1) L.n_groups = 1;
         const i64 *scratch = (const i64 *)bufs[0].buf;
         i64 max_scr = 0;
         for (i64 r = 0; r < n; r++)

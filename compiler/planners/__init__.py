@@ -1,9 +1,10 @@
 """Planner registry: name -> planner module, imported lazily (so ``a2acc --help`` stays fast).
 
-A planner is a module with ``plan(request: PlanRequest) -> Program`` and, when it takes options, an
-``Options`` frozen dataclass (fields with defaults and ``metadata={"help": ...}``); the pipeline builds the
-request, runs the planner and verifies the result. A new planner is a module (or package) in this folder
-plus one line in :data:`PLANNERS`.
+A planner is a module with ``plan(request: PlanRequest) -> Program``, optionally an ``Options`` frozen dataclass
+(fields with defaults and ``metadata={"help": ...}``) and ``applies(topology) -> str | None`` (None when it can
+plan for the topology, otherwise why not: compare skips it, ``auto`` does not try it, ``plan`` refuses with the
+reason). The pipeline builds the request, runs the planner and verifies the result. A new planner is a module
+(or package) in this folder plus one :class:`~a2acc.registry.Entry` line in :data:`PLANNERS`.
 
 Planners only emit Programs (through :class:`~a2acc.ir.builder.ProgramBuilder`); they never lower or write
 files. To run one, use :func:`a2acc.pipeline.compile` (or :func:`a2acc.plan`), which verifies what it returns.
@@ -11,21 +12,22 @@ files. To run one, use :func:`a2acc.pipeline.compile` (or :func:`a2acc.plan`), w
 
 from __future__ import annotations
 
-import importlib
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from a2acc.errors import InputError
+from a2acc.analysis.model import SimModel
+from a2acc.defaults import DEFAULT_ALGORITHM as DEFAULT_ALGORITHM
 from a2acc.ir.program import Program
 from a2acc.model.topology import Topology
 from a2acc.options import NoOptions
-
-DEFAULT_ALGORITHM = "direct"
+from a2acc.registry import Entry, Registry
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class PlanRequest:
     counts: npt.NDArray[np.int64]
     unit_bytes: int
     options: Any = field(default_factory=NoOptions)
+    #: the simulator's model a cost-aware planner prices its choices with (None: the topology's default)
+    model: SimModel | None = None
 
     @property
     def nranks(self) -> int:
@@ -46,59 +50,111 @@ class PlanRequest:
 PlannerFn = Callable[[PlanRequest], Program]
 
 
-@dataclass(frozen=True)
-class PlannerInfo:
-    name: str
-    module: str
-    summary: str
-
-
-PLANNERS: dict[str, PlannerInfo] = {
-    p.name: p
-    for p in (
-        PlannerInfo(
-            "direct", "a2acc.planners.direct", "FanOut: every pair sends at once, self-chunks copied"
+PLANNERS: Registry[PlannerFn] = Registry(
+    "planner",
+    "--algorithm",
+    [
+        Entry(
+            "direct", "a2acc.planners.direct", "FanOut: every pair sends at once, self-chunks copied", "plan"
         ),
-        PlannerInfo(
+        Entry(
             "fast",
             "a2acc.planners.fast",
             "FAST/FLASH: balancing + Birkhoff stages + pipelined redistribution",
+            "plan",
         ),
-        PlannerInfo(
-            "spreadout", "a2acc.planners.spreadout", "MPI SpreadOut: stage k, rank r sends to (r+k) mod N"
+        Entry(
+            "spreadout",
+            "a2acc.planners.spreadout",
+            "MPI SpreadOut: stage k, rank r sends to (r+k) mod N",
+            "plan",
         ),
-        PlannerInfo(
-            "hierarchical", "a2acc.planners.hierarchical", "MSCCL relay: gather at one GPU, cross, scatter"
+        Entry(
+            "hierarchical",
+            "a2acc.planners.hierarchical",
+            "MSCCL relay: gather at one GPU, cross, scatter",
+            "plan",
         ),
-        PlannerInfo("mcf", "a2acc.planners.mcf", "max-concurrent multi-commodity flow LP (HiGHS), relays"),
-        PlannerInfo(
-            "syccl", "a2acc.planners.syccl", "SyCCL: symmetric sketches, per-group LPs, simulated pick"
+        Entry("mcf", "a2acc.planners.mcf", "max-concurrent multi-commodity flow LP (HiGHS), relays", "plan"),
+        Entry(
+            "auto",
+            "a2acc.planners.auto",
+            "the fastest verified plan of every planner that applies, under the simulator's model",
+            "plan",
         ),
-    )
-}
+        Entry(
+            "syccl",
+            "a2acc.planners.syccl",
+            "SyCCL: symmetric sketches, per-group LPs, simulated pick",
+            "plan",
+        ),
+    ],
+)
 
 
 def register(name: str, module: str, summary: str) -> None:
     """Register a planner module at run time (plugins, tests); built-in planners are listed above."""
-    PLANNERS[name] = PlannerInfo(name, module, summary)
+    PLANNERS.register(name, module, summary, "plan")
 
 
-def available() -> tuple[PlannerInfo, ...]:
-    return tuple(PLANNERS[k] for k in sorted(PLANNERS))
-
-
-def planner_module(name: str) -> ModuleType:
-    info = PLANNERS.get(name)
-    if info is None:
-        raise InputError("", "--algorithm", name, f"known planners: {', '.join(sorted(PLANNERS))}")
-    return importlib.import_module(info.module)
+def available() -> tuple[Entry, ...]:
+    return PLANNERS.entries()
 
 
 def get_planner(name: str) -> PlannerFn:
-    fn: PlannerFn = planner_module(name).plan
-    return fn
+    return PLANNERS.get(name)
 
 
 def options_type(name: str) -> type:
-    opt: type = getattr(planner_module(name), "Options", NoOptions)
-    return opt
+    return PLANNERS.options(name)
+
+
+def applies(name: str, topology: Topology) -> str | None:
+    """None when planner ``name`` can plan for ``topology``; otherwise the reason it cannot."""
+    return PLANNERS.applies(name, topology)
+
+
+# ---------------------------------------------------------------------------------------------- memo
+#: plans remembered per process, by content (the planner, its options, the topology, the layout, the bytes and the
+#: model): a comparison's auto row reuses the rows above it, and a JIT bucket compiled twice plans once
+_MEMO_OPS = 2_000_000
+_MEMO: OrderedDict[tuple[str, ...], Program] = OrderedDict()
+_MEMO_LOCK = threading.Lock()
+
+
+def _memo_key(name: str, req: PlanRequest) -> tuple[str, ...]:
+    h = hashlib.sha256()
+    for arr in (req.counts, req.traffic):
+        a = np.ascontiguousarray(arr, dtype=np.int64)
+        h.update(repr(a.shape).encode())
+        h.update(a.tobytes())
+    return (
+        name,
+        repr(req.options),
+        req.topology.fingerprint,
+        str(req.unit_bytes),
+        h.hexdigest(),
+        repr(req.model),
+    )
+
+
+def run(name: str, req: PlanRequest) -> Program:
+    """Planner ``name`` on ``req``, remembered by content (planners are deterministic functions of the request)."""
+    key = _memo_key(name, req)
+    with _MEMO_LOCK:
+        hit = _MEMO.get(key)
+        if hit is not None:
+            _MEMO.move_to_end(key)
+            return hit
+    prog = get_planner(name)(req)
+    with _MEMO_LOCK:
+        _MEMO[key] = prog
+        while len(_MEMO) > 1 and sum(len(p.table) for p in _MEMO.values()) > _MEMO_OPS:
+            _MEMO.popitem(last=False)
+    return prog
+
+
+def remembered(name: str, req: PlanRequest) -> Program | None:
+    """The plan :func:`run` made for exactly this request, if it is still remembered."""
+    with _MEMO_LOCK:
+        return _MEMO.get(_memo_key(name, req))

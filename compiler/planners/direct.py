@@ -7,6 +7,7 @@ concurrent. It is incast-prone on scale-out links (see :mod:`a2acc.analysis.simu
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from a2acc.ir import Buf, Program, ProgramBuilder
 from a2acc.planners import PlanRequest
@@ -16,7 +17,13 @@ def plan(req: PlanRequest) -> Program:
     counts = req.counts
     n = req.nranks
     b = ProgramBuilder(f"direct-{n}", "direct", counts, req.unit_bytes, req.traffic, topology=req.topology)
-    # all pairs at once, in (source, destination) order
+    add_direct(b, counts)
+    b.meta["stages"] = 1
+    return b.build()
+
+
+def add_direct(b: ProgramBuilder, counts: npt.NDArray[np.int64]) -> None:
+    """All pairs at once, in (source, destination) order (also fast's one-step shape)."""
     src, dst = np.nonzero(counts)
     b.add_many(
         (src, int(Buf.INPUT), b.in_off[src, dst]),
@@ -24,5 +31,3 @@ def plan(req: PlanRequest) -> Program:
         counts[src, dst],
         stage=0,
     )
-    b.meta["stages"] = 1
-    return b.build()

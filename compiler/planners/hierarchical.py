@@ -19,8 +19,9 @@ from a2acc.ir import Buf, Program, ProgramBuilder
 from a2acc.planners import PlanRequest
 
 
-def relay_index(a: int, b: int, m: int) -> int:
-    return (b if a > b else b - 1) % m
+def relay_index(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], m: int) -> npt.NDArray[np.int64]:
+    """Local index of server ``a``'s relay GPU for server ``b`` (msccl-tools' rule, elementwise)."""
+    return np.asarray(np.where(a > b, b, b - 1) % m, dtype=np.int64)
 
 
 def plan(req: PlanRequest) -> Program:
@@ -45,7 +46,7 @@ def plan(req: PlanRequest) -> Program:
     if npairs == 0:
         bld.meta["stages"] = 3 if n > 1 else 1
         return bld.build()
-    ridx = np.where(pa > pb, pb, pb - 1) % m
+    ridx = relay_index(pa, pb, m)
     relay, peer, tot = pa * m + ridx, pb * m + ridx, total[pa, pb]
     base, land = _alloc_pairs(bld, relay, peer, tot)
     # pieces (pair, i, j) with chunks, in the order the gathers are issued

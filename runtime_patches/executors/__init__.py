@@ -2,43 +2,123 @@
 
 | name | runs | needs |
 |---|---|---|
-| ``reference`` | the Program itself, as batched isend/irecv + local copies over ``torch.distributed`` | any backend with p2p (Gloo, NCCL, RCCL) |
-| ``msccl`` | the packed buffer through the stock ``all_to_all_single``, which msccl-executor-nccl / RCCL replace by the bucket's XML | an NCCL/RCCL process group and an ``MSCCL_ALGO_DIR`` holding that XML when the job started (``a2acc cache export``) |
-| ``mscclpp`` | an MSCCL++ JSON plan through ``mscclpp.Executor`` | ``mscclpp`` importable, a GPU, the bucket's plan lowered with ``A2ACC_BACKEND=mscclpp-json`` |
+| ``p2p`` (default) | the plan as a few stages of coalesced per-peer send/recv + vectorised local copies (FLASH's implementation style) | any backend with point-to-point: NCCL, RCCL, Gloo |
+| ``reference`` | every op as its own send/recv or copy, level by level: the correctness oracle | as ``p2p`` |
+| ``msccl`` | the packed buffer through the stock ``all_to_all_single``, which msccl-executor-nccl / RCCL (ROCm <= 7.12) replace by the bucket's XML | an NCCL/RCCL group on ROCm PyTorch and the XML in ``MSCCL_ALGO_DIR`` at start |
+| ``mscclpp`` | an MSCCL++ JSON plan through ``mscclpp.Executor`` | mscclpp >= 0.9 importable, a GPU |
 
-Each executor says, per plan, whether it can run it here (:meth:`unavailable` returns the reason it cannot);
-the engine then falls back to ``reference`` with one warning, on every rank alike (the choice is part of the
-ranks' agreement). A new executor is a module here plus one line in :data:`EXECUTORS`.
+Each executor says, per plan, whether it can run it here (:meth:`Executor.unavailable` returns the reason it
+cannot); the engine then runs :data:`FALLBACK` with one warning, on every rank alike (the choice is part of the
+ranks' agreement). A new executor is a module here plus one line in :data:`EXECUTORS`: this is the one list of
+executor names (settings, docs and the CLI read it).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-EXECUTORS = {
-    "reference": "a2acc.runtime.executors.reference",
-    "msccl": "a2acc.runtime.executors.msccl",
-    "mscclpp": "a2acc.runtime.executors.mscclpp",
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    name: str
+    module: str
+    summary: str
+    backend: str  # what its plans are lowered to when A2ACC_BACKEND is not set ("none": the Program itself)
+    relabels: bool  # can run a plan with its ranks relabelled (canonical buckets); uniform collectives cannot
+
+
+EXECUTORS: dict[str, ExecutorInfo] = {
+    e.name: e
+    for e in (
+        ExecutorInfo(
+            "p2p",
+            "a2acc.runtime.executors.p2p",
+            "stages of coalesced per-peer send/recv and vectorised copies (NCCL, RCCL, Gloo)",
+            "none",
+            True,
+        ),
+        ExecutorInfo(
+            "reference",
+            "a2acc.runtime.executors.reference",
+            "every op as its own send/recv or copy, level by level (the correctness oracle)",
+            "none",
+            True,
+        ),
+        ExecutorInfo(
+            "msccl",
+            "a2acc.runtime.executors.msccl",
+            "the bucket's XML in msccl-executor-nccl or RCCL <= ROCm 7.12 (MSCCL_ALGO_DIR at start)",
+            "msccl-xml",
+            False,
+        ),
+        ExecutorInfo(
+            "mscclpp",
+            "a2acc.runtime.executors.mscclpp",
+            "the bucket's MSCCL++ JSON plan through mscclpp.Executor (mscclpp >= 0.9)",
+            "mscclpp-json",
+            False,
+        ),
+    )
 }
+DEFAULT_EXECUTOR = "p2p"
+FALLBACK = "p2p"  # runs a plan when the chosen executor cannot
+
+
+@dataclass(frozen=True)
+class Regions:
+    """Byte ranges of one call's arena (one uint8 tensor on the data's device): the packed input and the
+    output the engine unpacks, in an arena of ``total`` bytes."""
+
+    input: tuple[int, int]
+    output: tuple[int, int]
+    total: int
 
 
 class Executor(Protocol):
     name: str
-    # per-rank buffers the executor wants: "program" (input/output/scratch of the Program) or "uniform"
-    # (buffer_chunks x unit bytes in and out, the executor's uniform all-to-all)
-    buffers: str
 
     def unavailable(self, entry: Any, group: Any) -> str | None:
         """Why this executor cannot run the cache entry's plan in this process (None: it can)."""
         ...
 
-    def run(self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any) -> Any:
-        """Start rank ``rank``'s part of the plan over ``bufs`` (Buf -> 1-D uint8 tensors); return the works
-        still pending (the caller waits for them before unpacking), or None when everything is done."""
+    def prepare(self, prog: Any, entry: Any) -> Any:
+        """Per-plan state, made once when the plan loads (in the background thread)."""
+        ...
+
+    def regions(self, prepared: Any, rank: int) -> Regions:
+        """The arena program rank ``rank`` needs."""
+        ...
+
+    def start(
+        self,
+        prepared: Any,
+        rank: int,
+        arena: Any,
+        peers: list[int],
+        groups: tuple[Any, Any],
+        stock: Any,
+        extra: Sequence[tuple[bool, Any, int]] = (),
+        direct: Mapping[tuple[bool, int], Any] | None = None,
+    ) -> Callable[[], None]:
+        """Start program rank ``rank``'s part over ``arena`` (its input region already packed); return the
+        tail that completes it (the caller runs the tail, then unpacks the output region). ``peers[c]`` is
+        the global rank playing program rank ``c``; ``groups`` the (main, intra-server) process groups;
+        ``extra`` point-to-point messages to post alongside and ``direct`` the caller's bytes for the
+        messages that carry them, given only to executors with ``carries_residual = True``."""
         ...
 
 
 def get_executor(name: str) -> Executor:
-    ex: Executor = importlib.import_module(EXECUTORS[name]).EXECUTOR
+    ex: Executor = importlib.import_module(EXECUTORS[name].module).EXECUTOR
     return ex
+
+
+def options_type(name: str) -> type:
+    """The options dataclass of executor ``name`` (``A2ACC_EXECUTOR_OPTS``)."""
+    from a2acc.options import NoOptions
+
+    opt: type = getattr(importlib.import_module(EXECUTORS[name].module), "Options", NoOptions)
+    return opt

@@ -31,12 +31,18 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from a2acc.errors import RuntimeHookError
+import numpy as np
+
+from a2acc.errors import PlanFormatError, RuntimeHookError
 from a2acc.fileio import atomic_write_text
+from a2acc.ir.layout import Manifest, find_manifest, load_manifest, manifest_from_json
+from a2acc.runtime.executors import Regions
 
 NCCL_DTYPES = {
     "int8": 0,
@@ -132,33 +138,39 @@ class MscclLibrary:
         dtype: str,
         comm: int,
         stream: int,
+        nranks: int,
         send_counts: Sequence[int] | None = None,
         recv_counts: Sequence[int] | None = None,
     ) -> None:
-        """``mscclRunAlgo`` for an all-to-all: ``count`` elements per peer (counts/displacements unused by the
-        kernels; passed when given for executors that record them)."""
+        """``mscclRunAlgo`` for an all-to-all of ``count`` elements per peer over ``nranks`` ranks. The count and
+        displacement arrays are always passed (``count`` per peer unless given): RCCL's ``mscclRunAlgo``
+        dereferences them, so NULL is never an option."""
         if dtype not in NCCL_DTYPES:
             raise RuntimeHookError(f"dtype {dtype!r} has no NCCL equivalent")
+        if nranks < 1:
+            raise RuntimeHookError(f"nranks {nranks}: must be >= 1")
+        sends = list(send_counts) if send_counts is not None else [count] * nranks
+        recvs = list(recv_counts) if recv_counts is not None else [count] * nranks
+        if len(sends) != nranks or len(recvs) != nranks:
+            raise RuntimeHookError(f"send/recv counts must list {nranks} peers")
 
-        def arr(xs: Sequence[int] | None) -> ctypes.Array[ctypes.c_size_t] | None:
-            return None if xs is None else (ctypes.c_size_t * len(xs))(*xs)
+        def arr(xs: Sequence[int]) -> ctypes.Array[ctypes.c_size_t]:
+            return (ctypes.c_size_t * len(xs))(*xs)
 
-        def displs(xs: Sequence[int] | None) -> ctypes.Array[ctypes.c_size_t] | None:
-            if xs is None:
-                return None
+        def displs(xs: Sequence[int]) -> ctypes.Array[ctypes.c_size_t]:
             out, acc = [], 0
             for x in xs:
                 out.append(acc)
                 acc += x
-            return (ctypes.c_size_t * len(out))(*out)
+            return arr(out)
 
         rc = self.lib.mscclRunAlgo(
             ctypes.c_void_p(send_ptr),
-            arr(send_counts),
-            displs(send_counts),
+            arr(sends),
+            displs(sends),
             ctypes.c_void_p(recv_ptr),
-            arr(recv_counts),
-            displs(recv_counts),
+            arr(recvs),
+            displs(recvs),
             count,
             NCCL_DTYPES[dtype],
             0,
@@ -179,63 +191,206 @@ class MscclLibrary:
 
 # MSCCL_ALGO_DIR as it was when this process started: the executors read it once, at communicator creation
 _ALGO_DIR_AT_START = os.environ.get("MSCCL_ALGO_DIR")
+_ATTR = re.compile(r'\b(ngpus|nchunksperloop|minBytes|maxBytes|coll)="([^"]*)"')
+
+
+@dataclass(frozen=True)
+class AlgoFile:
+    """One XML in ``MSCCL_ALGO_DIR``: its ``<algo>`` attributes and, when a2acc wrote it, its manifest."""
+
+    name: str
+    text: str
+    attrs: dict[str, str]
+    manifest: Manifest | None
+
+    def int_attr(self, key: str) -> int:
+        try:
+            return int(self.attrs.get(key, "0"))
+        except ValueError:
+            return 0
+
+    def selected_for(self, nranks: int, nbytes: int) -> bool:
+        """Would the executor consider this file for an all-to-all of ``nbytes`` per rank over ``nranks``?"""
+        lo, hi = self.int_attr("minBytes"), self.int_attr("maxBytes")
+        return (
+            self.attrs.get("coll") == "alltoall"
+            and self.int_attr("ngpus") == nranks
+            and lo <= nbytes
+            and (hi == 0 or nbytes <= hi)
+        )
+
+
+def scan_algo_dir(directory: str | os.PathLike[str]) -> list[AlgoFile]:
+    """Every ``*.xml`` in ``directory`` (what the executor loads at init), with the manifest a2acc wrote beside
+    it (``DIR.manifest.json`` from ``a2acc compile``, ``DIR.manifests/`` from ``a2acc cache export``)."""
+    d = Path(directory)
+    out: list[AlgoFile] = []
+    try:
+        files = sorted(p for p in d.iterdir() if p.suffix == ".xml" and p.is_file())
+    except OSError:
+        return out
+    for p in files:
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        head = text[: text.find(">") + 1] if "<algo" in text else ""
+        attrs = dict(_ATTR.findall(head[head.find("<algo") :])) if head else {}
+        man_path = find_manifest(p)
+        man = load_manifest(man_path) if man_path is not None else None
+        out.append(AlgoFile(p.name, text, attrs, man))
+    return out
 
 
 class MscclExecutor:
     """Runs a bucket's plan through the MSCCL executor loaded in NCCL/RCCL (directory mode).
 
-    The XML must already be in ``MSCCL_ALGO_DIR`` when the communicator is created (``a2acc cache export DIR``
-    from an earlier job or an offline ``a2acc compile``); then the stock ``all_to_all_single`` over the packed
-    uniform buffer of ``buffer_chunks x unit`` bytes per rank is what the executor replaces by that XML. The
-    executor is used only when that is provably so for this plan: an NCCL process group of a ROCm PyTorch (whose
-    ``all_to_all_single`` calls RCCL's ``ncclAllToAll``; CUDA PyTorch issues grouped send/recv instead), and the
-    directory holding a byte-identical copy of the bucket's XML. Otherwise :meth:`unavailable` says why and the engine
-    runs the reference executor instead (the stock call on a packed buffer would not be this plan's
-    all-to-all-v). Nothing here has run on a GPU.
+    The executors load ``MSCCL_ALGO_DIR`` once, when the first communicator is created. A bucket runs here
+    when that directory holds an a2acc XML for exactly its layout: the JIT's own (``a2acc cache export`` of an
+    earlier job) or ``a2acc compile`` output whose manifest (``DIR.manifest.json``) gives the same chunk
+    layout, chunk size and buffer; those layouts are offered to the bucket index first (:meth:`layouts`), so a
+    job whose matrices fit a compiled layout uses it. The stock ``all_to_all_single`` over the packed uniform
+    buffer is then what the executor replaces by that XML, provided (checked in :meth:`unavailable`) the file
+    verifies against its manifest, it is the only XML the executor would select for that size, the selection
+    rule of the file's dialect accepts the call (uint8 elements: msccl-executor-nccl ``(count * nranks) %
+    nchunksperloop == 0``, RCCL ``count % nchunksperloop == 0`` with ``count`` bytes per peer), the group is
+    NCCL, and torch is a ROCm build (CUDA PyTorch lowers an equal-split ``all_to_all_single`` to grouped
+    send/recv, which MSCCL never sees; ROCm PyTorch calls RCCL's ``ncclAllToAll``). Otherwise the engine runs
+    the ``p2p`` executor and says why, once. Nothing here has run on a GPU.
     """
 
     name = "msccl"
-    buffers = "uniform"
 
     def __init__(self, algo_dir: str | None = _ALGO_DIR_AT_START) -> None:
         self.algo_dir = algo_dir
+        self._files: list[AlgoFile] | None = None
+        self._checked: dict[str, str | None] = {}
 
-    def unavailable(self, entry: Any, group: Any) -> str | None:
-        xmls = {k: v for k, v in entry.files.items() if k.endswith(".xml")}
-        if len(xmls) != 1:
-            return "the cached plan has no MSCCL XML (set A2ACC_BACKEND=msccl-xml)"
-        if not self.algo_dir:
-            return "MSCCL_ALGO_DIR was not set when the job started (a2acc cache export DIR, then MSCCL_ALGO_DIR=DIR)"
-        ((name, text),) = xmls.items()
-        try:
-            on_disk = (Path(self.algo_dir) / name).read_text(encoding="utf-8")
-        except OSError:
-            return f"{name} is not in MSCCL_ALGO_DIR={self.algo_dir} (a new bucket: it serves the next job)"
-        if on_disk != text:
-            return f"{name} in MSCCL_ALGO_DIR differs from the cached plan"
-        try:
-            import torch.distributed as dist
+    def files(self) -> list[AlgoFile]:
+        if self._files is None:
+            self._files = scan_algo_dir(self.algo_dir) if self.algo_dir else []
+        return self._files
 
-            backend = str(dist.get_backend(group))
-        except Exception as exc:  # no process group: cannot be the MSCCL path
-            return f"no process group backend ({exc})"
-        if backend != "nccl":
-            return f"process group backend is {backend}, not nccl (NCCL/RCCL with MSCCL)"
-        import torch
+    def layouts(self, nranks: int) -> list[tuple[np.ndarray, int]]:
+        """(chunk counts, chunk bytes) of every a2acc XML in the directory for ``nranks`` ranks."""
+        return [
+            (np.asarray(f.manifest.counts, dtype=np.int64), f.manifest.chunk_bytes)
+            for f in self.files()
+            if f.manifest is not None and f.manifest.ngpus == nranks and f.manifest.target == "msccl-xml"
+        ]
 
-        if not getattr(torch.version, "hip", None):
-            # CUDA PyTorch lowers an equal-split all_to_all_single to grouped ncclSend/ncclRecv, which MSCCL's
-            # algorithm selection never sees; ROCm PyTorch calls RCCL's ncclAllToAll, which it does
-            return "CUDA PyTorch issues grouped send/recv, not ncclAllToAll, so MSCCL cannot select the XML"
+    def _match(self, man: Manifest, entry: Any) -> AlgoFile | None:
+        xml = {k: v for k, v in entry.files.items() if k.endswith(".xml")}
+        for f in self.files():
+            if f.text in xml.values():
+                return f
+            m = f.manifest
+            if (
+                m is not None
+                and m.target == "msccl-xml"
+                and m.counts == man.counts
+                and m.chunk_bytes == man.chunk_bytes
+                and m.buffer_chunks == man.buffer_chunks
+            ):
+                return f
         return None
 
-    def run(
-        self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any
-    ) -> list[Any]:
-        from a2acc.ir.program import Buf
+    def _verified(self, f: AlgoFile) -> str | None:
+        """None when the file verifies against its manifest (a2acc's reader and interpreter), else why not."""
+        if f.name not in self._checked:
+            from a2acc.backends import get_target
+            from a2acc.options import parse_options
 
-        stock(bufs[int(Buf.OUTPUT)], bufs[int(Buf.INPUT)], group=group)
-        return []
+            target = get_target("msccl-xml")
+            why = None
+            if f.manifest is None:
+                why = f"{f.name} has no a2acc manifest beside MSCCL_ALGO_DIR"
+            else:
+                opts: Any = parse_options(target.Options, dict(f.manifest.options))
+                chk = target.check_text(f.text, f.name, f.manifest, opts)
+                why = None if chk.ok else f"{f.name} does not verify ({'; '.join(chk.errors[:2])})"
+            self._checked[f.name] = why
+        return self._checked[f.name]
+
+    def unavailable(self, entry: Any, group: Any) -> str | None:
+        man = _entry_manifest(entry)
+        if man is None:
+            return "the cached plan has no MSCCL XML manifest (set A2ACC_BACKEND=msccl-xml)"
+        if not self.algo_dir:
+            return "MSCCL_ALGO_DIR was not set when the job started (a2acc compile or a2acc cache export, then MSCCL_ALGO_DIR=DIR)"
+        f = self._match(man, entry)
+        if f is None:
+            return f"no XML in MSCCL_ALGO_DIR={self.algo_dir} has this bucket's layout (a new bucket: it serves the next job)"
+        why = self._verified(f) or _selection(f, man, self.files())
+        if why is not None:
+            return why
+        return _group_problem(group)
+
+    def prepare(self, prog: Any, entry: Any) -> Any:
+        return prog
+
+    def regions(self, prog: Any, rank: int) -> Regions:
+        b = prog.layout.buffer_chunks * prog.unit_bytes
+        return Regions((0, b), (b, 2 * b), 2 * b)
+
+    def start(
+        self,
+        prog: Any,
+        rank: int,
+        arena: Any,
+        peers: list[int],
+        groups: tuple[Any, Any],
+        stock: Any,
+        extra: Sequence[tuple[bool, Any, int]] = (),
+        direct: Mapping[tuple[bool, int], Any] | None = None,
+    ) -> Callable[[], None]:
+        r = self.regions(prog, rank)
+        stock(arena[r.output[0] : r.output[1]], arena[r.input[0] : r.input[1]], group=groups[0])
+        return lambda: None
+
+
+def _entry_manifest(entry: Any) -> Manifest | None:
+    raw = getattr(entry, "manifest", None)
+    if not raw or not any(k.endswith(".xml") for k in getattr(entry, "files", {})):
+        return None
+    try:
+        return manifest_from_json(raw, "cache entry manifest")
+    except PlanFormatError:
+        return None
+
+
+def _selection(f: AlgoFile, man: Manifest, files: list[AlgoFile]) -> str | None:
+    """None when the executor would select exactly ``f`` for the packed call (uint8, one buffer per rank)."""
+    n, nbytes, c = man.ngpus, man.buffer_bytes, man.buffer_chunks
+    others = [g.name for g in files if g is not f and g.selected_for(n, nbytes)]
+    if not f.selected_for(n, nbytes):
+        return f"{f.name} does not cover {nbytes} bytes per rank (minBytes/maxBytes)"
+    if others:
+        return f"{len(others)} other XML in MSCCL_ALGO_DIR also cover {nbytes} bytes ({others[0]}): the executor's choice is ambiguous"
+    count = nbytes // n  # uint8 elements per peer
+    dialect = dict((f.manifest or man).options).get("dialect", "nccl")
+    ok = (count % c == 0) if dialect == "rccl" else ((count * n) % c == 0)
+    if not ok:
+        return f"{dialect}'s selection rule rejects {count} bytes per peer with nchunksperloop={c}"
+    return None
+
+
+def _group_problem(group: Any) -> str | None:
+    try:
+        import torch.distributed as dist
+
+        backend = str(dist.get_backend(group))
+    except Exception as exc:  # no process group: cannot be the MSCCL path
+        return f"no process group backend ({exc})"
+    if backend != "nccl":
+        return f"process group backend is {backend}, not nccl (NCCL/RCCL with MSCCL)"
+    import torch
+
+    if not getattr(torch.version, "hip", None):
+        # CUDA PyTorch lowers an equal-split all_to_all_single to grouped ncclSend/ncclRecv, which MSCCL's
+        # algorithm selection never sees; ROCm PyTorch calls RCCL's ncclAllToAll, which it does
+        return "CUDA PyTorch issues grouped send/recv, not ncclAllToAll, so MSCCL cannot select the XML"
+    return None
 
 
 EXECUTOR = MscclExecutor()

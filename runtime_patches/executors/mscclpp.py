@@ -31,17 +31,59 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from a2acc.errors import PlanFormatError, RuntimeHookError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir.layout import Manifest, manifest_from_json
+from a2acc.runtime.executors import Regions
 
 NOT_IMPORTABLE = (
-    "mscclpp is not importable: build MSCCL++ (v0.8 or later) with its Python bindings (pip install . in "
+    "mscclpp is not importable: build MSCCL++ (v0.9.0 or later) with its Python bindings (pip install . in "
     "microsoft/mscclpp) to use A2ACC_EXECUTOR=mscclpp"
 )
+MIN_VERSION = (0, 9, 0)  # CommGroup(torch_group=...) and the Executor API this module calls
+API = ("CommGroup", "Executor", "ExecutionPlan", "DataType")
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    parts = []
+    for p in text.split("+")[0].split("."):
+        digits = "".join(ch for ch in p if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) if parts else None
+
+
+def api_problem(mod: Any) -> str | None:
+    """Why the installed mscclpp cannot serve this executor (None: it can): the version (>= 0.9.0) and the
+    names and parameters called, checked before the first call."""
+    import inspect
+
+    raw = getattr(mod, "__version__", None)
+    if raw is None:
+        try:
+            from importlib.metadata import version
+
+            raw = version("mscclpp")
+        except Exception:  # no distribution metadata: judged by the API alone
+            raw = None
+    v = _version_tuple(str(raw)) if raw is not None else None
+    if v is not None and v < MIN_VERSION:
+        return f"mscclpp {raw} is older than 0.9.0 (CommGroup(torch_group=...) and Executor.execute as used here)"
+    missing = [n for n in API if not hasattr(mod, n)]
+    if missing:
+        return f"mscclpp {raw or '(unknown version)'} has no {', '.join(missing)}"
+    try:
+        params = inspect.signature(mod.CommGroup).parameters
+    except (TypeError, ValueError):  # a compiled class without a signature: trust the version
+        return None
+    if "torch_group" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return f"mscclpp {raw or '(unknown version)'}: CommGroup takes no torch_group (needs >= 0.9.0)"
+    return None
 
 
 def _module() -> Any:
@@ -115,9 +157,16 @@ class MscclppExecutor:
                 "the plan writes peers' receive buffers directly (output_writes=direct), which needs buffers at "
                 "equal offsets in their allocations on every rank; lower with output_writes=scratch"
             )
-        if self.mod() is None:
+        mod = self.mod()
+        if mod is None:
             return NOT_IMPORTABLE
+        problem = api_problem(mod)
+        if problem is not None:
+            return problem
         if self.module is None:
+            problem = group_problem(group)
+            if problem is not None:
+                return problem
             try:
                 import torch
             except ImportError:
@@ -157,22 +206,44 @@ class MscclppExecutor:
             ex = self._executors[key] = executor_for(comm, mod)
         return ex
 
-    def run(
-        self, prog: Any, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any
-    ) -> list[Any]:
+    def prepare(self, prog: Any, entry: Any) -> Any:
+        return (prog, entry)
+
+    def regions(self, prepared: Any, rank: int) -> Regions:
+        prog, entry = prepared
+        man = _manifest(entry)
+        b = man.buffer_bytes if man is not None else prog.layout.buffer_chunks * prog.unit_bytes
+        return Regions((0, b), (b, 2 * b), 2 * b)
+
+    def start(
+        self,
+        prepared: Any,
+        rank: int,
+        arena: Any,
+        peers: list[int],
+        groups: tuple[Any, Any],
+        stock: Any,
+        extra: Sequence[tuple[bool, Any, int]] = (),
+        direct: Mapping[tuple[bool, int], Any] | None = None,
+    ) -> Callable[[], None]:
+        r = self.regions(prepared, rank)
+        self.run(
+            prepared[1], rank, arena[r.input[0] : r.input[1]], arena[r.output[0] : r.output[1]], groups[0]
+        )
+        return lambda: None
+
+    def run(self, entry: Any, rank: int, send_in: Any, recv_out: Any, group: Any) -> None:
         """Copy in, execute on the stream, copy out; everything is enqueued on the current stream, so nothing is
         left pending for the caller (stream order makes its unpacking wait)."""
-        from a2acc.ir.program import Buf
-
         why = self.unavailable(entry, group)
         if why is not None:
             raise RuntimeHookError(why)
         mod = self.mod()
         pf = _plan_file(entry)
         man = _manifest(entry)
-        assert pf is not None and man is not None
+        if pf is None or man is None:
+            raise RuntimeHookError("the cached plan has no MSCCL++ JSON plan")
         name, text = pf
-        send_in, recv_out = bufs[int(Buf.INPUT)], bufs[int(Buf.OUTPUT)]
         nbytes = man.buffer_bytes
         for what, t in (("input", send_in), ("output", recv_out)):
             got = int(t.numel()) * int(t.element_size())
@@ -195,7 +266,25 @@ class MscclppExecutor:
             rank, send.data_ptr(), recv.data_ptr(), nbytes, nbytes, mod.DataType.uint32, plan, stream
         )
         recv_out.copy_(recv)
-        return []
+
+
+def group_problem(group: Any) -> str | None:
+    """``CommGroup(torch_group=)`` broadcasts its bootstrap id as a CPU tensor over the group: the group must
+    accept CPU tensors (gloo, or ``backend="cpu:gloo,cuda:nccl"``)."""
+    try:
+        import torch
+
+        from a2acc.runtime.collectives import accepted_devices
+
+        devices = accepted_devices(group, torch.device("cpu"))
+    except Exception as exc:  # no process group
+        return f"no process group ({exc})"
+    if "cpu" not in devices:
+        return (
+            "mscclpp's CommGroup(torch_group=...) broadcasts a CPU tensor over the group, which this group's "
+            f"backend ({'/'.join(devices)}) rejects: create it with backend='cpu:gloo,cuda:nccl'"
+        )
+    return None
 
 
 def _current_stream() -> int:

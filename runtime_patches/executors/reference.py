@@ -15,10 +15,12 @@ its portable executor.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from a2acc.ir import Program
+from a2acc.ir import Buf, Program
 from a2acc.ir.dag import levels
+from a2acc.runtime.executors import Regions
 
 
 def execute(
@@ -81,22 +83,45 @@ def execute(
 
 
 class ReferenceExecutor:
-    """The Program over torch.distributed p2p (see module docstring)."""
+    """The Program over torch.distributed p2p, op by op (see module docstring)."""
 
     name = "reference"
-    buffers = "program"
 
     def unavailable(self, entry: Any, group: Any) -> str | None:
         return None
 
-    def run(
-        self, prog: Program, entry: Any, rank: int, bufs: dict[int, Any], group: Any, stock: Any
-    ) -> list[Any]:
-        import torch.distributed as dist
+    def prepare(self, prog: Program, entry: Any = None) -> Program:
+        return prog
 
-        world = prog.nranks
-        ranks = [dist.get_global_rank(group, r) for r in range(world)] if group is not None else None
-        return execute(prog, rank, bufs, group=group, ranks=ranks)
+    def regions(self, prog: Program, rank: int) -> Regions:
+        u = prog.unit_bytes
+        i, o = prog.input_chunks(rank) * u, prog.output_chunks(rank) * u
+        return Regions((0, i), (i, i + o), i + o + prog.scratch[rank] * u)
+
+    def start(
+        self,
+        prog: Program,
+        rank: int,
+        arena: Any,
+        peers: list[int],
+        groups: tuple[Any, Any],
+        stock: Any,
+        extra: Sequence[tuple[bool, Any, int]] = (),
+        direct: Mapping[tuple[bool, int], Any] | None = None,
+    ) -> Callable[[], None]:
+        r = self.regions(prog, rank)
+        bufs = {
+            int(Buf.INPUT): arena[r.input[0] : r.input[1]],
+            int(Buf.OUTPUT): arena[r.output[0] : r.output[1]],
+            int(Buf.SCRATCH): arena[r.output[1] : r.total],
+        }
+        pending = execute(prog, rank, bufs, group=groups[0], ranks=peers)
+
+        def tail() -> None:
+            for w in pending:
+                w.wait()
+
+        return tail
 
 
 EXECUTOR = ReferenceExecutor()

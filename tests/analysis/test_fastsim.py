@@ -217,3 +217,29 @@ def test_fast_engine_agrees_on_the_roce_preset_with_incast(algorithm, kind):
     assert fast.makespan_s == pytest.approx(ref.makespan_s, rel=0.01)
     assert fast.time_s == pytest.approx(ref.time_s, rel=0.01)
     assert fast.timeout_probability == pytest.approx(ref.timeout_probability, abs=0.02)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    nl=st.integers(1, 30),
+    nf=st.integers(1, 40),
+    k=st.integers(1, 4),
+    seed=st.integers(0, 2**32 - 1),
+    weighted=st.booleans(),
+    ties=st.booleans(),
+)
+def test_compiled_max_min_gives_the_reference_floats(nl, nf, k, seed, weighted, ties):
+    """The compiled core (a2acc._maxmin) runs the reference's arithmetic: the very same rates."""
+    from a2acc.analysis.fastsim import max_min, max_min_py
+    from a2acc.native import maxmin
+
+    if maxmin is None:
+        pytest.skip("a2acc._maxmin was not built (no C compiler)")
+    rng = np.random.default_rng(seed)
+    cap = rng.uniform(0.1, 10.0, nl)
+    if ties:
+        cap = np.round(cap) + 1.0
+    bind = rng.integers(0, nl + 1, (nf, k))
+    bind[:, 0] = rng.integers(0, nl, nf)  # every flow crosses a link
+    w = rng.integers(1, 5, nf).astype(np.float64) if weighted else None
+    assert np.array_equal(max_min(bind, cap, w), max_min_py(bind, cap, w))

@@ -51,7 +51,8 @@ def test_transport_and_switch_buffer_fields_are_checked():
     assert topo.inter is not None and topo.inter.switch_buffer == 16 * 2**20
     assert default_model(topo).incast.buffer_bytes == 16 * 2**20  # the file's switch overrides the default
     plain = parse_topology({**base, "inter": {"bandwidth": 10}}, "f")
-    assert plain.fingerprint == topo.fingerprint  # the transport does not change plans
+    # plans chosen under a model (auto, syccl's simulated pick, a shared JIT cache) depend on the transport
+    assert plain.fingerprint != topo.fingerprint
 
 
 def test_params_file_round_trip(tmp_path):
@@ -63,7 +64,12 @@ def test_params_file_round_trip(tmp_path):
         assert a == pytest.approx(b)
     assert back.incast.buffer_bytes == pytest.approx(CALIBRATED_ROCE.incast.buffer_bytes, rel=1e-9)
     assert back.incast.rto_s == pytest.approx(ROCE_RTO_S)
+    for name in ("inter_efficiency", "intra_efficiency", "fill_bytes", "eager_bytes"):
+        assert getattr(back, name) == pytest.approx(getattr(CALIBRATED_ROCE, name), rel=1e-6)
+    assert back.incast.fanin_loss == pytest.approx(CALIBRATED_ROCE.incast.fanin_loss)
     assert path.read_text().startswith("# a header\n# line two\n")
+    tweaked = parse_model({"version": 1, "transport": "roce", "incast": {"fanin_loss": 0.5}}, "p.yaml")
+    assert tweaked.incast.fanin_loss == 0.5 and tweaked.fill_bytes == CALIBRATED_ROCE.fill_bytes
 
 
 @pytest.mark.parametrize(
@@ -81,6 +87,8 @@ def test_params_file_round_trip(tmp_path):
             "a number",
         ),
         ({"version": 1, "transport": "roce", "incast": {"bufer": 5}}, "incast.bufer", "unknown field"),
+        ({"version": 1, "transport": "roce", "incast": {"fanin_loss": 9}}, "incast.fanin_loss", "[0, 4]"),
+        ({"version": 1, "transport": "ib", "fill_bytes": -1}, "fill_bytes", "a number in"),
     ],
 )
 def test_bad_params_files_name_file_field_value_and_what_is_allowed(doc, field, allowed):
@@ -110,3 +118,17 @@ def test_incast_physics():
     p = inc.timeout_probability([0.3])
     assert p == pytest.approx(1 - math.exp(-1.0))
     assert not IncastModel.off().enabled and IncastModel.off().efficiency(16, 1e12) == 1.0
+    # the go-back-N waste may grow with the fan-in: (k - 1)^fanin_loss more per overflowing byte
+    steep = IncastModel("roce", 25 * 2**20, 4 * 2**20, 1.0, 1.0, ROCE_RTO_S, 0.3, 4.0, 1.0, 0.5)
+    assert steep.waste(16) == pytest.approx(15**0.5) and steep.waste(2) == pytest.approx(1.0)
+    assert steep.efficiency(16, 64 * 2**20, 24) == pytest.approx(1 / (1 + 15**0.5 * (1 - 1 / 64)))
+
+
+def test_lossless_transports_keep_the_software_costs_but_not_mi300xs_scale_up_goodput():
+    from a2acc.analysis.model import transport_defaults
+
+    for transport in ("ib", "nvlink", "slingshot"):
+        m = transport_defaults(transport)
+        assert m.alpha_s == CALIBRATED_ROCE.alpha_s and m.fill_bytes == CALIBRATED_ROCE.fill_bytes
+        assert m.inter_efficiency == CALIBRATED_ROCE.inter_efficiency and m.intra_efficiency == 1.0
+        assert not m.incast.enabled

@@ -136,3 +136,29 @@ def test_plan_for_another_topology_is_refused():
     prog = plan(topo, np.full((16, 16), MiB, dtype=np.int64), "direct")
     with pytest.raises(InputError, match="another topology"):
         simulate(prog, load_topology("mi300x", 2))
+
+
+@pytest.mark.parametrize(
+    ("fill_gb", "stage_s", "start"),
+    [
+        (0.3, 0.0, 1.0),  # the sender stages its fill while the receiver is still busy: hidden
+        (0.8, 0.0, 1.3),  # a longer fill than the receiver's wait: the rest of it shows
+        (0.3, 0.1, 1.1),  # the receiver's clear-to-send comes after it is ready: the rendezvous shows
+        (0.8, 0.1, 1.3),  # both: the later one counts
+    ],
+)
+def test_fill_after_the_sender_side_rendezvous_after_the_receiver_side(fill_gb, stage_s, start):
+    """Op 2 (0 -> 2) waits for op 1 (0 -> 1, its sender's side, ends at 0.5 s) and op 0 (1 -> 2, its receiver's
+    side, ends at 1 s): it is ready at max(0.5 + fill, 1 + rendezvous), then streams 1 GB at 1 GB/s."""
+    from a2acc.analysis.fastsim import simulate_fast
+
+    topo = tiered(3, 1, nic_bw=1.0, latency=0.0)
+    counts = [[0, 1, 2], [0, 0, 2], [0, 0, 0]]  # chunks of 0.5 GB
+    b = ProgramBuilder("t", "t", np.array(counts), GB // 2)
+    b.add((1, Buf.INPUT, 0), (2, Buf.OUTPUT, 2), 2)
+    b.add((0, Buf.INPUT, 0), (1, Buf.OUTPUT, 0), 1)
+    b.add((0, Buf.INPUT, 1), (2, Buf.OUTPUT, 0), 2, (0, 1))
+    prog = b.build()
+    model = SimModel("m", "ib", 1.0, 1.0, 0.0, stage_s, 0.5 * GB, IncastModel.off(), "t", fill_gb * GB)
+    for res in (simulate(prog, topo, model=model), simulate_fast(prog, topo, model=model, tolerance=0.0)):
+        assert res.op_end[2] == pytest.approx(start + 1.0, rel=1e-9)

@@ -275,3 +275,67 @@ def test_more_than_32_peers_spread_over_channel_groups():
                     per_chan[(g.id, t.chan, role)] = per_chan.get((g.id, t.chan, role), 0) + 1
     assert max(per_chan.values()) <= 32 and algo.nchannels == 3
     assert not static_checks(algo)
+
+
+# ---------------------------------------------------------------------- many peers
+@pytest.mark.parametrize("algorithm", ["direct", "spreadout"])
+def test_rccl_spreads_63_peers_over_channel_groups_in_one_combined_layout(algorithm):
+    """64 GPUs, every rank with 63 peers: combined thread blocks (one per peer, both directions) in channel
+    groups both sides agree on, at most 32 per channel and role: 63 thread blocks fit RCCL's 64."""
+    from a2acc.backends.msccl_xml.writer import lower_text
+
+    topo = load_topology("dgx-h100", 8)
+    m = generate("zipf", 64, 64 << 20, 2, skew=0.8)
+    res = _compile_rccl(topo, m, algorithm)
+    algo = res.lowered.model.algo()
+    assert max(len(g.tbs) for g in algo.gpus) <= 64
+    per_chan: dict[tuple[int, int, str], int] = {}
+    for g in algo.gpus:
+        for t in g.tbs:
+            for role, peer in (("s", t.send), ("r", t.recv)):
+                if peer >= 0:
+                    per_chan[(g.id, t.chan, role)] = per_chan.get((g.id, t.chan, role), 0) + 1
+    assert max(per_chan.values()) <= 32 and algo.nchannels == 2
+    assert not static_checks(algo, "rccl")
+    # the compiled lowering and the reference write the same bytes for this layout
+    opts = LowerOptions(dialect="rccl", tb_layout="combined", min_bytes=algo.min_bytes, max_bytes=algo.max_bytes,
+                        name=algo.name)  # fmt: skip
+    fast = lower_text(res.program, opts)
+    assert fast is not None and fast.text == to_xml(lower(res.program, opts))
+
+
+def _compile_rccl(topo, m, algorithm, **opt):
+    from a2acc.ir.quantize import UnitPolicy
+    from a2acc.pipeline import Request, compile
+
+    return compile(Request(topo, m, algorithm, target="msccl-xml", target_options={"dialect": "rccl", **opt},
+                           units=UnitPolicy(max_padding="auto")))  # fmt: skip
+
+
+def test_a_refusal_names_what_can_serve_the_plan():
+    topo = load_topology("dgx-h100", 16)  # 128 GPUs: direct gives every rank 127 peers
+    m = generate("zipf", 128, 64 << 20, 2, skew=0.8)
+    with pytest.raises(LoweringError) as exc:
+        _compile_rccl(topo, m, "direct")
+    msg = str(exc.value)
+    assert "127 peers" in msg and "gives each rank 22 peers (fast, hierarchical)" in msg
+    assert "dialect=nccl" in msg and "mscclpp-json" in msg
+    assert _compile_rccl(topo, m, "fast").check.ok  # what it suggests does serve it
+
+
+def test_a_refusal_names_no_planner_that_cannot_serve_the_plan():
+    """On one 72-GPU NVLink domain every planner gives a rank 71 peers: the refusal names the dialect and
+    MSCCL++ only (a planner of the server tier would not help), whatever planner made the plan."""
+    from a2acc.backends.msccl_xml.writer import Reach
+
+    topo = load_topology("nvl72")
+    m = generate("zipf", 72, 16 << 20, 2, skew=0.8)
+    for algorithm in ("direct", "fast"):
+        with pytest.raises(LoweringError) as exc:
+            _compile_rccl(topo, m, algorithm)
+        msg = str(exc.value)
+        assert "71 peers" in msg and "planner" not in msg and "dialect=nccl" in msg and "mscclpp-json" in msg
+    # 64 servers: fast/hierarchical would give a rank 70 peers, still past RCCL's 64 thread blocks
+    assert Reach(511, "direct", 70).planners(63) == ""
+    assert Reach(22, "fast", 22).planners(63) == ""  # its own planner is not an alternative
+    assert Reach(127, "fast", 22).planners(63) == "a planner that gives each rank 22 peers (hierarchical)"

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -280,7 +281,7 @@ def test_dsl_target_checks_its_own_text():
     assert not DSL_T.check(dataclasses.replace(lowered, files={name: broken})).ok
 
 
-@pytest.mark.parametrize("layout", ["split", "combined"])
+@pytest.mark.parametrize("layout", ["split", "combined", "packed"])
 @pytest.mark.parametrize("writes", ["scratch", "direct"])
 def test_layouts_protocols_and_output_writes(layout, writes):
     topo = load_topology("dgx-h100", 1)
@@ -402,7 +403,7 @@ def programs(draw: st.DrawFn) -> Program:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs(), st.sampled_from(["split", "combined"]), st.sampled_from(["scratch", "direct"]))
+@given(programs(), st.sampled_from(["split", "combined", "packed"]), st.sampled_from(["scratch", "direct"]))
 def test_property_lowering_verifies_and_round_trips(prog, layout, writes):
     check_program(prog)
     c = prog.layout.buffer_chunks * prog.unit_bytes
@@ -473,3 +474,51 @@ def test_deps_all_honours_every_dependency_with_a_shared_rank(algorithm):
     if algorithm == "spreadout":  # its dependencies only order stages: data mode leaves them to the key order
         assert data.model.stats.ordering_deps > 0 and data.model.stats.semaphores == 0
         assert every.model.stats.semaphores > 0
+
+
+# ---------------------------------------------------------------------- capacity limits
+def test_a_plan_past_the_reference_checker_is_refused_as_a_limit(monkeypatch, tmp_path, capsys):
+    """Without the compiled cores, 72 GPUs split into up to 142 thread blocks each (over 10 000 agents) pass the pure-Python
+    checker's 6000: refused before any work with the limit and the figure, exit 2, never a verification
+    failure (an a2acc bug)."""
+    from a2acc.backends.mscclpp import check as mcheck
+    from a2acc.backends.mscclpp import lower as mlower
+    from a2acc.model.traffic import save_matrix
+
+    monkeypatch.setattr(mcheck, "_native", None)
+    monkeypatch.setattr(mlower, "_native", None)
+    m = tmp_path / "m.npy"
+    save_matrix(generate("uniform", 72, 1 << 20, 1), m)
+    rc = main(["compile", "-t", "nvl72", "-m", str(m), "-a", "direct", "-b", "mscclpp-json", "--opt",
+               "tb_layout=split,max_threadblocks=200", "-o", str(tmp_path / "p.json")])  # fmt: skip
+    err = capsys.readouterr().err
+    figure = re.search(r"the plan has (\d+) thread blocks, proxies and hosts", err)
+    assert rc == 2 and "at most 6000" in err and figure is not None and int(figure.group(1)) > 6000
+    assert "verification failed" not in err and not (tmp_path / "p.json").exists()
+
+
+def test_a_program_past_the_reference_lowering_is_refused_as_a_limit(monkeypatch):
+    from a2acc.backends.mscclpp import lower as mlower
+    from a2acc.backends.mscclpp import target as mtarget
+
+    monkeypatch.setattr(mlower, "_native", None)
+    monkeypatch.setattr(mtarget, "MAX_REFERENCE_OPS", 50)
+    prog = plan(load_topology("dgx-h100", 1), generate("zipf", 8, 8 << 20, 3, skew=0.8), "fast", unit=4096)
+    with pytest.raises(
+        LoweringError, match=r"has \d+ operations; the pure-Python MSCCL\+\+ lowering takes at most 50"
+    ):
+        JSON_T.lower(prog, Options())
+
+
+def test_too_many_thread_blocks_at_the_default_names_the_option(monkeypatch):
+    """A refusal for thread blocks at the default max_threadblocks (an A100's 108 SMs) says how to give a GPU
+    with more SMs its count; an explicit max_threadblocks is the user's own figure and gets no hint."""
+    from a2acc.backends.mscclpp import target as mtarget
+
+    monkeypatch.setattr(mtarget, "DEFAULT_MAX_TBS", {"nvidia": 2, "amd": 2})
+    prog = plan(load_topology("nvl72"), generate("uniform", 72, 1 << 20, 1), "direct", unit=4096)
+    with pytest.raises(LoweringError, match=r"needs \d+ thread blocks.*--opt max_threadblocks=THAT"):
+        JSON_T.lower(prog, Options())
+    with pytest.raises(LoweringError, match=r"needs \d+ thread blocks") as exc:
+        JSON_T.lower(prog, Options(max_threadblocks=2))
+    assert "max_threadblocks=THAT" not in str(exc.value)

@@ -106,8 +106,9 @@ def test_cache_and_bucket_commands(tmp_path, capsys):
     np.save(tmp_path / "m.npy", m)
     assert main(["bucket", "-t", "mi300x", "-n", "1", "-m", str(tmp_path / "m.npy")]) == 0
     out = capsys.readouterr().out
-    b = BucketIndex(topo, "fast", "none").lookup(m)
+    b = BucketIndex(topo, "fast", "none", symmetric=True).lookup(m)  # as the JIT (and the command) look it up
     assert f"key        : {b.key}" in out and "padding" in out and "residual" in out
+    assert ("relabelled" in out) == (b.ranks is not None)
     # the msccl-xml backend caches the Program, the verified XML and the manifest together
     entry = compile_entry(topo, b.layout, b.unit, "fast", "msccl-xml", b.key)
     assert len(entry.files) == 1 and next(iter(entry.files)).endswith(".xml") and entry.manifest
@@ -120,3 +121,131 @@ def test_cache_and_bucket_commands(tmp_path, capsys):
     assert main(["cache", "--dir", str(tmp_path / "c"), "show", "nope"]) == 2
     assert main(["cache", "--dir", str(tmp_path / "c"), "clear"]) == 0
     assert PlanCache(tmp_path / "c").list_entries() == []
+
+
+# ---------------------------------------------------------------------- nothing but entries is touched
+def _version_dir(root):
+    return root / f"v{PlanCache(root).version}"
+
+
+def _forged(key: str, files: dict[str, str]) -> str:
+    """An entry with a valid checksum, as a2acc would frame it (but with file names a2acc never writes)."""
+    from a2acc.jit.cache import ENTRY_FORMAT, _digest
+
+    payload = CacheEntry(key, "{}", files, "{}", {"backend": "msccl-xml"}).payload()
+    doc = {
+        "format": ENTRY_FORMAT,
+        "a2acc_version": PlanCache(".").version,
+        "key": key,
+        "sha256": _digest(payload),
+        "payload": payload,
+    }
+    return json.dumps(doc)
+
+
+def test_show_leaves_a_users_json_alone(tmp_path, capsys):
+    from a2acc.cli import main
+
+    vdir = _version_dir(tmp_path)
+    vdir.mkdir(parents=True)
+    mine = vdir / "notes.json"
+    mine.write_text('{"mine": true}')
+    assert main(["cache", "--dir", str(tmp_path), "show", "notes"]) == 2
+    assert mine.read_text() == '{"mine": true}'
+    # a miss on that key compiles and keeps the plan in memory; the user's file is not overwritten
+    c = PlanCache(tmp_path)
+    _e, where = c.get_or_compile("notes", lambda: _entry("notes"))
+    assert where == "compiled" and mine.read_text() == '{"mine": true}'
+    assert c.get_or_compile("notes", lambda: pytest.fail("recompiled"))[1] == "memory"
+
+
+def test_symlinked_version_directory_is_not_followed(tmp_path):
+    from a2acc.cli import main
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real_entry_dir = tmp_path / "other-cache"
+    PlanCache(real_entry_dir).put(_entry("k1"))  # a genuine entry, but reached through a symlink below
+    target = _version_dir(real_entry_dir)
+    (elsewhere / "k2.json").write_text("user data")
+    root = tmp_path / "cache"
+    root.mkdir()
+    _version_dir(root).symlink_to(target)  # this version's directory points out of the cache
+    (root / "v9.9.9").symlink_to(elsewhere)  # a symlink named like another version
+    assert main(["cache", "--dir", str(root), "show", "k1"]) == 2  # not read through the link
+    assert main(["cache", "--dir", str(root), "show", "k2"]) == 2
+    assert main(["cache", "--dir", str(root), "clear"]) == 0
+    assert (target / "k1.json").exists() and (elsewhere / "k2.json").read_text() == "user data"
+    c = PlanCache(root)
+    c.put(_entry("k3"))  # kept in memory, nothing written through the link
+    assert not (target / "k3.json").exists()
+    assert c.list_entries() == []
+
+
+def test_symlinked_entry_file_is_neither_read_nor_removed(tmp_path):
+    outside = tmp_path / "outside.json"
+    outside.write_text(_forged("k5", {}))
+    vdir = _version_dir(tmp_path / "c")
+    vdir.mkdir(parents=True)
+    (vdir / "k5.json").symlink_to(outside)
+    c = PlanCache(tmp_path / "c")
+    assert c.get("k5") is None and c.list_entries() == []
+    assert c.clear() == 0
+    assert outside.exists() and (vdir / "k5.json").is_symlink()
+
+
+def test_export_keeps_non_entry_json(tmp_path, capsys):
+    from a2acc.cli import main
+
+    root = tmp_path / "cache"
+    vdir = _version_dir(root)
+    vdir.mkdir(parents=True)
+    (vdir / "readme.json").write_text('{"not": "an entry"}')
+    assert main(["cache", "--dir", str(root), "export", str(tmp_path / "algos")]) == 2  # nothing to export
+    assert (vdir / "readme.json").read_text() == '{"not": "an entry"}'
+
+
+def test_export_never_writes_outside_its_directory(tmp_path, capsys):
+    """A checksum-valid entry whose XML is named ``../escape-nccl.xml`` (a real, verifying XML otherwise)."""
+    from a2acc.cli import main
+    from a2acc.jit.bucket import BucketIndex
+    from a2acc.model.topology import load_topology
+    from a2acc.model.traffic import generate
+    from a2acc.runtime.engine import compile_entry
+
+    topo = load_topology("mi300x", 1)
+    b = BucketIndex(topo, "fast", "msccl-xml").lookup(generate("moe", 8, 1 << 22, 3))
+    real = compile_entry(topo, b.layout, b.unit, "fast", "msccl-xml", "escape", None, {"dialect": "rccl"})
+    ((name, text),) = real.files.items()
+    from a2acc.jit.cache import ENTRY_FORMAT, _digest
+
+    payload = CacheEntry(
+        "escape", real.program_json, {f"../escape-{name}": text}, real.manifest, real.meta
+    ).payload()
+    doc = {
+        "format": ENTRY_FORMAT,
+        "a2acc_version": PlanCache(".").version,
+        "key": "escape",
+        "sha256": _digest(payload),
+        "payload": payload,
+    }
+    root = tmp_path / "cache"
+    vdir = _version_dir(root)
+    vdir.mkdir(parents=True)
+    (vdir / "escape.json").write_text(json.dumps(doc))
+    out = tmp_path / "sub" / "algos"
+    main(["cache", "--dir", str(root), "export", str(out)])
+    assert not (tmp_path / "sub" / f"escape-{name}").exists()
+    assert not out.exists() or not any(out.iterdir())
+    assert (vdir / "escape.json").exists()  # refused, not removed
+
+
+@pytest.mark.parametrize("name", ["../x.xml", "a/b.xml", "x.sh", "", ".xml", "..", "x.xml/"])
+def test_entry_file_names_are_one_plain_component_with_a_known_suffix(name):
+    from a2acc.errors import InternalError
+    from a2acc.jit.cache import check_file_name
+
+    assert check_file_name(name) is not None
+    with pytest.raises(InternalError):
+        PlanCache(None).put(CacheEntry("k", "{}", {name: "x"}, None, {}))
+    assert check_file_name("00-a2acc-fast-8r-nccl.xml") is None

@@ -69,3 +69,18 @@ def test_plans_are_deterministic_bytes(algorithm):
     a = plan(topo, m, algorithm).to_json()
     b = plan(topo, m, algorithm).to_json()
     assert a == b
+
+
+def test_hierarchical_relays_follow_the_msccl_tools_rule():
+    """With n - 1 <= m every relay GPU of a server serves exactly one remote server (msccl-tools' rule)."""
+    import numpy as np
+
+    from a2acc.planners.hierarchical import relay_index
+
+    for n, m in ((2, 8), (4, 8), (9, 8), (3, 2)):
+        a, b = np.array([(x, y) for x in range(n) for y in range(n) if x != y]).T
+        r = relay_index(a, b, m)
+        assert ((r >= 0) & (r < m)).all()
+        for x in range(n):
+            used = r[a == x]
+            assert len(set(used.tolist())) == min(n - 1, m) or n - 1 > m

@@ -112,7 +112,8 @@ def test_degenerate_inputs():
 
 
 def _ideal_ratio(topo, m, **opts):
-    prog = plan(topo, m, "fast", **opts)
+    opts.setdefault("shape", "staged")
+    prog = plan(topo, m, "fast", model=SimModel(), **opts)
     return simulate_fast(prog, topo, model=SimModel()).time_s / lower_bounds(m, topo).seconds, prog
 
 
@@ -171,3 +172,43 @@ def test_gpus_sharing_a_nic_step_together():
         waited = {ops[d].src_rank for d in op.deps if ops[d].stage == 1}
         assert waited >= senders & server
     assert later
+
+
+@pytest.mark.parametrize(
+    ("preset", "servers", "kind", "size"),
+    [
+        ("dgx-h100", 2, "zipf", 1 << 20),
+        ("dgx-h100", 3, "moe", None),
+        ("mi300x-100g", 2, "balanced", 64 << 20),
+        ("dgx-h100", 2, "balanced", 16 << 20),
+    ],
+)
+def test_fast_is_never_behind_direct_under_its_model(preset, servers, kind, size):
+    """The cost-aware shape keeps the fastest candidate; one direct step is always among them."""
+    topo = load_topology(preset, servers)
+    m = generate(kind, topo.nranks, size, 1)
+    prog = plan(topo, m, "fast")
+    cands = prog.meta["candidates_us"]
+    assert {"staged", "direct"} <= set(cands) and prog.meta["sim_us"] == min(cands.values())
+    mine = simulate_fast(prog, topo).time_s
+    assert mine <= simulate_fast(plan(topo, m, "direct"), topo).time_s * (1 + 1e-9)
+
+
+def test_fast_keeps_its_ideal_quality_at_large_sizes():
+    """Under the ideal model the search keeps FAST's quality: within 2 % of the bound from 512 MiB/GPU."""
+    topo = load_topology("dgx-h100", 4)
+    m = generate("zipf", topo.nranks, 512 << 20, 1, skew=0.8)
+    prog = plan(topo, m, "fast", model=SimModel())
+    ratio = simulate_fast(prog, topo, model=SimModel()).time_s / lower_bounds(m, topo).seconds
+    assert ratio <= 1.02, (ratio, prog.meta["candidates_us"])
+
+
+def test_fixed_shapes_and_the_search_budget():
+    topo = load_topology("dgx-h100", 4)
+    m = generate("zipf", topo.nranks, 64 << 20, 1)
+    staged = plan(topo, m, "fast", shape="staged")
+    assert staged.meta["shape"] == "staged" and "candidates_us" not in staged.meta
+    grouped = plan(topo, m, "fast", shape="grouped", groups=2)
+    assert grouped.meta["shape"] == "grouped:2" and grouped.meta["stages"] == 2
+    assert plan(topo, m, "fast", shape="direct").meta["shape"] == "direct"
+    assert "candidates_us" not in plan(topo, m, "fast", search_ops=0).meta  # no search: FAST's sequence

@@ -30,17 +30,29 @@ def _same(topo, traffic, counts, unit=1, opts=None):
 
 
 def test_native_emission_was_built():
-    # the build machine and CI have a C compiler; without one fast.py uses the reference (same Programs)
-    assert fast._native_emit is not None
+    # the build machine and CI have a C compiler; without one fast uses the reference (same Programs)
+    from a2acc.planners.fast import emit
+
+    assert emit._native_emit is not None
 
 
+# emission is checked shape by shape (the search itself only picks among these Programs)
 OPTIONS = [
-    Options(),
-    Options(order="ascending"),
-    Options(balance="always"),
-    Options(balance="never"),
-    Options(birkhoff="kuhn"),
+    Options(shape="staged"),
+    Options(shape="staged", order="ascending"),
+    Options(shape="staged", balance="always"),
+    Options(shape="grouped", groups=1, balance="never"),
+    Options(shape="grouped", groups=2, birkhoff="kuhn"),
+    Options(shape="grouped", groups=3),
 ]
+
+
+def test_the_search_picks_the_same_program_on_both_paths():
+    topo = load_topology("dgx-h100", 3)
+    m = generate("zipf", topo.nranks, 1 << 24, 3)
+    unit = max(1, int(m.sum(axis=1).max()) // 512)
+    prog = _same(topo, m, -(-m // unit), unit, Options())
+    assert prog.meta["candidates_us"] and verify_program(prog).ok
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,9 @@ int mscclLoadAlgo(const char *path, mscclAlgoHandle_t *h, int rank) {
   fprintf(logf(), "load %s %d\n", path, rank); fflush(logf()); *h = 42; return 0; }
 int mscclRunAlgo(const void *s, const size_t sc[], const size_t sd[], void *r, const size_t rc[], const size_t rd[],
                  size_t count, int dtype, int root, int peer, int op, mscclAlgoHandle_t h, void *comm, void *stream) {
+  if (!sc || !sd || !rc || !rd) { fprintf(logf(), "NULL counts\n"); fflush(logf()); return 5; }
   fprintf(logf(), "run %p %p %zu %d %d %d %d %d %p %p %zu %zu %zu\n", s, r, count, dtype, root, peer, op, h, comm,
-          stream, sc ? sc[1] : 0, sd ? sd[1] : 0, rd ? rd[2] : 0);
+          stream, sc[1], sd[1], rd[2]);
   fflush(logf()); return h == 42 ? 0 : 3; }
 int mscclUnloadAlgo(mscclAlgoHandle_t h) { fprintf(logf(), "unload %d\n", h); fflush(logf()); return 0; }
 """
@@ -56,9 +57,12 @@ def test_ctypes_bindings_pass_exact_arguments(fake_lib):
         dtype="bfloat16",
         comm=0x1234,
         stream=0x5678,
+        nranks=3,
         send_counts=[4, 5, 6],
         recv_counts=[7, 8, 9],
     )
+    # without explicit counts: count per peer, displacements i * count (never NULL: RCCL reads them)
+    lib.run_alltoall(h, ctypes.addressof(buf), ctypes.addressof(buf) + 32, 100, "float32", 1, 2, nranks=4)
     lib.unload_algo(h)
     lines = log.read_text().splitlines()
     assert lines[0] == "load /algos/00-a2acc.xml 3"
@@ -66,9 +70,12 @@ def test_ctypes_bindings_pass_exact_arguments(fake_lib):
     assert run[0] == "run" and run[3:9] == ["1024", "9", "0", "-1", "0", "42"]
     assert run[9] == "0x1234" and run[10] == "0x5678"
     assert run[11:] == ["5", "4", "15"]  # sendCounts[1], sDispls[1], rDispls[2]
-    assert lines[2] == "unload 42"
+    assert lines[2].split()[11:] == ["100", "100", "200"]
+    assert lines[3] == "unload 42"
     with pytest.raises(RuntimeHookError, match="ncclResult 3"):
-        lib.run_alltoall(7, 0, 0, 1, "float32", 0, 0)
+        lib.run_alltoall(7, 0, 0, 1, "float32", 0, 0, nranks=2)
+    with pytest.raises(RuntimeHookError, match="must list 2 peers"):
+        lib.run_alltoall(h, 0, 0, 1, "float32", 0, 0, nranks=2, send_counts=[1])
 
 
 def test_library_without_msccl_symbols_is_refused(tmp_path):

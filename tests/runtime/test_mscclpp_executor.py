@@ -98,8 +98,10 @@ def test_run_hands_mscclpp_the_verified_plan_and_exact_buffers(tmp_path):
 
     torch.Tensor.new_empty = track  # type: ignore[method-assign]
     try:
-        ex.run(None, entry, 3, b, "group", None)
-        ex.run(None, entry, 3, b, "group", None)  # second call: plan and executor reused
+        ex.run(entry, 3, b[int(Buf.INPUT)], b[int(Buf.OUTPUT)], "group")
+        ex.run(
+            entry, 3, b[int(Buf.INPUT)], b[int(Buf.OUTPUT)], "group"
+        )  # second call: plan and executor reused
     finally:
         torch.Tensor.new_empty = orig_new_empty  # type: ignore[method-assign]
     kinds = [c[0] for c in fake.calls]
@@ -124,8 +126,73 @@ def test_wrong_buffer_size_is_refused(tmp_path):
     entry = _entry()
     man = manifest_from_json(entry.manifest or "")
     ex = MscclppExecutor(FakeMscclpp(), tmp_path, stream=lambda: 0)
+    b = _bufs(man.buffer_bytes - 16)
     with pytest.raises(RuntimeHookError, match=f"exactly {man.buffer_bytes} bytes"):
-        ex.run(None, entry, 0, _bufs(man.buffer_bytes - 16), "g", None)
+        ex.run(entry, 0, b[int(Buf.INPUT)], b[int(Buf.OUTPUT)], "g")
+
+
+def test_arena_regions_are_the_manifests_uniform_buffers(tmp_path):
+    entry = _entry()
+    man = manifest_from_json(entry.manifest or "")
+    ex = MscclppExecutor(FakeMscclpp(), tmp_path, stream=lambda: 0)
+    prepared = ex.prepare(None, entry)
+    r = ex.regions(prepared, 0)
+    b = man.buffer_bytes
+    assert (r.input, r.output, r.total) == ((0, b), (b, 2 * b), 2 * b)
+
+
+def _module(version: str | None, **drop: bool) -> object:
+    fake = FakeMscclpp()
+    if version is not None:
+        fake.__version__ = version
+    for name in drop:
+        delattr(fake, name)
+    return fake
+
+
+@pytest.mark.parametrize(
+    ("version", "drop", "fragment"),
+    [
+        ("0.8.0", {}, "older than 0.9.0"),
+        ("0.7.1+cu12", {}, "older than 0.9.0"),
+        ("0.10.0", {"Executor": True}, "has no Executor"),
+        ("0.9.0", {}, None),
+        ("0.10.1.dev3", {}, None),
+        (None, {}, None),  # no version: judged by the API
+    ],
+)
+def test_installed_version_and_api_are_checked_before_the_first_call(tmp_path, version, drop, fragment):
+    ex = MscclppExecutor(_module(version, **drop), tmp_path, stream=lambda: 0)
+    why = ex.unavailable(_entry(), "group")
+    if fragment is None:
+        assert why is None
+    else:
+        assert why is not None and fragment in why
+
+
+def test_commgroup_without_torch_group_is_refused(tmp_path):
+    fake = FakeMscclpp()
+
+    class OldCommGroup:  # v0.8's constructor: mpi_comm or an interface triple, no torch_group
+        def __init__(self, mpi_comm=None, interfaceIpPortTrio="", rank=None, size=None):
+            pass
+
+    fake.CommGroup = OldCommGroup
+    why = MscclppExecutor(fake, tmp_path).unavailable(_entry(), "group")
+    assert why is not None and "torch_group" in why
+
+
+def test_groups_that_refuse_cpu_tensors_are_refused(monkeypatch):
+    """CommGroup(torch_group=) broadcasts a CPU tensor over the group: an NCCL-only group cannot carry it."""
+    import torch.distributed as dist
+
+    from a2acc.runtime.executors.mscclpp import group_problem
+
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    why = group_problem("g")
+    assert why is not None and "cpu:gloo,cuda:nccl" in why
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "cpu:gloo,cuda:nccl")
+    assert group_problem("g") is None
 
 
 def test_unavailable_says_why(tmp_path):
@@ -149,7 +216,8 @@ def test_unavailable_says_why(tmp_path):
 @pytest.mark.slow
 def test_jit_with_mscclpp_executor_caches_json_plans_and_falls_back(tmp_path):
     """A2ACC_EXECUTOR=mscclpp on Gloo without mscclpp: every bucket is lowered to an MSCCL++ JSON plan and cached,
-    the executor says why it cannot run here (once), and the reference executor gives the stock call's bytes."""
+    the executor says why it cannot run here (once, naming the p2p executor that runs instead), and the results
+    are the stock call's bytes."""
     from tests.runtime.test_torch_jit import TWO, _env, _run_world
 
     topo = tmp_path / "two.yaml"
@@ -160,6 +228,9 @@ def test_jit_with_mscclpp_executor_caches_json_plans_and_falls_back(tmp_path):
         assert all(c["same"] for c in res["checks"])
     if not mscclpp_available():
         assert errs[0].count("A2ACC_EXECUTOR=mscclpp cannot run here") == 1 and "not importable" in errs[0]
+        assert "running a2acc's plans with the p2p executor instead" in errs[0]
+    for res in results:
+        assert res["stats"]["by_executor"] == {"p2p": res["stats"]["handled"]}
     cached = list((tmp_path / "cache").rglob("*.json"))
     payloads = [__import__("json").loads(p.read_text())["payload"] for p in cached]
     assert payloads and all(any(k.endswith(".json") for k in p["files"]) for p in payloads)

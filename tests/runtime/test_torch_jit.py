@@ -60,13 +60,36 @@ def _run_world(tmp_path, world, env, seed=7, mode="full"):
     return [json.loads(o.read_text()) for o in outs], errs
 
 
+TWO_BY_TWO = """version: 1
+name: two-by-two
+servers: 2
+gpus_per_server: 2
+intra: {fabric: switch, bandwidth: 150}
+inter: {nics_per_server: 2, bandwidth: 25}
+"""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [2, 4])
-def test_jit_matches_stock_and_hits_cache(tmp_path, world):
-    topo = tmp_path / "two.yaml"
-    topo.write_text(TWO)
-    spec = str(topo) if world == 2 else "alps:1"
-    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY=spec, A2ACC_MISS="wait")  # every call through a plan
+@pytest.mark.parametrize(
+    ("world", "spec", "executor", "opts"),
+    [
+        (2, "two", "reference", ""),
+        (4, "alps:1", "p2p", ""),
+        (4, "2x2", "p2p", "overlap=true"),
+    ],
+)
+def test_jit_matches_stock_and_hits_cache(tmp_path, world, spec, executor, opts):
+    topo = tmp_path / "t.yaml"
+    topo.write_text(TWO if spec == "two" else TWO_BY_TWO)
+    spec = str(topo) if spec in ("two", "2x2") else spec
+    env = _env(
+        tmp_path,
+        A2ACC_JIT="1",
+        A2ACC_TOPOLOGY=spec,
+        A2ACC_MISS="wait",  # every call through a plan
+        A2ACC_EXECUTOR=executor,
+        A2ACC_EXECUTOR_OPTS=opts,
+    )
     results, _ = _run_world(tmp_path, world, env)
     for res in results:
         assert res["patched"]
@@ -80,6 +103,7 @@ def test_jit_matches_stock_and_hits_cache(tmp_path, world):
         assert all(c["work"] is True and c["handled"] for c in res["checks"] if c["async"])
         st = res["stats"]
         assert st["fallbacks"] == {} and st["handled"] == st["calls"]
+        assert st["by_executor"] == {executor: st["handled"]}
         # calls 1..5 reuse call 0's matrix with other dtypes/async: the second call is served from memory
         assert res["checks"][1]["source"] == ["memory"]
         assert st["bucket_hits"] > 0
@@ -174,10 +198,24 @@ def test_armed_jit_imports_nothing_heavy_at_start(tmp_path):
     ],
 )
 def test_invalid_settings_warn_once_and_keep_stock(tmp_path, extra, fragment):
-    env = _env(tmp_path, A2ACC_JIT="1", **extra)
+    env = _env(tmp_path, A2ACC_JIT="1", RANK="0", **extra)  # as torchrun sets it
     if "A2ACC_TOPOLOGY" not in extra and fragment != "A2ACC_TOPOLOGY is not set":
         env["A2ACC_TOPOLOGY"] = "alps:1"
     code = "import torch.distributed as d; print(d.all_to_all_single.__module__)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "torch.distributed.distributed_c10d"
     assert out.stderr.count("a2acc: A2ACC_JIT is set but") == 1 and fragment in out.stderr
+
+
+@pytest.mark.slow
+def test_a_plan_that_fails_on_one_rank_sends_every_rank_to_the_stock_call(tmp_path):
+    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY="alps:1", A2ACC_LOG="error")
+    results, _ = _run_world(tmp_path, 4, env, mode="failrank")
+    served = [[c["served"] for c in r["checks"]["calls"]] for r in results]
+    assert all(s == served[0] for s in served)  # the same calls on every rank
+    for r in results:
+        calls = r["checks"]["calls"]
+        assert all(c["same"] for c in calls)
+        assert not any(c["served"] for c in calls if c["phase"] == 0)  # the failed bucket never runs
+        assert any(c["served"] for c in calls if c["phase"] == 1)  # the next one does
+        assert r["checks"]["fallbacks"].get("plan failed on a rank", 0) >= 1

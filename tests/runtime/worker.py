@@ -6,7 +6,11 @@ argv: rank world port out_json seed [mode]. Modes:
   float32/bfloat16/int64, sync and async; records byte-identity, what the engine saw, the Work type;
 - ``miss``: the same matrix called repeatedly: records which calls a2acc served (the first calls go to the
   stock collective while the plan compiles; every rank must switch at the same call);
-- ``groups``: two 2-rank subgroups [0, 1] and [2, 3] run different matrices at the same time.
+- ``groups``: two 2-rank subgroups [0, 1] and [2, 3] run different matrices at the same time;
+- ``nccl``: the data on ``fakegpu`` behind the NCCL test double (:mod:`tests.runtime.nccl_double`), which
+  rejects tensors on any other device and counts host syncs; a2acc's patch is installed after the double;
+- ``capture``: CUDA-graph capture / torch.compile tracing reported by patched checks: the stock call serves,
+  nothing is exchanged, one warning.
 """
 
 from __future__ import annotations
@@ -110,6 +114,116 @@ def groups(rank, world, seed, original, eng):
     return checks
 
 
+def nccl(rank, world, seed, original, eng):
+    from tests.runtime import nccl_double as nd
+
+    try:  # the double itself: a CPU tensor is refused, as NCCL refuses it
+        dist.all_gather_into_tensor(torch.zeros(world, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
+        refused = False
+    except nd.DeviceRuleError:
+        refused = True
+    g = torch.Generator().manual_seed(seed)
+    checks = []
+    base = torch.randint(20, 60, (world, world), generator=g)
+    for i in range(12):
+        hot = i % world
+        rows = base.clone()
+        rows[:, hot] *= 3  # a rotating hot expert
+        send = [int(x) for x in rows[rank]]
+        recv = [int(x) for x in rows[:, rank]]
+        dtype = (torch.float32, torch.bfloat16)[i % 2]
+        x = nd.fake(
+            (torch.arange(sum(send) * 3, dtype=torch.float64).reshape(-1, 3) + 1000 * rank + i).to(dtype)
+        )
+        out_a = nd.fake(torch.full((sum(recv), 3), -1, dtype=dtype))
+        out_b = nd.fake(torch.full((sum(recv), 3), -2, dtype=dtype))
+        d2h = nd.STATS["d2h"]
+        handled = eng.stats.handled
+        w = dist.all_to_all_single(out_a, x, recv, send, async_op=bool(i % 3 == 2))
+        if w is not None:
+            w.wait()
+        syncs = nd.STATS["d2h"] - d2h
+        original(out_b, x, recv, send)
+        a, b = nd.host(out_a).view(torch.uint8), nd.host(out_b).view(torch.uint8)
+        checks.append(
+            {"i": i, "same": bool(torch.equal(a, b)), "served": eng.stats.handled > handled, "syncs": syncs}
+        )
+        time.sleep(0.02)
+    return {
+        "refused": refused,
+        "rejected": nd.STATS["rejected"],
+        "calls": checks,
+        "devices": str(out_a.device),
+    }
+
+
+def failrank(rank, world, seed, original, eng):
+    """Rank 1 cannot compile the first bucket (a rank-local failure): every rank must take the stock call for
+    that bucket, together, and the next bucket runs normally."""
+    if rank == 1:
+        real = eng._load
+        first: list[str] = []
+
+        def load(g, bucket, group):
+            first.append(first[0] if first else bucket.key)
+            if bucket.key == first[0]:
+                raise RuntimeError("injected failure on rank 1")
+            return real(g, bucket, group)
+
+        eng._load = load
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for phase in range(2):
+        rows = torch.randint(20, 60, (world, world), generator=g) * (1 + 3 * phase)  # another bucket
+        for i in range(8):
+            before = eng.stats.handled
+            same, _ = _call(rows, rank, i, torch.float32, False, original)
+            out.append({"phase": phase, "same": same, "served": eng.stats.handled > before})
+            time.sleep(0.05)
+    return {"calls": out, "fallbacks": dict(eng.stats.fallbacks)}
+
+
+def capture(rank, world, seed, original, eng):
+    """CUDA-graph capture (``torch.cuda.is_available``/``is_current_stream_capturing`` patched to say so) and
+    torch.compile tracing (``torch.compiler.is_compiling`` patched): the hook must not reach the engine."""
+    calls = []
+    saved = (torch.cuda.is_available, torch.cuda.is_current_stream_capturing, torch.compiler.is_compiling)
+    for what in ("graph", "compile"):
+        if what == "graph":
+            torch.cuda.is_available = lambda: True
+            torch.cuda.is_current_stream_capturing = lambda: True
+        else:
+            torch.compiler.is_compiling = lambda: True
+        for i in range(3):
+            x = torch.arange(world * 4, dtype=torch.float32).reshape(world * 4, 1) + rank + i
+            a = torch.empty_like(x)
+            before = (eng.stats.handled, len(eng._groups), eng.stats.host_syncs)
+            dist.all_to_all_single(a, x)
+            after = (eng.stats.handled, len(eng._groups), eng.stats.host_syncs)
+            torch.cuda.is_available, torch.cuda.is_current_stream_capturing, torch.compiler.is_compiling = (
+                saved
+            )
+            b = torch.empty_like(x)
+            original(b, x)
+            calls.append({"what": what, "same": bool(torch.equal(a, b)), "untouched": before == after})
+            if what == "graph":
+                torch.cuda.is_available = lambda: True
+                torch.cuda.is_current_stream_capturing = lambda: True
+            else:
+                torch.compiler.is_compiling = lambda: True
+        torch.cuda.is_available, torch.cuda.is_current_stream_capturing, torch.compiler.is_compiling = saved
+    # after capture ends, the same call goes through a2acc again
+    x = torch.arange(world * 4, dtype=torch.float32).reshape(world * 4, 1) + rank
+    a = torch.empty_like(x)
+    calls_before = eng.stats.calls
+    dist.all_to_all_single(a, x)
+    return {
+        "calls": calls,
+        "fallbacks": dict(eng.stats.fallbacks),
+        "engine_after": eng.stats.calls > calls_before,
+    }
+
+
 def main() -> None:
     rank, world, port, out, seed = (
         int(sys.argv[1]),
@@ -119,16 +233,29 @@ def main() -> None:
         int(sys.argv[5]),
     )
     mode = sys.argv[6] if len(sys.argv) > 6 else "full"
+    if mode == "nccl":  # the double first, then a2acc's patch over it (A2ACC_JIT is not set for this mode)
+        sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[2]))
+        from tests.runtime import nccl_double
+
+        nccl_double.install()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     from a2acc.runtime import stats, torch_patch
+
+    if mode == "nccl":
+        torch_patch.install()
 
     result = {"patched": torch_patch.is_installed(), "checks": []}
     if result["patched"]:
         original = torch_patch._STATE["original"]
         eng = torch_patch.engine()
-        result["checks"] = {"full": full, "miss": miss, "groups": groups}[mode](
-            rank, world, seed, original, eng
-        )
+        result["checks"] = {
+            "full": full,
+            "miss": miss,
+            "groups": groups,
+            "nccl": nccl,
+            "capture": capture,
+            "failrank": failrank,
+        }[mode](rank, world, seed, original, eng)
         result["stats"] = stats()
     dist.barrier()
     with open(out, "w") as fh:

@@ -36,11 +36,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.analysis.fastsim import simulate_fast
+from a2acc.analysis.model import SimModel
 from a2acc.errors import InputError, PlannerError
 from a2acc.flows.parallel import parse_workers, run_all
 from a2acc.ir.builder import ProgramBuilder
 from a2acc.ir.program import Buf, MetaValue, Program
 from a2acc.model.topology import Topology
+from a2acc.options import bounded
 from a2acc.planners import PlanRequest
 from a2acc.planners.syccl import combine as comb
 from a2acc.planners.syccl.emit import Route, SubRoutes, build, rounds
@@ -48,7 +51,7 @@ from a2acc.planners.syccl.sketch import Pruning, SearchStats, Sketch, search
 from a2acc.planners.syccl.symmetry import Symmetry, invert
 from a2acc.planners.syccl.synth import GroupNet, SubSolution, direct_solution, group_net, hop_distance, solve
 
-__all__ = ["Options", "Pruning", "plan", "sketch_times", "symmetry"]
+__all__ = ["Options", "Pruning", "applies", "plan", "sketch_times", "symmetry"]
 
 
 @dataclass(frozen=True)
@@ -65,49 +68,56 @@ class Options:
         default="1",
         metadata={"help": "sub-demand LPs and simulations: 1, N local processes, or dask://HOST:PORT"},
     )
-    candidates: int = field(
-        default=6, metadata={"help": "sketches (besides the LP mix) whose sub-demands get coarse-epoch LPs"}
+    candidates: int = bounded(
+        6,
+        1,
+        64,
+        "sketches (besides the LP mix) whose sub-demands get coarse-epoch LPs",
+        "an LP per sub-demand each",
     )
-    evaluate: int = field(
-        default=3,
-        metadata={
-            "help": "top-K candidates solved with fine epochs, emitted and simulated (+ the direct tree)"
-        },
+    evaluate: int = bounded(
+        3,
+        1,
+        16,
+        "top-K candidates solved with fine epochs, emitted and simulated (+ the direct tree)",
+        "each is a fine-epoch LP, a Program and a simulation",
     )
-    epoch_ratio: float = field(
-        default=0.2, metadata={"help": "fine epoch length / coarse epoch length (the slides' E)"}
+    epoch_ratio: float = bounded(
+        0.2,
+        1e-3,
+        1.0,
+        "fine epoch length / coarse epoch length (the slides' E)",
+        "a share of the coarse epoch",
     )
-    max_epochs: int = field(default=8, metadata={"help": "at most this many fine epochs per sub-demand"})
-    pipeline: int = field(
-        default=1, metadata={"help": "cut each relayed route's chunks into up to this many pipeline pieces"}
+    max_epochs: int = bounded(
+        8, 1, 64, "at most this many fine epochs per sub-demand", "epochs multiply the fine LP's variables"
     )
-    max_depth: int = field(
-        default=0, metadata={"help": "relay depth limit (Pruning 3); 0: the number of dimensions"}
+    pipeline: int = bounded(
+        1,
+        1,
+        64,
+        "cut each relayed route's chunks into up to this many pipeline pieces",
+        "pieces multiply ops",
+    )
+    max_depth: int = bounded(
+        0, 0, 16, "relay depth limit (Pruning 3); 0: the number of dimensions", "sketch trees grow with depth"
     )
     prune: bool = field(default=True, metadata={"help": "Prunings 1 and 2 (isomorphism, ratio consistency)"})
-    search_limit: int = field(default=20000, metadata={"help": "partial sketches the search may expand"})
-    image_cap: int = field(default=512, metadata={"help": "most symmetric images replicated per sketch"})
-    eval_ops: int = field(
-        default=24000,
-        metadata={"help": "simulate further candidates only while their ops total at most this"},
+    search_limit: int = bounded(
+        20000, 1, 1_000_000, "partial sketches the search may expand", "each is held in memory"
+    )
+    image_cap: int = bounded(
+        512, 1, 65536, "most symmetric images replicated per sketch", "images multiply LP columns"
+    )
+    eval_ops: int = bounded(
+        24000,
+        1,
+        10_000_000,
+        "simulate further candidates only while their ops total at most this",
+        "simulation time grows with ops",
     )
 
     def check(self) -> None:
-        for name in (
-            "candidates",
-            "evaluate",
-            "max_epochs",
-            "pipeline",
-            "search_limit",
-            "image_cap",
-            "eval_ops",
-        ):
-            if getattr(self, name) < 1:
-                raise InputError("--opt", name, getattr(self, name), "must be an integer >= 1")
-        if self.max_depth < 0:
-            raise InputError("--opt", "max_depth", self.max_depth, "must be an integer >= 0")
-        if not 0 < self.epoch_ratio <= 1:
-            raise InputError("--opt", "epoch_ratio", self.epoch_ratio, "a number in (0, 1]")
         if not self.time_limit >= 0:
             raise InputError("--opt", "time_limit", self.time_limit, "seconds >= 0")
         parse_workers(self.workers)
@@ -196,14 +206,22 @@ def symmetry(topo: Topology) -> Symmetry:
 
 
 # ---------------------------------------------------------------------- plan
+def applies(topo: Topology) -> str | None:
+    """SyCCL's symmetry is the server/rail structure of scale-up + scale-out clusters (tiered topologies)."""
+    if topo.direct is not None:
+        return (
+            f"'{topo.name}' is a direct-connect graph ({topo.direct.kind}); SyCCL's symmetry is the server/rail "
+            "structure of scale-up + scale-out clusters: use mcf for direct-connect topologies"
+        )
+    return None
+
+
 def plan(req: PlanRequest) -> Program:
     opts: Options = req.options if isinstance(req.options, Options) else Options()
     topo = req.topology
-    if topo.direct is not None:
-        raise PlannerError(
-            f"syccl: '{topo.name}' is a direct-connect graph ({topo.direct.kind}); SyCCL's symmetry is the "
-            "server/rail structure of scale-up + scale-out clusters: use -a mcf for direct-connect topologies"
-        )
+    why = applies(topo)
+    if why is not None:
+        raise PlannerError(f"syccl: {why}")
     clock = _Clock(opts.time_limit)
     sym = symmetry(topo)
     if topo.nranks == 1:
@@ -382,6 +400,12 @@ def _canonical(sym: Symmetry, dim: int, gi: int) -> tuple[int, tuple[int, ...]]:
     return 0, tuple(pinv[x] for x in sym.dims[dim].groups[0])
 
 
+#: a sub-demand LP's key: (dimension, class group, epochs, demand in positions of the class group)
+_LpKey = tuple[object, ...]
+#: per candidate: every sub-demand's slot (level, dimension, group), its ranks by position, its LP key
+_SubRows = list[tuple[tuple[int, int, int], tuple[int, ...], _LpKey]]
+
+
 def _solve(
     topo: Topology,
     sym: Symmetry,
@@ -394,27 +418,58 @@ def _solve(
 ) -> list[Solved]:
     """Sub-demand LPs of every candidate (isomorphic ones solved once, missing ones in parallel), mapped back
     to ranks, with each candidate's estimate."""
-    todo: dict[tuple[object, ...], tuple[GroupNet, tuple[tuple[int, int, float], ...], int]] = {}
-    plan_of: list[list[tuple[tuple[int, int, int], tuple[int, ...], tuple[object, ...]]]] = []
-    for cand in cands:
-        rows: list[tuple[tuple[int, int, int], tuple[int, ...], tuple[object, ...]]] = []
-        for (lvl, dim, gi), dem in sorted(_demands(sym, syn, cand).items()):
-            cls, ranks = _canonical(sym, dim, gi)
-            pos = {r: i for i, r in enumerate(ranks)}
-            net = syn.nets.get((dim, cls))
-            if net is None:
-                net = syn.nets[(dim, cls)] = group_net(topo, sym, dim, cls)
-            k = max(1, hop_distance(net)) if net.relays else 1
-            if fine and net.relays and net.nnodes == net.ngpus:  # GPU-to-GPU links: relays can pay
-                k = min(opts.max_epochs, max(k + 1, math.ceil(k / opts.epoch_ratio)))
-            demand = tuple(sorted((pos[a], pos[b], round(u, 9)) for (a, b), u in dem.items()))
-            key: tuple[object, ...] = (dim, cls, k, demand)
-            if key not in syn.lp and key not in todo:
-                todo[key] = (net, demand, k)
-            rows.append(((lvl, dim, gi), ranks, key))
-        plan_of.append(rows)
-    keys: list[tuple[object, ...]] = list(todo)
-    fresh: dict[tuple[object, ...], SubSolution] = {}
+    todo: dict[_LpKey, tuple[GroupNet, tuple[tuple[int, int, float], ...], int]] = {}
+    plan_of = [_subdemand_rows(topo, sym, syn, cand, opts, todo, fine=fine) for cand in cands]
+    fresh = _run_lps(syn, todo, opts, clock, fine=fine)
+    label = "fine" if fine else "coarse"
+    syn.counters[f"{label}_subdemands"] = sum(len(r) for r in plan_of)
+    syn.counters[f"{label}_lps"] = len({key for r in plan_of for _slot, _ranks, key in r})
+    return [_solved(sym, syn, cand, rows, fresh) for cand, rows in zip(cands, plan_of)]
+
+
+def _subdemand_rows(
+    topo: Topology,
+    sym: Symmetry,
+    syn: Synthesis,
+    cand: Candidate,
+    opts: Options,
+    todo: dict[_LpKey, tuple[GroupNet, tuple[tuple[int, int, float], ...], int]],
+    *,
+    fine: bool,
+) -> _SubRows:
+    """The sub-demands of ``cand``, each keyed by its canonical form on its class group; the LPs neither
+    solved before (``syn.lp``) nor already in ``todo`` are added to it as (group net, demand, epochs).
+    Fine epochs: relays on GPU-to-GPU links get more, shorter epochs (at most ``max_epochs``)."""
+    rows: _SubRows = []
+    for (lvl, dim, gi), dem in sorted(_demands(sym, syn, cand).items()):
+        cls, ranks = _canonical(sym, dim, gi)
+        pos = {r: i for i, r in enumerate(ranks)}
+        net = syn.nets.get((dim, cls))
+        if net is None:
+            net = syn.nets[(dim, cls)] = group_net(topo, sym, dim, cls)
+        k = max(1, hop_distance(net)) if net.relays else 1
+        if fine and net.relays and net.nnodes == net.ngpus:  # GPU-to-GPU links: relays can pay
+            k = min(opts.max_epochs, max(k + 1, math.ceil(k / opts.epoch_ratio)))
+        demand = tuple(sorted((pos[a], pos[b], round(u, 9)) for (a, b), u in dem.items()))
+        key: _LpKey = (dim, cls, k, demand)
+        if key not in syn.lp and key not in todo:
+            todo[key] = (net, demand, k)
+        rows.append(((lvl, dim, gi), ranks, key))
+    return rows
+
+
+def _run_lps(
+    syn: Synthesis,
+    todo: dict[_LpKey, tuple[GroupNet, tuple[tuple[int, int, float], ...], int]],
+    opts: Options,
+    clock: _Clock,
+    *,
+    fine: bool,
+) -> dict[_LpKey, SubSolution]:
+    """Solve the LPs of ``todo`` (in parallel per ``workers``; direct hops when no time is left); proven
+    solutions are kept in ``syn.lp`` for later calls."""
+    keys: list[_LpKey] = list(todo)
+    fresh: dict[_LpKey, SubSolution] = {}
     if keys:
         if clock.over():  # no time left for LPs: direct hops inside every group (always valid)
             sols = [direct_solution(todo[key][1]) for key in keys]
@@ -427,36 +482,36 @@ def _solve(
         for key, sol in fresh.items():
             if sol.status == "optimal":  # only proven solutions are reused by later calls
                 syn.lp[key] = sol
-    label = "fine" if fine else "coarse"
-    syn.counters[f"{label}_subdemands"] = sum(len(r) for r in plan_of)
-    syn.counters[f"{label}_lps"] = len({key for r in plan_of for _slot, _ranks, key in r})
-    out: list[Solved] = []
-    for cand, rows in zip(cands, plan_of):
-        subs: dict[tuple[int, int, int], SubRoutes] = {}
-        per_level: dict[int, dict[int, float]] = {}
-        epochs: dict[int, int] = {}
-        statuses: set[str] = set()
-        for (lvl, dim, gi), ranks, key in rows:
-            sol = syn.lp[key] if key in syn.lp else fresh[key]
-            statuses.add(sol.status)
-            subs[(lvl, dim, gi)] = {
-                (ranks[i], ranks[j]): tuple(
-                    (f, tuple((ranks[u], ranks[v], t) for u, v, t in hops)) for f, hops in paths
-                )
-                for i, j, paths in sol.routes
-            }
-            t = sol.time_s if math.isfinite(sol.time_s) else math.inf
-            per_level.setdefault(lvl, {})
-            per_level[lvl][dim] = max(per_level[lvl].get(dim, 0.0), t)
-            epochs[lvl] = max(epochs.get(lvl, 1), sol.epochs)
-        est = max(
-            (sum(per_level[lv].get(d, 0.0) for lv in per_level) for d in range(len(sym.dims))), default=0.0
-        )
-        offs = [0]
-        for lv in range(1, max(per_level, default=0) + 1):
-            offs.append(offs[-1] + epochs.get(lv, 1))
-        out.append(Solved(cand, subs, tuple(offs), est, tuple(sorted(statuses))))
-    return out
+    return fresh
+
+
+def _solved(
+    sym: Symmetry, syn: Synthesis, cand: Candidate, rows: _SubRows, fresh: dict[_LpKey, SubSolution]
+) -> Solved:
+    """A candidate's sub-demand solutions mapped back to ranks, each level's first epoch, and its estimate:
+    per dimension the sum over levels of its slowest sub-demand, the worst dimension."""
+    subs: dict[tuple[int, int, int], SubRoutes] = {}
+    per_level: dict[int, dict[int, float]] = {}
+    epochs: dict[int, int] = {}
+    statuses: set[str] = set()
+    for (lvl, dim, gi), ranks, key in rows:
+        sol = syn.lp[key] if key in syn.lp else fresh[key]
+        statuses.add(sol.status)
+        subs[(lvl, dim, gi)] = {
+            (ranks[i], ranks[j]): tuple(
+                (f, tuple((ranks[u], ranks[v], t) for u, v, t in hops)) for f, hops in paths
+            )
+            for i, j, paths in sol.routes
+        }
+        t = sol.time_s if math.isfinite(sol.time_s) else math.inf
+        per_level.setdefault(lvl, {})
+        per_level[lvl][dim] = max(per_level[lvl].get(dim, 0.0), t)
+        epochs[lvl] = max(epochs.get(lvl, 1), sol.epochs)
+    est = max((sum(per_level[lv].get(d, 0.0) for lv in per_level) for d in range(len(sym.dims))), default=0.0)
+    offs = [0]
+    for lv in range(1, max(per_level, default=0) + 1):
+        offs.append(offs[-1] + epochs.get(lv, 1))
+    return Solved(cand, subs, tuple(offs), est, tuple(sorted(statuses)))
 
 
 # ---------------------------------------------------------------------- evaluation (the actual matrix)
@@ -500,16 +555,10 @@ def sketch_times(
     return out
 
 
-def _simulate(prog: Program, topo: Topology) -> float:
-    """Completion time under the topology's default simulator model (the fast engine when present: the same
-    model, organised for speed; else the event-driven reference)."""
-    try:
-        from a2acc.analysis.fastsim import simulate_fast
-    except ImportError:  # pragma: no cover - the reference engine is always there
-        from a2acc.analysis.simulate import simulate
-
-        return simulate(prog, topo, record_timeline=False).time_s
-    return simulate_fast(prog, topo).time_s
+def _simulate(prog: Program, topo: Topology, model: SimModel | None = None) -> float:
+    """Completion time under the request's simulator model (None: the topology's default), with the fast
+    engine (the reference engine's model, organised for speed)."""
+    return simulate_fast(prog, topo, model=model).time_s
 
 
 def _evaluation_pool(
@@ -552,6 +601,33 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
     topo = req.topology
     pool, loads = _evaluation_pool(sym, syn, req, opts, clock)
     solved = _solve(topo, sym, syn, pool, opts, clock, fine=True)
+    built = _emit_candidates(req, sym, syn, solved, loads, opts, clock)
+    direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
+    chosen = _choose(built, solved, direct, opts)
+    progs: list[Program] = []
+    for _i, prog in chosen:
+        progs.append(prog)
+        if topo.servers > 1 and not clock.over():
+            progs.append(rounds(prog, topo))
+    times: list[float] = []
+    if len(progs) > 1 and not clock.over():
+        times = run_all(_simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate")
+    best = int(np.argmin(times)) if times else 0
+    return _with_outcome(progs[best], sym, syn, clock, times, best)
+
+
+def _emit_candidates(
+    req: PlanRequest,
+    sym: Symmetry,
+    syn: Synthesis,
+    solved: list[Solved],
+    loads: list[comb.Load],
+    opts: Options,
+    clock: _Clock,
+) -> list[tuple[tuple[float, int, int, int], int, Program]]:
+    """Each solved candidate (the first always, the others while time is left) emitted as a Program with its
+    meta, sorted by (5 % bucket of its busiest-port bound, ops, scale-out fan-in, index); entries are
+    (sort key, index in ``solved``, Program)."""
     off = req.traffic.astype(np.float64).copy()
     np.fill_diagonal(off, 0.0)
     pair_bytes = float(off.sum()) / max(int((off > 0).sum()), 1)
@@ -563,7 +639,6 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
         "pruned_ratio": syn.stats.pruned_ratio,
         "pruned_depth": syn.stats.pruned_depth,
     }
-    direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
     stats = [_cand_stats(syn, sv.cand, loads) for sv in solved]
     best_bound = min((st[0] for st in stats), default=1.0) or 1.0
     built: list[tuple[tuple[float, int, int, int], int, Program]] = []
@@ -579,6 +654,17 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
         bucket = math.floor(math.log(max(stats[i][0] / best_bound, 1.0)) / math.log(1.05) + 1e-9)
         built.append(((float(bucket), len(prog.ops), stats[i][1], i), i, prog))
     built.sort(key=lambda kv: kv[0])
+    return built
+
+
+def _choose(
+    built: list[tuple[tuple[float, int, int, int], int, Program]],
+    solved: list[Solved],
+    direct: Candidate,
+    opts: Options,
+) -> list[tuple[int, Program]]:
+    """The Programs to time, in ``built``'s order: at most ``evaluate``, past the first only while their ops
+    total at most ``eval_ops``; then the direct tree's if it was left out."""
     chosen: list[tuple[int, Program]] = []
     total = 0
     for _key, i, prog in built:
@@ -589,16 +675,14 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
     for _key, i, prog in built:
         if solved[i].cand == direct and all(j != i for j, _p in chosen):
             chosen.append((i, prog))
-    progs: list[Program] = []
-    for _i, prog in chosen:
-        progs.append(prog)
-        if topo.servers > 1 and not clock.over():
-            progs.append(rounds(prog, topo))
-    times: list[float] = []
-    if len(progs) > 1 and not clock.over():
-        times = run_all(_simulate, [(p, topo) for p in progs], opts.workers, desc="syccl simulate")
-    best = int(np.argmin(times)) if times else 0
-    prog = progs[best]
+    return chosen
+
+
+def _with_outcome(
+    prog: Program, sym: Symmetry, syn: Synthesis, clock: _Clock, times: list[float], best: int
+) -> Program:
+    """The chosen Program with what the evaluation found in its meta: candidates timed, sub-demands and LPs,
+    its simulated time, and a note when a limit was hit or the topology is only partly symmetric."""
     meta2 = dict(prog.meta)
     meta2["evaluated"] = len(times)
     meta2["subdemands"] = syn.counters.get("coarse_subdemands", 0) + syn.counters.get("fine_subdemands", 0)

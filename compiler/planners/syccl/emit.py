@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
+import numpy.typing as npt
 
 from a2acc.errors import InternalError
 from a2acc.flows.paths import chunk_split
@@ -79,35 +80,8 @@ def build(
         if c:
             b.add((r, Buf.INPUT, int(b.in_off[r, r])), (r, Buf.OUTPUT, int(b.out_off[r, r])), c)
     segs: list[_Seg] = []
-    moved = np.zeros_like(counts)
-    m = topo.gpus_per_server
     for s in range(n):
-        images = routes[s]
-        weights = [w for w, _r in images]
-        for srv in range(topo.servers):
-            dests = [d for d in range(srv * m, (srv + 1) * m) if d != s and counts[s, d] > 0]
-            if not dests:
-                continue
-            # the block of s's chunks for this server, cut by the image weights (contiguous ranges)
-            split = chunk_split(int(sum(int(counts[s, d]) for d in dests)), weights)
-            di, used = 0, 0
-            for (_w, rts), k in zip(images, split):
-                while k > 0:
-                    d = dests[di]
-                    take = min(int(counts[s, d]) - used, k)
-                    route = rts[d]
-                    pieces = min(pipeline, take) if len(route) > 2 else 1
-                    at = used
-                    for i in range(pieces):
-                        size = take // pieces + (1 if i < take % pieces else 0)
-                        loc = (s, int(Buf.INPUT), int(b.in_off[s, d]) + at)
-                        segs.append(_Seg(route, 0, i, size, loc, (), int(b.out_off[d, s]) + at))
-                        at += size
-                    used += take
-                    k -= take
-                    moved[s, d] += take
-                    if used == int(counts[s, d]):
-                        di, used = di + 1, 0
+        segs += _source_segments(b, topo, counts, s, routes[s], pipeline)
     max_stage = 0
     while segs:
         segs, top = _level(b, sym, segs, subs, level_offset)
@@ -117,6 +91,46 @@ def build(
     b.meta["order"] = "free"
     prog = b.build()
     return rounds(prog, topo) if order == "rounds" else prog
+
+
+def _source_segments(
+    b: ProgramBuilder,
+    topo: Topology,
+    counts: npt.NDArray[np.int64],
+    s: int,
+    images: Sequence[tuple[float, Sequence[Route]]],
+    pipeline: int,
+) -> list[_Seg]:
+    """Source ``s``'s first-level segments: per destination server, the block of its chunks for that server
+    (contiguous in its input buffer) cut by the image weights into contiguous ranges (largest remainder), each
+    range following its image's route to every destination it covers; routes of two hops or more are cut into
+    up to ``pipeline`` pieces."""
+    m = topo.gpus_per_server
+    weights = [w for w, _r in images]
+    segs: list[_Seg] = []
+    for srv in range(topo.servers):
+        dests = [d for d in range(srv * m, (srv + 1) * m) if d != s and counts[s, d] > 0]
+        if not dests:
+            continue
+        split = chunk_split(int(sum(int(counts[s, d]) for d in dests)), weights)
+        di, used = 0, 0
+        for (_w, rts), k in zip(images, split):
+            while k > 0:
+                d = dests[di]
+                take = min(int(counts[s, d]) - used, k)
+                route = rts[d]
+                pieces = min(pipeline, take) if len(route) > 2 else 1
+                at = used
+                for i in range(pieces):
+                    size = take // pieces + (1 if i < take % pieces else 0)
+                    loc = (s, int(Buf.INPUT), int(b.in_off[s, d]) + at)
+                    segs.append(_Seg(route, 0, i, size, loc, (), int(b.out_off[d, s]) + at))
+                    at += size
+                used += take
+                k -= take
+                if used == int(counts[s, d]):
+                    di, used = di + 1, 0
+    return segs
 
 
 def rounds(prog: Program, topo: Topology) -> Program:
@@ -194,8 +208,34 @@ def _level(
     subs: Mapping[tuple[int, int, int], SubRoutes],
     level_offset: Sequence[int],
 ) -> tuple[list[_Seg], int]:
-    """Emit one level's transfers; returns the segments of the next level and the highest stage used."""
-    # 1. where each segment lands: the output at its destination, or a slot of its bundle at the relay
+    """Emit one level's transfers; returns the segments of the next level and the highest stage used.
+
+    Single direct paths are gathered by (sender, receiver, source buffer, stage) and merged into runs (emitted
+    last); paths through relays inside a group are emitted piece by piece as they come."""
+    land = _landing(b, segs)
+    nxt: list[_Seg] = []
+    top = 0
+    simple: dict[tuple[int, int, int, int], list[tuple[_Seg, int]]] = {}
+    for sg in segs:
+        a, bb = sg.route[sg.h], sg.route[sg.h + 1]
+        dim = sym.dim_of(a, bb)
+        table = subs.get((sg.h + 1, dim, sym.group_of(dim, a)))
+        paths = table[(a, bb)] if table is not None and (a, bb) in table else ((1.0, ((a, bb, 0),)),)
+        if len(paths) == 1 and len(paths[0][1]) == 1:
+            stage = level_offset[sg.h] + paths[0][1][0][2]
+            simple.setdefault((a, bb, sg.loc[1], stage), []).append((sg, stage))
+            continue
+        top = max(top, _emit_paths(b, sg, paths, land, level_offset[sg.h], nxt))
+    for (_a, _bb, _buf, stage), items in sorted(simple.items()):
+        nxt += _emit_runs(b, items, land, stage)
+        top = max(top, stage)
+    return nxt, top
+
+
+def _landing(b: ProgramBuilder, segs: list[_Seg]) -> dict[int, tuple[int, int, int]]:
+    """Where each segment (by ``id``) lands at this level: the output at its destination, or its slot of the
+    bundle at the relay. A bundle is what one relay receives and forwards to the same next GPU (same pipeline
+    piece): one contiguous scratch region, ordered by the rest of the route and the place in the output."""
     bundles: dict[tuple[int, int, int, int], list[_Seg]] = {}
     for sg in segs:
         if not sg.final:
@@ -212,58 +252,68 @@ def _level(
     for sg in segs:
         if sg.final:
             land[id(sg)] = (sg.route[-1], int(Buf.OUTPUT), sg.out_at)
-    # 2. transfers: single direct paths merge into runs; paths through relays inside a group go piece by piece
-    nxt: list[_Seg] = []
+    return land
+
+
+def _emit_paths(
+    b: ProgramBuilder,
+    sg: _Seg,
+    paths: Sequence[tuple[float, tuple[tuple[int, int, int], ...]]],
+    land: dict[int, tuple[int, int, int]],
+    first_epoch: int,
+    nxt: list[_Seg],
+) -> int:
+    """Segment ``sg``'s hop over its sub-demand's GPU paths: its chunks split by the paths' fractions, each
+    part sent transfer by transfer (through fresh scratch at relays inside the group) to where ``sg`` lands;
+    the parts that go on are appended to ``nxt``. Returns the highest stage used (0 if none)."""
+    a, bb = sg.route[sg.h], sg.route[sg.h + 1]
     top = 0
-    simple: dict[tuple[int, int, int, int], list[tuple[_Seg, int]]] = {}
-    for sg in segs:
-        a, bb = sg.route[sg.h], sg.route[sg.h + 1]
-        dim = sym.dim_of(a, bb)
-        table = subs.get((sg.h + 1, dim, sym.group_of(dim, a)))
-        paths = table[(a, bb)] if table is not None and (a, bb) in table else ((1.0, ((a, bb, 0),)),)
-        if len(paths) == 1 and len(paths[0][1]) == 1:
-            stage = level_offset[sg.h] + paths[0][1][0][2]
-            simple.setdefault((a, bb, sg.loc[1], stage), []).append((sg, stage))
+    split = chunk_split(sg.size, [f for f, _p in paths])
+    off = 0
+    for (_f, hops), k in zip(paths, split):
+        if k == 0:
             continue
-        split = chunk_split(sg.size, [f for f, _p in paths])
-        off = 0
-        for (_f, hops), k in zip(paths, split):
-            if k == 0:
-                continue
-            here = (sg.loc[0], sg.loc[1], sg.loc[2] + off)
-            dst_end = land[id(sg)]
-            deps = sg.deps
-            for i, (u, v, t) in enumerate(hops):
-                if u != here[0]:
-                    raise InternalError(f"syccl: sub-demand path of hop {a}->{bb} starts at {u}")
-                if i == len(hops) - 1:
-                    dst = (dst_end[0], dst_end[1], dst_end[2] + off)
-                else:
-                    dst = (v, int(Buf.SCRATCH), b.alloc_scratch(v, k))
-                stage = level_offset[sg.h] + t
-                top = max(top, stage)
-                deps = (b.add(here, dst, k, deps, stage=stage),)
-                here = dst
-            if not sg.final:
-                nxt.append(_Seg(sg.route, sg.h + 1, sg.piece, k, here, deps, sg.out_at + off))
-            off += k
-    for (_a, _bb, _buf, stage), items in sorted(simple.items()):
-        items.sort(key=lambda it: (land[id(it[0])], it[0].loc))
-        run: list[_Seg] = []
-        for sg, _st in items:
-            if run:
-                last = run[-1]
-                src_ok = sg.loc[:2] == last.loc[:2] and sg.loc[2] == last.loc[2] + last.size
-                dl, dn = land[id(last)], land[id(sg)]
-                dst_ok = dn[:2] == dl[:2] and dn[2] == dl[2] + last.size
-                if not (src_ok and dst_ok):
-                    nxt += _emit_run(b, run, land, stage)
-                    run = []
-            run.append(sg)
+        here = (sg.loc[0], sg.loc[1], sg.loc[2] + off)
+        dst_end = land[id(sg)]
+        deps = sg.deps
+        for i, (u, v, t) in enumerate(hops):
+            if u != here[0]:
+                raise InternalError(f"syccl: sub-demand path of hop {a}->{bb} starts at {u}")
+            if i == len(hops) - 1:
+                dst = (dst_end[0], dst_end[1], dst_end[2] + off)
+            else:
+                dst = (v, int(Buf.SCRATCH), b.alloc_scratch(v, k))
+            stage = first_epoch + t
+            top = max(top, stage)
+            deps = (b.add(here, dst, k, deps, stage=stage),)
+            here = dst
+        if not sg.final:
+            nxt.append(_Seg(sg.route, sg.h + 1, sg.piece, k, here, deps, sg.out_at + off))
+        off += k
+    return top
+
+
+def _emit_runs(
+    b: ProgramBuilder, items: list[tuple[_Seg, int]], land: dict[int, tuple[int, int, int]], stage: int
+) -> list[_Seg]:
+    """The single-hop segments of one (sender, receiver, source buffer, stage), in landing order, as one op per
+    run of segments contiguous at both ends; returns the segments that go on."""
+    nxt: list[_Seg] = []
+    items.sort(key=lambda it: (land[id(it[0])], it[0].loc))
+    run: list[_Seg] = []
+    for sg, _st in items:
         if run:
-            nxt += _emit_run(b, run, land, stage)
-        top = max(top, stage)
-    return nxt, top
+            last = run[-1]
+            src_ok = sg.loc[:2] == last.loc[:2] and sg.loc[2] == last.loc[2] + last.size
+            dl, dn = land[id(last)], land[id(sg)]
+            dst_ok = dn[:2] == dl[:2] and dn[2] == dl[2] + last.size
+            if not (src_ok and dst_ok):
+                nxt += _emit_run(b, run, land, stage)
+                run = []
+        run.append(sg)
+    if run:
+        nxt += _emit_run(b, run, land, stage)
+    return nxt
 
 
 def _emit_run(

@@ -213,50 +213,87 @@ def search(
     """Every scatter tree from ``root`` in the space described in the module docstring, after the prunings
     that are on. ``limit`` bounds the partial trees expanded (the result says when it was hit)."""
     n = sym.nranks
-    m = sym.m
-    ndims = len(sym.dims)
-    max_depth = pruning.max_depth or max(ndims, 1)
-    stats = SearchStats()
-    found: dict[tuple[int, ...], Sketch] = {}
-    by_key: dict[tuple[object, ...], list[Sketch]] = {}
-    kept: list[Sketch] = []
-    image_memo: dict[tuple[int, ...], list[tuple[Perm, Sketch]] | None] = {}
+    s = _Search(sym, root, pruning, limit, deadline, image_cap, max_singled)
+    parent0 = [UNREACHED] * n
+    depth0 = [-1] * n
+    parent0[root] = -1
+    depth0[root] = 0
+    if n == 1:
+        s.kept.append(Sketch(root, (-1,), (0,), (root,)))
+    else:
+        s.expand(parent0, depth0, (root,), 1)
+    return SearchResult(root, tuple(s.kept), s.stats)
 
-    def record(parent: list[int], depth: list[int], fixed: tuple[int, ...]) -> None:
+
+class _Search:
+    """One run of :func:`search`: its parameters, statistics, the complete trees found (by parent tuple), the
+    kept ones (one per isomorphism class when Pruning 1 is on, grouped by :func:`_invariant`) and the images
+    of kept trees computed so far."""
+
+    def __init__(
+        self,
+        sym: Symmetry,
+        root: int,
+        pruning: Pruning,
+        limit: int,
+        deadline: float | None,
+        image_cap: int,
+        max_singled: int,
+    ) -> None:
+        self.sym = sym
+        self.root = root
+        self.pruning = pruning
+        self.limit = limit
+        self.deadline = deadline
+        self.image_cap = image_cap
+        self.max_singled = max_singled
+        self.max_depth = pruning.max_depth or max(len(sym.dims), 1)
+        self.stats = SearchStats()
+        self.found: dict[tuple[int, ...], Sketch] = {}
+        self.by_key: dict[tuple[object, ...], list[Sketch]] = {}
+        self.kept: list[Sketch] = []
+        self.image_memo: dict[tuple[int, ...], list[tuple[Perm, Sketch]] | None] = {}
+
+    def record(self, parent: list[int], depth: list[int], fixed: tuple[int, ...]) -> None:
+        """A complete tree: kept unless it was found before or (Pruning 1) is an image of a kept one."""
+        stats = self.stats
         stats.complete += 1
         key = tuple(parent)
-        if key in found:
+        if key in self.found:
             stats.duplicates += 1
             return
-        sk = Sketch(root, key, tuple(depth), fixed)
-        found[key] = sk
-        if pruning.isomorphism:
-            inv = _invariant(sym, sk)
-            for other in by_key.get(inv, []):
-                if other.parent not in image_memo:
-                    image_memo[other.parent] = images(sym, other, image_cap)
-                ims = image_memo[other.parent]
+        sk = Sketch(self.root, key, tuple(depth), fixed)
+        self.found[key] = sk
+        if self.pruning.isomorphism:
+            inv = _invariant(self.sym, sk)
+            for other in self.by_key.get(inv, []):
+                if other.parent not in self.image_memo:
+                    self.image_memo[other.parent] = images(self.sym, other, self.image_cap)
+                ims = self.image_memo[other.parent]
                 if ims is not None and any(im.parent == key for _g, im in ims):
                     stats.pruned_isomorphic += 1
                     return
-            by_key.setdefault(inv, []).append(sk)
-        kept.append(sk)
+            self.by_key.setdefault(inv, []).append(sk)
+        self.kept.append(sk)
 
-    def agree(x: int, d: int) -> int:
+    def agree(self, x: int, d: int) -> int:
+        """Coordinates ranks ``x`` and ``d`` have in common: server, NIC index, local index."""
+        sym, m = self.sym, self.sym.m
         return (x // m == d // m) + (sym.nic_local[x % m] == sym.nic_local[d % m]) + (x % m == d % m)
 
-    def progress(parent: list[int], fixed: tuple[int, ...], h: int, c: int) -> bool:
+    def progress(self, parent: list[int], fixed: tuple[int, ...], h: int, c: int) -> bool:
         """Every hop on the way to c brings the data closer to c (more coordinates in common: server, NIC
         index, local index), except a hop onto a singled-out relay (an aggregation point)."""
         x = h
-        while x != root:
+        while x != self.root:
             px = parent[x]
-            if x not in fixed and agree(x, c) <= agree(px, c):
+            if x not in fixed and self.agree(x, c) <= self.agree(px, c):
                 return False
             x = px
         return True
 
     def options_for(
+        self,
         orbit: tuple[int, ...],
         classes: list[tuple[int, ...]],
         carries: list[list[Perm]],
@@ -265,6 +302,7 @@ def search(
     ) -> list[tuple[tuple[tuple[int, int], ...], tuple[int, ...]]]:
         """Ways the holders can adopt one unreached orbit at this level: (parent, child) pairs and the relays
         singled out; an orbit is adopted by one holder class as a whole (each holder takes its sub-orbit)."""
+        sym, root = self.sym, self.root
         out: list[tuple[tuple[tuple[int, int], ...], tuple[int, ...]]] = []
         for cls, row in zip(classes, carries):
             h0 = cls[0]
@@ -273,7 +311,7 @@ def search(
                 continue
             if h0 == root:
                 out.append((tuple((root, c) for c in orbit), ()))
-                if len(orbit) > 1 and len(fixed) - 1 < max_singled:
+                if len(orbit) > 1 and len(fixed) - 1 < self.max_singled:
                     out.append((tuple((root, c) for c in orbit), (orbit[0],)))
                     out.append((((root, orbit[0]),), (orbit[0],)))
                 continue
@@ -281,7 +319,7 @@ def search(
             for v in subs:
                 if len(v) * len(cls) != len(orbit):
                     continue
-                if pruning.progress and not progress(parent, fixed, h0, v[0]):
+                if self.pruning.progress and not self.progress(parent, fixed, h0, v[0]):
                     continue
                 pairs = sorted((h, g[c]) for h, g in zip(cls, row) for c in v)
                 if len({c for _h, c in pairs}) == len(orbit):
@@ -289,13 +327,16 @@ def search(
         out.append(((), ()))
         return out
 
-    def expand(parent: list[int], depth: list[int], fixed: tuple[int, ...], level: int) -> None:
+    def expand(self, parent: list[int], depth: list[int], fixed: tuple[int, ...], level: int) -> None:
+        """Grow the partial tree by one level: every combination of one option per unreached orbit."""
+        stats = self.stats
         if stats.truncated:
             return
-        if deadline is not None and time.monotonic() > deadline:
+        if self.deadline is not None and time.monotonic() > self.deadline:
             stats.truncated = True
             return
-        frontier = {r for r in range(n) if depth[r] == level - 1}
+        sym = self.sym
+        frontier = {r for r in range(sym.nranks) if depth[r] == level - 1}
         orbits = sym.coord_orbits(fixed)
         classes = [o for o in orbits if o[0] in frontier]
         targets = [o for o in orbits if parent[o[0]] == UNREACHED]
@@ -305,43 +346,46 @@ def search(
             for h in cls:
                 row.append(sym.coord_carry(fixed, cls[0], h))
             carries.append(row)
-        per_orbit = [options_for(o, classes, carries, parent, fixed) for o in targets]
+        per_orbit = [self.options_for(o, classes, carries, parent, fixed) for o in targets]
         for combo in itertools.product(*per_orbit):
             stats.explored += 1
-            if stats.explored > limit:
+            if stats.explored > self.limit:
                 stats.truncated = True
                 return
-            reps = tuple(x for _p, rp in combo for x in rp)
-            if len(fixed) - 1 + len(reps) > max_singled:
-                continue
-            pairs = [pc for p, _rp in combo for pc in p]
-            if not pairs:
-                continue
-            newp = list(parent)
-            newd = list(depth)
-            for h, c in pairs:
-                newp[c] = h
-                newd[c] = level
-            children = [c for _h, c in pairs]
-            if pruning.consistency and not _ratios_consistent(sym, newp, children):
-                stats.pruned_ratio += 1
-                continue
-            left = sum(1 for x in newp if x == UNREACHED)
-            if left and level >= max_depth:
-                stats.pruned_depth += 1
-                continue
-            nfixed = (*fixed, *reps)
-            if not left:
-                record(newp, newd, nfixed)
-            else:
-                expand(newp, newd, nfixed, level + 1)
+            self.apply(combo, parent, depth, fixed, level)
 
-    parent0 = [UNREACHED] * n
-    depth0 = [-1] * n
-    parent0[root] = -1
-    depth0[root] = 0
-    if n == 1:
-        kept.append(Sketch(root, (-1,), (0,), (root,)))
-    else:
-        expand(parent0, depth0, (root,), 1)
-    return SearchResult(root, tuple(kept), stats)
+    def apply(
+        self,
+        combo: tuple[tuple[tuple[tuple[int, int], ...], tuple[int, ...]], ...],
+        parent: list[int],
+        depth: list[int],
+        fixed: tuple[int, ...],
+        level: int,
+    ) -> None:
+        """One combination of options at ``level``: the grown tree is checked (singled-out relays, Pruning 2,
+        Pruning 3), then recorded when complete or expanded further."""
+        stats = self.stats
+        reps = tuple(x for _p, rp in combo for x in rp)
+        if len(fixed) - 1 + len(reps) > self.max_singled:
+            return
+        pairs = [pc for p, _rp in combo for pc in p]
+        if not pairs:
+            return
+        newp = list(parent)
+        newd = list(depth)
+        for h, c in pairs:
+            newp[c] = h
+            newd[c] = level
+        children = [c for _h, c in pairs]
+        if self.pruning.consistency and not _ratios_consistent(self.sym, newp, children):
+            stats.pruned_ratio += 1
+            return
+        left = sum(1 for x in newp if x == UNREACHED)
+        if left and level >= self.max_depth:
+            stats.pruned_depth += 1
+            return
+        nfixed = (*fixed, *reps)
+        if not left:
+            self.record(newp, newd, nfixed)
+        else:
+            self.expand(newp, newd, nfixed, level + 1)

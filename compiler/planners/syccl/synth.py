@@ -146,48 +146,105 @@ def direct_solution(
     return SubSolution(1, float("nan"), status, routes, lp_size)
 
 
-def solve(
-    net: GroupNet, demand: tuple[tuple[int, int, float], ...], epochs: int, time_limit: float | None
-) -> SubSolution:
+Demand = tuple[tuple[int, int, float], ...]  # (from position, to position, units)
+PairRoutes = tuple[int, int, tuple[tuple[float, tuple[Hop, ...]], ...]]  # (i, j, (fraction, GPU path) ...)
+
+
+def solve(net: GroupNet, demand: Demand, epochs: int, time_limit: float | None) -> SubSolution:
     """The time-expanded LP of the module docstring for ``demand`` ((i, j, units) over positions)."""
-    P, V, K = net.ngpus, net.nnodes, max(1, int(epochs))
-    E = int(net.tail.shape[0])
+    K = max(1, int(epochs))
     if not demand:
         return SubSolution(K, 0.0, "optimal", (), 0)
+    te = _TimeExpanded.of(net, K)
     cref = float(net.cap[net.cap < BIG_BW].max()) if (net.cap < BIG_BW).any() else 1.0
     dmax = max(u for _i, _j, u in demand)
     srcs = sorted({i for i, _j, _u in demand})
-    # time-expanded nodes: GPU v state t (0..K) -> v * (K + 1) + t; transit u epoch t -> base + (u - P) * K + t
-    base = P * (K + 1)
-    nte = base + (V - P) * K
+    lp, col_arcs = _build_lp(net, te, demand, srcs, dmax, cref)
+    tau = lp.ncols - 1
+    got = _minimise(lp, time_limit, col_arcs, te.n_mv)
+    if got is None:
+        return direct_solution(demand, "direct", lp.ncols)
+    x, status = got
+    t_units = float(x[tau]) * K  # in units of dmax bytes / cref
+    time_s = t_units * dmax / cref
+    routes: list[PairRoutes] = []
+    off = 0
+    for a, arcs in zip(srcs, col_arcs):
+        flow = np.zeros(te.narcs)
+        flow[arcs] = np.maximum(x[off : off + arcs.size], 0.0)
+        off += arcs.size
+        got_routes = _source_routes(net, te, demand, a, flow, dmax)
+        if got_routes is None:  # numerically unusable: fall back, still valid
+            return direct_solution(demand, "direct", lp.ncols)
+        routes += got_routes
+    return SubSolution(K, time_s, status, tuple(routes), lp.ncols)
 
-    def node(v: npt.NDArray[np.int64], t: npt.NDArray[np.int64], end: bool) -> npt.NDArray[np.int64]:
-        gpu = v < P
-        return np.where(gpu, v * (K + 1) + t + (1 if end else 0), base + (v - P) * K + t)
 
-    tt = np.tile(np.arange(K, dtype=np.int64), E)
-    ee = np.repeat(np.arange(E, dtype=np.int64), K)
-    mv_tail = node(net.tail[ee], tt, False)
-    mv_head = node(net.head[ee], tt, True)
-    hv = np.repeat(np.arange(P, dtype=np.int64), K)
-    ht = np.tile(np.arange(K, dtype=np.int64), P)
-    ho_tail = hv * (K + 1) + ht
-    ho_head = ho_tail + 1
-    arc_tail = np.concatenate([mv_tail, ho_tail])
-    arc_head = np.concatenate([mv_head, ho_head])
-    n_mv = E * K
-    narcs = arc_tail.shape[0]
+@dataclass(frozen=True)
+class _TimeExpanded:
+    """A group's graph over ``K`` epochs. Nodes: GPU ``v`` at epoch boundary ``t`` (0..K) is
+    ``v * (K + 1) + t``; transit node ``u`` in epoch ``t`` is ``base + (u - P) * K + t``. Arcs: link ``e`` in
+    epoch ``t`` is arc ``e * K + t`` (the first ``n_mv``), then a hold-over arc per GPU and epoch (GPU
+    ``hv[i]``, in GPU-major order)."""
+
+    P: int
+    K: int
+    nte: int  # time-expanded nodes
+    n_mv: int  # link arcs (the rest hold over)
+    ee: npt.NDArray[np.int64]  # the link of each link arc
+    hv: npt.NDArray[np.int64]  # the GPU of each hold-over arc
+    arc_tail: npt.NDArray[np.int64]
+    arc_head: npt.NDArray[np.int64]
+
+    @property
+    def narcs(self) -> int:
+        return int(self.arc_tail.shape[0])
+
+    @staticmethod
+    def of(net: GroupNet, K: int) -> _TimeExpanded:
+        P, V = net.ngpus, net.nnodes
+        E = int(net.tail.shape[0])
+        base = P * (K + 1)
+
+        def node(v: npt.NDArray[np.int64], t: npt.NDArray[np.int64], end: bool) -> npt.NDArray[np.int64]:
+            gpu = v < P
+            return np.where(gpu, v * (K + 1) + t + (1 if end else 0), base + (v - P) * K + t)
+
+        tt = np.tile(np.arange(K, dtype=np.int64), E)
+        ee = np.repeat(np.arange(E, dtype=np.int64), K)
+        hv = np.repeat(np.arange(P, dtype=np.int64), K)
+        ht = np.tile(np.arange(K, dtype=np.int64), P)
+        ho_tail = hv * (K + 1) + ht
+        return _TimeExpanded(
+            P=P,
+            K=K,
+            nte=base + (V - P) * K,
+            n_mv=E * K,
+            ee=ee,
+            hv=hv,
+            arc_tail=np.concatenate([node(net.tail[ee], tt, False), ho_tail]),
+            arc_head=np.concatenate([node(net.head[ee], tt, True), ho_tail + 1]),
+        )
+
+
+def _build_lp(
+    net: GroupNet, te: _TimeExpanded, demand: Demand, srcs: list[int], dmax: float, cref: float
+) -> tuple[Lp, list[npt.NDArray[np.int64]]]:
+    """The LP (columns: every source's usable arcs, then ``tau``; demands in units of ``dmax``, capacities
+    relative to ``cref``) and the arcs of each source's columns."""
+    P, K, nte, n_mv, narcs = te.P, te.K, te.nte, te.n_mv, te.narcs
     cols: list[npt.NDArray[np.int64]] = []
     rows: list[npt.NDArray[np.int64]] = []
     vals: list[npt.NDArray[np.float64]] = []
     rhs = np.zeros(len(srcs) * nte)
     col_arcs: list[npt.NDArray[np.int64]] = []
     ncol = 0
+    # conservation per source (commodity) and time-expanded node
     for k, a in enumerate(srcs):
         ok = np.ones(narcs, dtype=bool)
-        gpu_tail = np.concatenate([net.tail[ee] < P, np.ones(P * K, dtype=bool)])
-        tail_v = np.concatenate([net.tail[ee], hv])
-        head_v = np.concatenate([net.head[ee], hv])
+        gpu_tail = np.concatenate([net.tail[te.ee] < P, np.ones(P * K, dtype=bool)])
+        tail_v = np.concatenate([net.tail[te.ee], te.hv])
+        head_v = np.concatenate([net.head[te.ee], te.hv])
         is_mv = np.arange(narcs) < n_mv
         ok &= ~(is_mv & (head_v == a))  # nothing flows back into the source
         if not net.relays:
@@ -197,20 +254,49 @@ def solve(
         ncol += arcs.size
         col_arcs.append(arcs)
         cols += [c, c]
-        rows += [k * nte + arc_tail[arcs], k * nte + arc_head[arcs]]
+        rows += [k * nte + te.arc_tail[arcs], k * nte + te.arc_head[arcs]]
         vals += [np.ones(arcs.size), -np.ones(arcs.size)]
         rhs[k * nte + a * (K + 1)] += sum(u for i, _j, u in demand if i == a) / dmax
         for i, j, u in demand:
             if i == a:
                 rhs[k * nte + j * (K + 1) + K] -= u / dmax
-    tau = ncol
+    nrows_cap = _capacity_rows(net, te, col_arcs, len(srcs) * nte, ncol, cref, cols, rows, vals)
+    nrows = len(srcs) * nte + nrows_cap
+    lp = Lp(
+        ncols=ncol + 1,
+        nrows=nrows,
+        cols=np.concatenate(cols),
+        rows=np.concatenate(rows),
+        vals=np.concatenate(vals),
+        cost=np.concatenate([np.zeros(ncol), [1.0]]),
+        row_lo=np.concatenate([rhs, np.full(nrows_cap, -INF)]),
+        row_hi=np.concatenate([rhs, np.zeros(nrows_cap)]),
+        col_lo=np.zeros(ncol + 1),
+        col_hi=np.full(ncol + 1, INF),
+    )
+    return lp, col_arcs
+
+
+def _capacity_rows(
+    net: GroupNet,
+    te: _TimeExpanded,
+    col_arcs: list[npt.NDArray[np.int64]],
+    first_cap: int,
+    tau: int,
+    cref: float,
+    cols: list[npt.NDArray[np.int64]],
+    rows: list[npt.NDArray[np.int64]],
+    vals: list[npt.NDArray[np.float64]],
+) -> int:
+    """Append the capacity rows (from row ``first_cap``) to the triples: per capped link and epoch, the flow of
+    every source on it minus ``cap / cref`` times ``tau`` (column ``tau``) is at most 0. Returns their number."""
+    K, n_mv = te.K, te.n_mv
+    E = int(net.tail.shape[0])
     capped = np.flatnonzero(net.cap < BIG_BW)
-    cap_row = {int(e): len(srcs) * nte + i for i, e in enumerate(capped.tolist())}
+    cap_row = {int(e): first_cap + i for i, e in enumerate(capped.tolist())}
     crow = np.full(E, -1, dtype=np.int64)
     for e, r in cap_row.items():
         crow[e] = r
-    nrows_cap = len(capped) * K
-    first_cap = len(srcs) * nte
     for arcs, start in zip(col_arcs, np.cumsum([0] + [x.size for x in col_arcs[:-1]])):
         mv = arcs < n_mv
         e_of = arcs[mv] // K
@@ -224,27 +310,24 @@ def solve(
         cols.append(np.full(K, tau))
         rows.append(first_cap + i * K + np.arange(K))
         vals.append(np.full(K, -float(net.cap[e]) / cref))
-    nrows = first_cap + nrows_cap
-    lp = Lp(
-        ncols=ncol + 1,
-        nrows=nrows,
-        cols=np.concatenate(cols),
-        rows=np.concatenate(rows),
-        vals=np.concatenate(vals),
-        cost=np.concatenate([np.zeros(ncol), [1.0]]),
-        row_lo=np.concatenate([rhs, np.full(nrows_cap, -INF)]),
-        row_hi=np.concatenate([rhs, np.zeros(nrows_cap)]),
-        col_lo=np.zeros(ncol + 1),
-        col_hi=np.full(ncol + 1, INF),
-    )
+    return len(capped) * K
+
+
+def _minimise(
+    lp: Lp, time_limit: float | None, col_arcs: list[npt.NDArray[np.int64]], n_mv: int
+) -> tuple[npt.NDArray[np.float64], str] | None:
+    """Solve for the least ``tau`` (the last column); when proven optimal, solve again with ``tau`` held
+    (a hair of slack) for the least bytes on links, so no circulation is left and the flow peels into paths.
+    Returns (solution, status of the first phase), or None when HiGHS gave no point."""
+    tau = lp.ncols - 1
     solver = Solver(lp, time_limit)
     first = solver.run()
     if first.x is None:
-        return direct_solution(demand, "direct", ncol + 1)
+        return None
     x = first.x
     status = first.status
     if status == "optimal":
-        cost = np.zeros(ncol + 1)
+        cost = np.zeros(lp.ncols)
         off = 0
         for arcs in col_arcs:
             cost[off : off + arcs.size] = (arcs < n_mv).astype(np.float64)
@@ -252,51 +335,51 @@ def solve(
         second = solver.reoptimize(cost, tau, float(x[tau]) * (1 + 1e-7) + 1e-12)
         if second.status == "optimal" and second.x is not None:
             x = second.x
-    t_units = float(x[tau]) * K  # in units of dmax bytes / cref
-    time_s = t_units * dmax / cref
-    routes: list[tuple[int, int, tuple[tuple[float, tuple[Hop, ...]], ...]]] = []
-    off = 0
-    for k, a in enumerate(srcs):
-        arcs = col_arcs[k]
-        flow = np.zeros(narcs)
-        flow[arcs] = np.maximum(x[off : off + arcs.size], 0.0)
-        off += arcs.size
-        dem = np.zeros(nte)
-        want = {j: u / dmax for i, j, u in demand if i == a}
-        for j, u in want.items():
-            dem[j * (K + 1) + K] = u
-        tol = 1e-9 * max(float(dem.sum()), 1.0)
-        per: dict[int, dict[tuple[tuple[int, int], ...], tuple[float, tuple[int, ...]]]] = {}
-        for sink, walk, amount in peel(nte, arc_tail, arc_head, flow, a * (K + 1), dem, tol):
-            j = int(sink) // (K + 1)
-            hops: list[Hop] = []
-            at = a
-            for arc in walk:
-                if arc >= n_mv:
-                    continue
-                e, t = divmod(int(arc), K)
-                h = int(net.head[e])
-                if h < P:
-                    hops.append((at, h, t))
-                    at = h
-            # one entry per GPU path (epochs of the same path merged: the earliest epoch of each hop)
-            key = tuple((u, v) for u, v, _t in hops)
-            cur = per.setdefault(j, {}).get(key)
-            ep = tuple(t for _u, _v, t in hops)
-            if cur is not None:
-                ep = tuple(min(x, y) for x, y in zip(cur[1], ep))
-                amount += cur[0]
-            per[j][key] = (amount, ep)
-        for j in sorted(want):
-            paths = per.get(j, {})
-            total = sum(amt for amt, _ep in paths.values())
-            if total <= 0 or abs(total - want[j]) > 1e-6 * max(want[j], 1e-12) + 1e-9:
-                return direct_solution(
-                    demand, "direct", ncol + 1
-                )  # numerically unusable: fall back, still valid
-            merged = [
-                (amt / total, tuple((u, v, t) for (u, v), t in zip(gp, ep)))
-                for gp, (amt, ep) in sorted(paths.items())
-            ]
-            routes.append((a, j, tuple(merged)))
-    return SubSolution(K, time_s, status, tuple(routes), ncol + 1)
+    return x, status
+
+
+def _source_routes(
+    net: GroupNet, te: _TimeExpanded, demand: Demand, a: int, flow: npt.NDArray[np.float64], dmax: float
+) -> list[PairRoutes] | None:
+    """Source ``a``'s flow (per arc) peeled into GPU paths, per destination in order: the fraction of the
+    pair's data on each path and the earliest epoch of each hop (epochs of one path merged). None when the
+    paths do not add up to the demand (numerically unusable)."""
+    P, K, n_mv = te.P, te.K, te.n_mv
+    dem = np.zeros(te.nte)
+    want = {j: u / dmax for i, j, u in demand if i == a}
+    for j, u in want.items():
+        dem[j * (K + 1) + K] = u
+    tol = 1e-9 * max(float(dem.sum()), 1.0)
+    per: dict[int, dict[tuple[tuple[int, int], ...], tuple[float, tuple[int, ...]]]] = {}
+    for sink, walk, amount in peel(te.nte, te.arc_tail, te.arc_head, flow, a * (K + 1), dem, tol):
+        j = int(sink) // (K + 1)
+        hops: list[Hop] = []
+        at = a
+        for arc in walk:
+            if arc >= n_mv:
+                continue
+            e, t = divmod(int(arc), K)
+            h = int(net.head[e])
+            if h < P:
+                hops.append((at, h, t))
+                at = h
+        # one entry per GPU path (epochs of the same path merged: the earliest epoch of each hop)
+        key = tuple((u, v) for u, v, _t in hops)
+        cur = per.setdefault(j, {}).get(key)
+        ep = tuple(t for _u, _v, t in hops)
+        if cur is not None:
+            ep = tuple(min(x, y) for x, y in zip(cur[1], ep))
+            amount += cur[0]
+        per[j][key] = (amount, ep)
+    out: list[PairRoutes] = []
+    for j in sorted(want):
+        paths = per.get(j, {})
+        total = sum(amt for amt, _ep in paths.values())
+        if total <= 0 or abs(total - want[j]) > 1e-6 * max(want[j], 1e-12) + 1e-9:
+            return None
+        merged = [
+            (amt / total, tuple((u, v, t) for (u, v), t in zip(gp, ep)))
+            for gp, (amt, ep) in sorted(paths.items())
+        ]
+        out.append((a, j, tuple(merged)))
+    return out

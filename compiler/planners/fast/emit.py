@@ -1,64 +1,29 @@
-"""``fast``: the FAST/FLASH skew-aware planner (arXiv 2505.09764, FLASH §4) on the common IR.
+"""FAST's ops: the intra-server part, balancing, and the network steps with pipelined redistribution.
 
-1. **Intra-server load balancing** (§4.1, §4.3 "preparation"). For every (source server A, destination server
-   B) tile, GPUs of A exchange data over the scale-up fabric so each holds an equal share of the tile
-   (shares differ by at most one chunk). Data moved to GPU j' is preferably data destined to GPU j' of B
-   ("pack by destination", FAST slides), so it later lands without redistribution. Balancing a tile is skipped
-   when it does not pay: when the scale-out time it saves is smaller than the scale-up time it costs (FAST's
-   implementation skips by a beta/alpha ratio test in ``check_balance_dispatch``; ours compares the two times).
-2. **Birkhoff stages** (§4.2). The server matrix S[A][B] = the largest per-GPU share of tile (A, B) is padded
-   and decomposed into incast-free one-to-one stages (:mod:`a2acc.planners.birkhoff`); in each stage GPU i of a
-   sender talks only to GPU i of its receiver.
-3. **Pipelined redistribution** (§4.3). Data that arrives at the wrong GPU of B goes to scratch and is
-   redistributed over the scale-up fabric as soon as it lands, concurrently with the next stage's scale-out
-   transfer; data already at its final GPU is written straight into the output. The stages become network
-   *steps* (:func:`order_steps`): heaviest first and lightest last, not FAST's ascending order (Theorem 2's
-   proof), because here only the last step's redistribution is exposed; stages shorter than two link latencies
-   are folded into other steps; the last step is split when its redistribution would still show. Each GPU's
-   bundle sends its own data first and data balanced in from peers last, so balancing overlaps the first steps
-   instead of delaying them, and the tail carries data that needs no redistribution (beyond FAST, whose
-   pipeline does not overlap balancing). The intra-server part of the matrix has no dependencies, so it runs
-   concurrently with balancing and the first step.
-
-Step synchronisation is pairwise, not a global barrier: a step-k transfer from GPU A_i to B_i waits for
-A_i's previous sends and B_i's previous receives, which is exactly what keeps every receiver incast-free. GPUs
-that share a NIC (dgx2, ndv2) are synchronised as one: a transfer waits for all of their previous sends
-(receives), so no GPU runs ahead and starves its sibling of the NIC's fair share.
-
-Options (:class:`Options`, ``--opt KEY=VALUE``): ``birkhoff`` = ``bottleneck`` (default) | ``kuhn`` (FAST's
-method); ``balance`` = ``auto`` (default) | ``always`` | ``never``; ``compare_kuhn=true`` also records how many
-stages FAST's own Kuhn method would need (``meta["birkhoff_stages_kuhn"]``), next to ``meta["stage_bound"]``;
-``order`` = ``tail`` (default, :func:`order_steps`; direct-connect graphs keep FAST's order) | ``ascending``
-(FAST's order, every stage its own step).
-``meta["stages"]`` counts the network steps run, ``meta["birkhoff_stages"]`` the decomposition's stages.
-
-The ops are emitted by the compiled core ``a2acc._stageplan`` (``fast_prepare``: intra-server part, balancing
-and bundles; ``fast_steps``: the network steps) when it was built, in one columnar block; the pure-Python
-:func:`_prepare_py` and :func:`_steps_py` are the reference (``plan(req, native=False)``) and build
-byte-identical Programs (``tests/planners/test_fast_native.py``). Per op the Python path costs microseconds,
-the compiled one tens of nanoseconds, which is what keeps ``a2acc plan`` at 64 x 8 GPUs well under a second.
-
-Works for every intra fabric (the simulator routes scale-up ops over switch, mesh, ring or cube-mesh), any
-non-negative matrix, one server (no stages), zero rows and servers with no cross traffic. On a direct-connect
-topology each node is a one-GPU "server": balancing vanishes and the stages are GPU-level BvN stages.
+:func:`build` turns a request into a Program for one step grouping. The ops are emitted by the compiled core
+``a2acc._stageplan`` (``fast_prepare``: intra-server part, balancing and bundles; ``fast_steps``: the network
+steps) when it was built, in one columnar block; the pure-Python :func:`_prepare_py` and :func:`_steps_py` are the
+reference (``native=False``) and build byte-identical Programs (``tests/planners/test_fast_native.py``).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import InternalError
-from a2acc.ir import Buf, Program, ProgramBuilder
-from a2acc.model.topology import Topology
+from a2acc.ir import Buf, Program, ProgramBuilder, replace_ops
 from a2acc.native import stageplan as _native_emit
 from a2acc.planners import PlanRequest
-from a2acc.planners.birkhoff import Stage, decompose, stage_bound
+from a2acc.planners.birkhoff import decompose, stage_bound
+from a2acc.planners.fast.steps import Step, _step_costs, group_ends, order_steps
 from a2acc.planners.stageplan import stage_plan, tile_shares
+
+if TYPE_CHECKING:
+    from a2acc.planners.fast import Options
 
 
 @dataclass
@@ -81,46 +46,12 @@ def _split(p: _Piece, k: int) -> tuple[_Piece, _Piece]:
     return a, b
 
 
-@dataclass(frozen=True)
-class Options:
-    birkhoff: Literal["bottleneck", "kuhn"] = field(
-        default="bottleneck",
-        metadata={"help": "stage decomposition: bottleneck (fewer stages) or kuhn (FAST's)"},
-    )
-    balance: Literal["auto", "always", "never"] = field(
-        default="auto", metadata={"help": "intra-server balancing: when it pays (auto), always, never"}
-    )
-    compare_kuhn: bool = field(
-        default=False, metadata={"help": "also count the stages FAST's Kuhn method needs (report only)"}
-    )
-    order: Literal["tail", "ascending"] = field(
-        default="tail",
-        metadata={
-            "help": "network step order: tail (heavy first, tiny stages folded, last step split) "
-            "or ascending (FAST's)"
-        },
-    )
-
-
-class Step(NamedTuple):
-    """One network step: server ``a`` sends up to ``caps[a]`` chunks per GPU to server ``perm[a]``."""
-
-    perm: tuple[int, ...]
-    caps: tuple[int, ...]
-
-
-#: a stage is folded into another one carrying the same server pairs when its transfer takes at most this many
-#: link latencies (the per-step cost it saves); the last step is split while its redistribution after the last
-#: network byte would take more than this many link latencies (each split costs one)
-FOLD_LATENCIES = 2.0
-SPLIT_LATENCIES = 4.0
-MAX_TAIL_SPLITS = 3
-
-
-def plan(req: PlanRequest, *, native: bool | None = None) -> Program:
-    """Build FAST's Program. ``native=None`` emits the ops with the compiled core when it was built (the
-    ``a2acc._stageplan`` extension), ``False`` with the pure-Python reference; both give identical Programs."""
-    opts: Options = req.options if isinstance(req.options, Options) else Options()
+def build(
+    req: PlanRequest, opts: Options, *, native: bool | None = None, groups: int | None = None
+) -> Program:
+    """FAST's Program with its network steps run as ``groups`` concurrent groups (None: every step its own).
+    ``native=None`` emits the ops with the compiled core when it was built (the ``a2acc._stageplan``
+    extension), ``False`` with the pure-Python reference; both give identical Programs."""
     topo = req.topology
     counts = req.counts
     n_ranks = req.nranks
@@ -169,11 +100,12 @@ def plan(req: PlanRequest, *, native: bool | None = None) -> Program:
         steps = order_steps(stages, server, t_chunk, alpha_inter, r_redist, own, whole)
     else:  # FAST's order (Theorem 2)
         steps = [Step(st.perm, (st.weight,) * n) for st in sorted(stages, key=lambda st: st.weight)]
-    # ---- 3. stage transfers + pipelined redistribution
+    # ---- 3. stage transfers + pipelined redistribution, steps grouped as asked
+    ends = group_ends(steps, groups)
     if use_native:
-        real_stages, leftovers = _steps_native(b, prep, steps, nic_group, n, m)
+        real_stages, leftovers = _steps_native(b, prep, steps, ends, nic_group, n, m)
     else:
-        real_stages, leftovers = _steps_py(b, bundles, steps, nic_group, n, m)
+        real_stages, leftovers = _steps_py(b, bundles, steps, ends, nic_group, n, m)
     if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
         raise InternalError(f"fast: {leftovers} pieces were not scheduled")
     kuhn_stages = None
@@ -183,6 +115,7 @@ def plan(req: PlanRequest, *, native: bool | None = None) -> Program:
     b.meta.update(
         {
             "stages": real_stages,
+            "shape": "staged" if all(ends) else f"grouped:{sum(ends)}",
             "birkhoff_method": method,
             "birkhoff_stages": len(stages),
             "birkhoff_stages_kuhn": kuhn_stages,
@@ -194,7 +127,8 @@ def plan(req: PlanRequest, *, native: bool | None = None) -> Program:
             "server_matrix": server.tolist(),
         }
     )
-    return b.build()
+    prog = b.build()
+    return sequential_phases(prog, m) if opts.phases == "sequential" else prog
 
 
 # ---------------------------------------------------------------------------------------------- compiled path
@@ -249,10 +183,16 @@ def _prepare_native(
 
 
 def _steps_native(
-    b: ProgramBuilder, prep: _Prepared, steps: list[Step], nic_group: list[list[int]], n: int, m: int
+    b: ProgramBuilder,
+    prep: _Prepared,
+    steps: list[Step],
+    ends: list[bool],
+    nic_group: list[list[int]],
+    n: int,
+    m: int,
 ) -> tuple[int, int]:
     """The network steps in C (:func:`_steps_py` is the reference); adds the prepared ops and the steps' ops
-    to ``b`` in one block. Returns (steps that sent data, pieces left unscheduled)."""
+    to ``b`` in one block. Returns (groups that sent data, pieces left unscheduled)."""
     assert _native_emit is not None
     n_ranks = n * m
     perms = np.array([st.perm for st in steps], dtype=np.int64).reshape(-1)
@@ -272,6 +212,7 @@ def _steps_native(
         groups,
         len(b) + prep.nops,
         prep.scratch,
+        np.array(ends, dtype=np.int64),
     )
     # both halves in one block (bytearrays: the Program's columns stay writable like any other Program's)
     b.add_rows(
@@ -359,162 +300,74 @@ def _steps_py(
     b: ProgramBuilder,
     bundles: list[list[list[list[_Piece]]]],
     steps: list[Step],
+    ends: list[bool],
     nic_group: list[list[int]],
     n: int,
     m: int,
 ) -> tuple[int, int]:
-    """Stage transfers and pipelined redistribution: (steps that sent data, pieces left unscheduled)."""
+    """Stage transfers and pipelined redistribution: (groups that sent data, pieces left unscheduled). The
+    steps of one group (``ends`` marks each group's last step) wait only for the groups before."""
     n_ranks = n * m
     last_send: list[list[int]] = [[] for _ in range(n_ranks)]
     last_recv: list[list[int]] = [[] for _ in range(n_ranks)]
-    stage_no = 0
+    stage_no = 1
     real_stages = 0
-    for st in steps:
-        stage_no += 1
-        sent: dict[int, list[int]] = {}
-        recvd: dict[int, list[int]] = {}
+    sent: dict[int, list[int]] = {}
+    recvd: dict[int, list[int]] = {}
+    for k, st in enumerate(steps):
         for a in range(n):
             bb = st.perm[a]
             if bb == a:
                 continue
             for i in range(m):
-                queue = bundles[a][bb][i]
-                cap = st.caps[a]
                 s_rank, d_rank = a * m + i, bb * m + i
-                # what every transfer of this queue waits for (last_send/last_recv change only between steps)
+                # what every transfer of this queue waits for (last_send/last_recv change only between groups)
                 wait = {x for r in nic_group[s_rank] for x in last_send[r]}
                 wait.update(x for r in nic_group[d_rank] for x in last_recv[r])
-                while cap > 0 and queue:
-                    p = queue[0]
-                    if p.cnt > cap:
-                        p, queue[0] = _split(p, cap)
-                    else:
-                        queue.pop(0)
-                    cap -= p.cnt
-                    deps = wait if p.dep < 0 else wait | {p.dep}
-                    out_at = int(b.out_off[p.dst, p.src]) + p.off
-                    # data for the aligned GPU lands in its output; the rest lands in scratch and is forwarded
-                    land = -1 if p.dst == d_rank else b.alloc_scratch(d_rank, p.cnt)
-                    target = (d_rank, Buf.OUTPUT, out_at) if land < 0 else (d_rank, Buf.SCRATCH, land)
-                    oid = b.add((p.rank, p.buf, p.at), target, p.cnt, deps, stage=stage_no)
-                    if land >= 0:
-                        b.add(
-                            (d_rank, Buf.SCRATCH, land),
-                            (p.dst, Buf.OUTPUT, out_at),
-                            p.cnt,
-                            [oid],
-                            stage=stage_no,
-                        )
-                    sent.setdefault(s_rank, []).append(oid)
-                    recvd.setdefault(d_rank, []).append(oid)
+                _send_queue(b, bundles[a][bb][i], st.caps[a], wait, s_rank, d_rank, stage_no, sent, recvd)
+        if not ends[k]:
+            continue
         if sent:
             real_stages += 1
+        stage_no += 1
         for r, ops in sent.items():
             last_send[r] = ops
         for r, ops in recvd.items():
             last_recv[r] = ops
+        sent, recvd = {}, {}
     leftovers = sum(len(bundles[a][bb][i]) for a in range(n) for bb in range(n) for i in range(m))
     return real_stages, leftovers
 
 
-def _step_costs(topo: Topology) -> tuple[float, float]:
-    """(latency of one scale-out transfer in seconds, redistribution time per second of scale-out transfer).
-
-    The second is the worst case, a whole step's data landing on the wrong GPU and destined to one peer: a
-    GPU's scale-out share over one scale-up path (on a switch, the GPU's port; on a mesh, one link). 0 on
-    direct-connect graphs, where nothing is redistributed."""
-    s = topo.summary()
-    if topo.inter is not None:
-        alpha = topo.inter.latency * 1e-6
-    elif topo.direct is not None:
-        alpha = topo.direct.latency * 1e-6
-    else:  # pragma: no cover - a topology has an inter tier or a direct graph
-        alpha = 0.0
-    r = s.b_inter / s.b_intra_link if s.m > 1 and s.b_intra_link > 0 else 0.0
-    return alpha, r
-
-
-def order_steps(
-    stages: list[Stage],
-    server: npt.NDArray[np.int64],
-    t_chunk: float,
-    alpha: float,
-    r: float,
-    own: npt.NDArray[np.int64] | None = None,
-    load: npt.NDArray[np.int64] | None = None,
-) -> list[Step]:
-    """Turn Birkhoff stages into network steps: order, fold tiny stages, split the last step.
-
-    **Order: heaviest first.** FAST runs stages in ascending weight (arXiv 2505.09764 §4.3, Theorem 2): in its
-    pipeline a stage starts only when the previous stage's redistribution has finished, and ascending weights
-    keep every redistribution shorter than the next transfer. Here steps are synchronised pairwise and a
-    redistribution never delays a later transfer (the scale-up fabric runs it beside the next steps), so the
-    only redistribution that costs time is the one after the last network byte - the last step's. Ascending
-    order makes that the heaviest stage (measured: 1.5-4 % of the bound on dgx-h100 4x8 and 8x8); descending
-    order makes it the lightest.
-
-    **Folding.** Every step costs one link latency on the busiest server's path (its sends are chained), so a
-    stage whose transfer is shorter than :data:`FOLD_LATENCIES` latencies is dissolved: each server pair of it
-    that also appears in an earlier step (not the first, see below) sends its share there instead (the
-    pair's total is unchanged; the step becomes uneven, which pairwise synchronisation tolerates). Pairs found
-    nowhere else keep the step. Folding more (4-16 latencies) was measured no better on dgx-h100 8x8 Zipf(0.8): the
-    uneven steps delay the partners of the grown pairs, and the delays add up along the step chains.
-
-    **First step.** Balancing (§4.1) moves data between the GPUs of a server before it can leave, so the first
-    step is the heaviest one every GPU can serve from its own input (``own`` per sender server, receiver
-    server and GPU, ``load`` the whole bundle); failing that, the one needing the least balanced-in data. On dgx-h100
-    8x8 Zipf(0.8) a heavy first step waited for balancing up to 1.4 % of the bound.
-
-    **Tail split.** When the last step's redistribution (``r`` x its transfer time, worst case) would still
-    exceed :data:`SPLIT_LATENCIES` latencies, the step is cut in two steps with the same permutation, the
-    second holding a fraction r/(1+r): its transfer then hides the first part's redistribution, and only its
-    own small redistribution is left after the last network byte. Repeated at most :data:`MAX_TAIL_SPLITS` times.
-
-    Deterministic: stable sort over the decomposition order, fixed scans, integer weights.
-    """
-    n = server.shape[0]
-    real = server > 0
-    ordered = sorted(stages, key=lambda st: -st.weight)
-    if own is not None and load is not None and len(ordered) > 1:
-        # first step: the heaviest whose GPUs can send their share from their own input (balancing runs
-        # meanwhile); failing that, the one that needs the least balanced-in data
-        # starve[k]: the most balanced-in data a GPU needs before step k can send (0 if none); all steps at once
-        rows = np.arange(n)
-        perm = np.array([st.perm for st in ordered], dtype=np.int64)  # [steps, n]
-        weight = np.array([st.weight for st in ordered], dtype=np.int64)
-        need = np.minimum(load[rows, perm], weight[:, None, None]) - own[rows, perm]  # [steps, n, m]
-        need[perm == rows] = 0  # servers that keep their data this step wait for nothing
-        starve = np.maximum(need.reshape(len(ordered), -1).max(axis=1, initial=0), 0)
-        first = int(np.argmin(starve))  # the first of the least starved, as min() over (starve, k)
-        ordered.insert(0, ordered.pop(first))
-    perms = [st.perm for st in ordered]
-    caps = [[st.weight if st.perm[a] != a else 0 for a in range(n)] for st in ordered]
-    keep = [True] * len(ordered)
-    if alpha > 0 and t_chunk > 0:
-        for k in range(len(ordered) - 1, 0, -1):
-            if ordered[k].weight * t_chunk > FOLD_LATENCIES * alpha:
-                break  # descending: every earlier stage is heavier
-            stuck = False
-            for a in range(n):
-                b = perms[k][a]
-                if caps[k][a] == 0 or not real[a, b]:
-                    continue
-                host = next((j for j in range(1, k) if keep[j] and perms[j][a] == b), -1)
-                if host < 0:
-                    stuck = True
-                    continue
-                caps[host][a] += caps[k][a]
-                caps[k][a] = 0
-            keep[k] = stuck
-    steps = [Step(perms[k], tuple(caps[k])) for k in range(len(ordered)) if keep[k]]
-    for _ in range(MAX_TAIL_SPLITS):
-        if not steps or r <= 0 or r * max(steps[-1].caps) * t_chunk <= SPLIT_LATENCIES * alpha:
-            break
-        last = steps.pop()
-        tail = tuple(min(c - 1, math.ceil(c * r / (1 + r))) if c > 1 else 0 for c in last.caps)
-        steps.append(Step(last.perm, tuple(c - x for c, x in zip(last.caps, tail))))
-        steps.append(Step(last.perm, tail))
-    return steps
+def _send_queue(
+    b: ProgramBuilder,
+    queue: list[_Piece],
+    cap: int,
+    wait: set[int],
+    s_rank: int,
+    d_rank: int,
+    stage_no: int,
+    sent: dict[int, list[int]],
+    recvd: dict[int, list[int]],
+) -> None:
+    """Send up to ``cap`` chunks of ``queue`` from ``s_rank`` to ``d_rank``: data for the aligned GPU lands in
+    its output; the rest lands in scratch and is forwarded over the scale-up fabric as soon as it arrives."""
+    while cap > 0 and queue:
+        p = queue[0]
+        if p.cnt > cap:
+            p, queue[0] = _split(p, cap)
+        else:
+            queue.pop(0)
+        cap -= p.cnt
+        deps = wait if p.dep < 0 else wait | {p.dep}
+        out_at = int(b.out_off[p.dst, p.src]) + p.off
+        land = -1 if p.dst == d_rank else b.alloc_scratch(d_rank, p.cnt)
+        target = (d_rank, Buf.OUTPUT, out_at) if land < 0 else (d_rank, Buf.SCRATCH, land)
+        oid = b.add((p.rank, p.buf, p.at), target, p.cnt, deps, stage=stage_no)
+        if land >= 0:
+            b.add((d_rank, Buf.SCRATCH, land), (p.dst, Buf.OUTPUT, out_at), p.cnt, [oid], stage=stage_no)
+        sent.setdefault(s_rank, []).append(oid)
+        recvd.setdefault(d_rank, []).append(oid)
 
 
 def _order_bundle(pieces: list[_Piece], aligned_rank: int) -> list[_Piece]:
@@ -580,3 +433,32 @@ def _balance_tile(
                     surplus[i] -= p.cnt
                     moved += p.cnt
     return moved
+
+
+def sequential_phases(prog: Program, m: int) -> Program:
+    """FAST's own implementation's phases, one after another: balancing, then the network steps (with their
+    pipelined redistribution), then the last step's redistribution (the "restore"). Its published logs time
+    the three separately and they add up to the total (FAST repository, ``amd-result/``: columns lb, cross,
+    restore), i.e. the host synchronises all GPUs between them; a2acc's own fast overlaps them instead.
+
+    Barriers become dependencies: every op of the first network step waits for every balancing op, and every
+    redistribution op of the last step waits for every network op of that step."""
+    ops = prog.ops
+    server = [o.src_rank // m for o in ops], [o.dst_rank // m for o in ops]
+    net = [i for i, o in enumerate(ops) if server[0][i] != server[1][i]]
+    if not net:
+        return prog
+    net_set = set(net)
+    balance = [i for i, o in enumerate(ops) if o.stage == 0 and o.dst_buf == Buf.SCRATCH]
+    first, last = min(ops[i].stage for i in net), max(ops[i].stage for i in net)
+    last_net = [i for i in net if ops[i].stage == last]
+    last_net_set = set(last_net)
+    out = []
+    for i, o in enumerate(ops):
+        extra: list[int] = []
+        if i in net_set and o.stage == first:
+            extra = balance
+        elif o.stage == last and i not in last_net_set and any(d in last_net_set for d in o.deps):
+            extra = last_net
+        out.append(o._replace(deps=tuple(sorted({*o.deps, *(x for x in extra if x < i)}))) if extra else o)
+    return replace_ops(prog, out)

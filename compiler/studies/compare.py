@@ -65,6 +65,7 @@ class Row:
     padding_bytes: int
     timeout_probability: float
     bw: str = "fast"
+    pick: str = ""  # auto's rows: the planner whose plan auto returned
 
     @property
     def pct_of_bound(self) -> float:
@@ -105,6 +106,8 @@ CSV_FIELDS = (
     "chunks",
     "padding_bytes",
     "timeout_probability",
+    "pick",
+    "fastest",
 )
 
 
@@ -128,6 +131,7 @@ def _csv_row(r: Row) -> list[object]:
         r.chunks,
         r.padding_bytes,
         r.timeout_probability,
+        r.pick,
     ]
 
 
@@ -179,7 +183,8 @@ def compare_rows(
                 rep = lower_bounds(matrices[size], topo, mcf=mcf)
                 bounds[size] = (rep.seconds, rep.best.name)
             m = matrices[size]
-            res = compile(Request(topo, m, alg))  # verified, or it raises: a wrong plan is a bug
+            # verified, or it raises (a wrong plan is a bug); cost-aware planners price choices under the model
+            res = compile(Request(topo, m, alg, model=model))
             prog = res.program
             rep_v = res.verify
             payload = int(m.sum())
@@ -208,6 +213,7 @@ def compare_rows(
                 padding_bytes=prog.padding_bytes,
                 timeout_probability=sim.timeout_probability,
                 bw=bw,
+                pick=_auto_pick(prog.meta.get("auto")),
             )
 
 
@@ -229,6 +235,33 @@ def run_compare(
     return list(
         compare_rows(topo, traffic, sizes, algorithms, model=mdl, seed=seed, skew=skew, mcf=mcf, bw=bw)
     )
+
+
+def _auto_pick(v: object) -> str:
+    return str(v.get("pick", "")) if isinstance(v, dict) else ""
+
+
+def fastest(rows: Sequence[Row]) -> dict[int, Row]:
+    """Per size, the fastest row (ties: the first in table order)."""
+    out: dict[int, Row] = {}
+    for r in rows:
+        if r.size not in out or r.time_s < out[r.size].time_s:
+            out[r.size] = r
+    return out
+
+
+def summary_lines(rows: Sequence[Row]) -> list[str]:
+    """The closing table: per size, the fastest planner and auto's pick (when auto ran)."""
+    best = fastest(rows)
+    auto = {r.size: r for r in rows if r.algorithm == "auto"}
+    lines = [
+        "# fastest per size (simulated):",
+        f"# {'size':>10s}  {'fastest':>12s}  {'time (us)':>10s}  auto's pick",
+    ]
+    for size, r in sorted(best.items()):
+        pick = auto[size].pick if size in auto else "(auto not run)"
+        lines.append(f"# {size:>10d}  {r.algorithm:>12s}  {_num(r.time_s * 1e6, 10)}  {pick}")
+    return lines
 
 
 def _int_meta(v: object) -> int:
@@ -284,8 +317,10 @@ def format_table(rows: Sequence[Row], header: str) -> str:
 
 
 def document(rows: Sequence[Row], meta: dict[str, object]) -> dict[str, object]:
-    """The JSON document ``-J`` writes: run metadata, then the rows the table shows."""
-    return {**meta, "simulated": True, "rows": [r.to_json() for r in rows]}
+    """The JSON document ``-J`` writes: run metadata, then the rows the table shows (``fastest`` marks the
+    fastest row of each size)."""
+    best = {id(r) for r in fastest(rows).values()}
+    return {**meta, "simulated": True, "rows": [{**r.to_json(), "fastest": id(r) in best} for r in rows]}
 
 
 #: what the three outputs carry so a later run can tell a2acc wrote them (``a2acc.fileio.check_outputs``)
@@ -316,8 +351,9 @@ def write_csv(path: str, rows: Sequence[Row], meta: dict[str, object]) -> None:
     buf.write("# simulated: true\n")
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_FIELDS)
+    best = {id(r) for r in fastest(rows).values()}
     for r in rows:
-        w.writerow(_csv_row(r))
+        w.writerow([*_csv_row(r), int(id(r) in best)])
     atomic_write_text(path, buf.getvalue())
 
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from a2acc.analysis.compare import size_label
 from a2acc.cli import main
+from a2acc.studies.compare import size_label
 
 KEYS = {"time_s", "algbw_GBps", "busbw_GBps", "bound_s", "schedule_s", "stages", "algorithm", "size"}
 ARGS = [
@@ -161,9 +161,9 @@ def test_bounds_and_simulate_commands(tmp_path, capsys):
     assert main(["simulate", str(plan), "-t", "mi300x", "-n", "3"]) == 2
 
 
-def test_syccl_joins_the_defaults_on_symmetric_server_topologies():
+def test_syccl_joins_the_defaults_on_tiered_topologies_and_auto_runs_last():
     from a2acc.cli.compare import default_algorithms
-    from a2acc.model.topology import load_topology
+    from a2acc.model.topology import load_topology, parse_topology
 
     assert default_algorithms(load_topology("dgx-a100", 2)) == [
         "fast",
@@ -171,8 +171,32 @@ def test_syccl_joins_the_defaults_on_symmetric_server_topologies():
         "direct",
         "hierarchical",
         "syccl",
+        "auto",
     ]
     assert "syccl" not in default_algorithms(load_topology("dgx-h100", 9))  # 72 GPUs: ask with -a
+    torus = parse_topology({"version": 1, "direct": {"kind": "torus", "dims": [2, 2], "bandwidth": 10}}, "t")
+    assert "syccl" not in default_algorithms(torus)
+
+
+def test_the_closing_table_marks_the_fastest_row_and_autos_pick(tmp_path, capsys):
+    import json
+
+    from a2acc.cli import main
+
+    out = tmp_path / "c.json"
+    argv = ["compare", "-t", "dgx-h100", "-n", "2", "--traffic", "zipf", "--sizes", "1M,64M"]
+    assert main([*argv, "-a", "direct,fast,auto", "-J", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "# fastest per size (simulated):" in text
+    rows = json.loads(out.read_text())["rows"]
+    for size in (1 << 20, 64 << 20):
+        mine = [r for r in rows if r["size"] == size]
+        best = min(mine, key=lambda r: r["time_s"])
+        assert [r["fastest"] for r in mine].count(True) == 1 and best["fastest"]
+        auto = next(r for r in mine if r["algorithm"] == "auto")
+        assert auto["pick"] in ("direct", "fast") and auto["time_s"] <= best["time_s"] * (1 + 1e-9)
+        line = next(ln for ln in text.splitlines() if ln.startswith("#") and f" {size} " in ln)
+        assert best["algorithm"] in line and auto["pick"] in line
 
 
 def test_outputs_never_destroy_inputs_or_foreign_files(tmp_path, capsys):
@@ -187,7 +211,7 @@ def test_outputs_never_destroy_inputs_or_foreign_files(tmp_path, capsys):
     cases = [
         (["-J", str(m)], "an input of this command"),
         (["-J", str(tmp_path / "o.out"), "--csv", str(tmp_path / "o.out")], "writes there too"),
-        (["-J", str(foreign)], "not written by a2acc"),
+        (["-J", str(foreign)], "cannot prove it wrote"),
         (["-J", "-"], "stdout"),
         (["--csv", str(tmp_path / "nodir" / "x.csv")], "does not exist"),
     ]

@@ -1,0 +1,322 @@
+"""The JIT on real processes (Gloo, CPU): stock ``all_to_all_single`` vs a2acc, call by call, on MoE workloads.
+
+Run: ``.venv/bin/python benchmarks/jit_workloads.py [--procs 4 8] [--dtypes float32 bfloat16] [--calls 40]``.
+
+Each process count starts that many processes on this machine (Gloo over loopback, ``OMP_NUM_THREADS=1`` as
+``torchrun`` sets it) with ``A2ACC_JIT=1`` (the path users run: the ``.pth`` hook, the patched function, the
+default ``p2p`` executor, ``A2ACC_MISS=stock``). Per workload and dtype the engine starts fresh (empty plan cache),
+then every call runs the stock function and the patched one on the same tensors (their order alternates), each
+after a barrier, and the two outputs are compared byte for byte. The call's time is the slowest rank's.
+
+Workloads (rows per (source, expert) pair drawn per call: every source routes ``256 x N`` tokens of
+``hidden`` elements, about 1 MiB per peer; seeded, identical on every rank):
+
+- ``balanced``: uniform over experts;
+- ``zipf``: Zipf(0.8) popularity over a fixed random order of experts;
+- ``rotating``: one hot expert (4x the weight of the others), moving to the next rank every call;
+- ``jumping``: one hot expert (4x) at a random rank every call;
+- ``bursts``: balanced, with two-call bursts every eight calls where a random expert gets 8x the weight.
+
+Reported per workload: calls served by a2acc plans (all calls, and after the first two), padding and residual
+(% of payload), per-call time stock and a2acc (median [min-max] over served calls), bytes each rank sends
+(stock: its payload to other ranks; a2acc: everything its messages carry, relays and padding included),
+messages per rank per call against (stages x peers), and whether every output was byte-identical. With
+``--python-time`` also the engine's Python time per served call: the CPU time of the calling thread
+(``time.thread_time``: the engine's and the executor's Python and the copies it runs, nothing spent waiting for
+transfers or for the exchange; a busy machine does not inflate it), mean over ranks and served calls. This
+machine is shared and small: give ``uptime`` with the figures and repeat runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORKLOADS = ("balanced", "zipf", "rotating", "jumping", "bursts")
+# per process count: one server (what that many local processes are) and two servers (FAST's inter-server
+# balancing and relays exercised: more steps and more bytes than the stock call on a network without tiers)
+TOPOLOGIES = {4: ("alps:1", "2x2"), 8: ("dgx-h100:1", "alps:2")}
+TWO_BY_TWO = """version: 1
+name: 2x2
+servers: 2
+gpus_per_server: 2
+intra: {fabric: switch, bandwidth: 150, latency: 0.7}
+inter: {nics_per_server: 2, bandwidth: 25, latency: 2.0}
+"""
+
+WORKER = r"""
+import dataclasses, json, os, sys, time
+import numpy as np
+import torch
+import torch.distributed as dist
+
+rank, world, port, calls, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+workloads, dtypes, cache_root = sys.argv[6].split(","), sys.argv[7].split(","), sys.argv[8]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+from a2acc.runtime import stats, torch_patch
+from a2acc.runtime.settings import JitSettings
+
+stock = torch_patch._STATE["original"]
+BYTES_PER_PEER = 1 << 20
+zipf_order = np.random.default_rng(11).permutation(world)
+
+
+def weights(name, i):
+    p = np.ones(world)
+    if name == "zipf":
+        p = 1.0 / (1.0 + zipf_order) ** 0.8
+    elif name == "rotating":
+        p[i % world] = 4.0
+    elif name == "jumping":
+        p[np.random.default_rng([23, i]).integers(world)] = 4.0
+    elif name == "bursts" and i % 8 in (5, 6):
+        p[np.random.default_rng([29, i // 8]).integers(world)] = 8.0
+    return p / p.sum()
+
+
+def rows_of(name, i, tokens):
+    rng = np.random.default_rng([7, i, WORKLOADS.index(name)])
+    p = weights(name, i)
+    return np.stack([rng.multinomial(tokens, p) for _ in range(world)])
+
+
+WORKLOADS = ("balanced", "zipf", "rotating", "jumping", "bursts")
+results = []
+for dtype_name in dtypes:
+    dtype = getattr(torch, dtype_name)
+    hidden = 4096 // torch.empty(0, dtype=dtype).element_size()  # rows of 4 KiB: 256 rows per 1 MiB
+    tokens = 256 * world
+    for name in workloads:
+        torch_patch.uninstall()
+        s, problems = JitSettings.from_env()
+        assert s is not None, problems
+        s = dataclasses.replace(s, cache_dir=os.path.join(cache_root, f"{name}-{dtype_name}"))
+        torch_patch.install(s)
+        eng = torch_patch.engine()
+        rec = []
+        gen = torch.Generator().manual_seed(1000 * rank + 1)
+        for i in range(calls):
+            rows = rows_of(name, i, tokens)
+            send = [int(x) for x in rows[rank]]
+            recv = [int(x) for x in rows[:, rank]]
+            x = torch.randint(-1000, 1000, (sum(send), hidden), generator=gen).to(dtype)
+            y_stock = torch.empty(sum(recv), hidden, dtype=dtype)
+            y_a2acc = torch.full((sum(recv), hidden), 7, dtype=dtype)
+            t = {}
+            order = (("stock", stock, y_stock), ("a2acc", dist.all_to_all_single, y_a2acc))
+            for label, fn, y in order if i % 2 == 0 else order[::-1]:
+                dist.barrier()
+                t0 = time.perf_counter()
+                fn(y, x, recv, send)
+                t[label] = time.perf_counter() - t0
+            last = dict(eng.stats.last)
+            same = bool(torch.equal(y_stock.view(torch.uint8), y_a2acc.view(torch.uint8)))
+            stock_sent = (sum(send) - send[rank]) * hidden * x.element_size()
+            rec.append({"t": t, "last": last, "same": same, "stock_sent": stock_sent})
+        st = stats()
+        results.append({"workload": name, "dtype": dtype_name, "calls": rec, "stats": {k: v for k, v in st.items() if k != "last"}})
+json.dump(results, open(out, "w"))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _launch(world: int, topo: str, args: argparse.Namespace, tmp: str) -> list[list[dict]]:
+    script = os.path.join(tmp, "worker.py")
+    Path(script).write_text(WORKER)
+    if topo == "2x2":
+        topo = os.path.join(tmp, "2x2.yaml")
+        Path(topo).write_text(TWO_BY_TWO)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2ACC_")}
+    env.update(
+        A2ACC_JIT="1",
+        A2ACC_TOPOLOGY=topo,
+        A2ACC_EXECUTOR=args.executor,
+        A2ACC_EXECUTOR_OPTS=args.executor_opts,
+        A2ACC_BUCKETS=args.buckets,
+        A2ACC_ALGORITHM=args.algorithm,
+        OMP_NUM_THREADS="1",
+        PYTHONWARNINGS="ignore",
+    )
+    port = _port()
+    outs = [os.path.join(tmp, f"r{world}-{r}.json") for r in range(world)]
+    cache = os.path.join(tmp, f"cache{world}-{topo.replace(os.sep, '_')}")
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                script,
+                str(r),
+                str(world),
+                str(port),
+                str(args.calls),
+                outs[r],
+                ",".join(args.workloads),
+                ",".join(args.dtypes),
+                cache,
+            ],
+            env=env,
+        )
+        for r in range(world)
+    ]
+    for p in procs:
+        if p.wait() != 0:
+            raise SystemExit(f"a worker of the {world}-process run failed (exit {p.returncode})")
+    return [json.loads(Path(o).read_text()) for o in outs]
+
+
+def _ms(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs) * 1e3:.1f} [{min(xs) * 1e3:.1f}-{max(xs) * 1e3:.1f}]"
+
+
+def _summarise(world: int, topo: str, ranks: list[list[dict]], python_time: bool) -> list[dict]:
+    rows = []
+    for k, first in enumerate(ranks[0]):
+        per_rank = [r[k] for r in ranks]
+        n = len(first["calls"])
+        served = [all(r["calls"][i]["last"].get("served") for r in per_rank) for i in range(n)]
+        t_stock = [max(r["calls"][i]["t"]["stock"] for r in per_rank) for i in range(n)]
+        t_a2acc = [max(r["calls"][i]["t"]["a2acc"] for r in per_rank) for i in range(n)]
+        same = all(c["same"] for r in per_rank for c in r["calls"])
+        st = [r["stats"] for r in per_rank]
+        payload = sum(s["payload_bytes"] for s in st)
+        msgs_ok, worst = True, 0.0
+        sent_a2acc, sent_stock = [], []
+        for r in per_rank:
+            for c in r["calls"]:
+                last = c["last"]
+                if last.get("served"):
+                    bound = last.get("steps", 0) * (world - 1)
+                    worst = max(worst, max(last.get("sends", 0), last.get("recvs", 0)) / max(bound, 1))
+                    msgs_ok &= last.get("sends", 0) <= bound and last.get("recvs", 0) <= bound
+                    sent_a2acc.append(last.get("sent_bytes", 0))
+                    sent_stock.append(c["stock_sent"])
+        ts = [t for t, s in zip(t_a2acc, served) if s]
+        row = {
+            "procs": world,
+            "topology": topo,
+            "workload": first["workload"],
+            "dtype": first["dtype"],
+            "served": sum(served),
+            "calls": n,
+            "served_after_2": sum(served[2:]) / max(n - 2, 1),
+            "padding": sum(s["padding_bytes"] for s in st) / max(payload, 1),
+            "residual": sum(s["residual_bytes"] for s in st) / max(payload, 1),
+            "stock_ms": _ms(t_stock),
+            "a2acc_ms": _ms(ts),
+            "ratio": (statistics.median(ts) / statistics.median(t_stock)) if ts else float("nan"),
+            "sent_mib_stock": statistics.mean(sent_stock) / 2**20 if sent_stock else 0.0,
+            "sent_mib_a2acc": statistics.mean(sent_a2acc) / 2**20 if sent_a2acc else 0.0,
+            "msgs_within_bound": msgs_ok,
+            "msgs_vs_bound": worst,
+            "identical": same,
+        }
+        if python_time:
+            handled = max(sum(s["handled"] for s in st), 1)
+            ph = {p: sum(s["phase_s"][p] for s in st) / handled * 1e3 for p in st[0]["phase_s"]}
+            row["python_ms"] = sum(s["cpu_s"] for s in st) / handled * 1e3
+            row["phases_ms"] = {p: round(v, 2) for p, v in ph.items()}
+        rows.append(row)
+    return rows
+
+
+def _print(rows: list[dict]) -> None:
+    head = (
+        f"{'procs':>5} {'topology':<10} {'workload':<9} {'dtype':<8} {'served':>7} {'>=call3':>7} {'pad%':>5} {'resid%':>6} "
+        f"{'stock ms med [min-max]':>24} {'a2acc ms med [min-max]':>24} {'x':>5} {'MiB/rank st/a2':>14} "
+        f"{'msgs<=st*p':>10} {'same':>5}"
+    )
+    print(head)
+    for r in rows:
+        print(
+            f"{r['procs']:>5} {r['topology']:<10} {r['workload']:<9} {r['dtype']:<8} {r['served']:>3}/{r['calls']:<3} "
+            f"{100 * r['served_after_2']:>6.0f}% {100 * r['padding']:>5.1f} {100 * r['residual']:>6.1f} "
+            f"{r['stock_ms']:>24} {r['a2acc_ms']:>24} {r['ratio']:>5.2f} "
+            f"{r['sent_mib_stock']:>6.2f}/{r['sent_mib_a2acc']:<6.2f} {r['msgs_within_bound']!s:>10} "
+            f"{r['identical']!s:>5}" + (f"  python {r['python_ms']:.2f} ms" if "python_ms" in r else "")
+        )
+
+
+def _print_summary(rows: list[dict]) -> None:
+    """One line per (processes, topology): ranges over workloads and dtypes (what docs/runtime.md reports)."""
+    print("\nsummary (ranges over workloads and dtypes; x = a2acc median / stock median per served call)")
+    groups: dict[tuple[int, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["procs"], r["topology"]), []).append(r)
+    for (procs, topo), rs in groups.items():
+
+        def rng(key: str, scale: float = 1.0, fmt: str = ".1f", rs: list[dict] = rs) -> str:
+            vals = [r[key] * scale for r in rs]
+            return f"{min(vals):{fmt}}-{max(vals):{fmt}}"
+
+        line = (
+            f"{procs} processes, {topo}: served after call 2 {rng('served_after_2', 100, '.0f')} %, padding "
+            f"{rng('padding', 100)} %, residual {rng('residual', 100)} %, x {rng('ratio', 1, '.2f')}, MiB/rank "
+            f"stock {rng('sent_mib_stock', 1, '.2f')} a2acc {rng('sent_mib_a2acc', 1, '.2f')}, messages within "
+            f"stages x peers: {all(r['msgs_within_bound'] for r in rs)}, byte-identical: "
+            f"{all(r['identical'] for r in rs)}"
+        )
+        if "python_ms" in rs[0]:
+            line += f", CPU per served call {rng('python_ms', 1, '.1f')} ms"
+        print(line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--procs", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    ap.add_argument("--calls", type=int, default=40)
+    ap.add_argument("--executor", default="p2p")
+    ap.add_argument("--executor-opts", default="", help="A2ACC_EXECUTOR_OPTS, e.g. overlap=true")
+    ap.add_argument("--buckets", default="symmetric", choices=("symmetric", "plain"))
+    ap.add_argument("--algorithm", default="fast")
+    ap.add_argument(
+        "--topology",
+        action="append",
+        default=[],
+        metavar="PROCS=SPEC",
+        help="A2ACC_TOPOLOGY for a process count (repeatable; default 4=alps:1, 4=2x2, 8=dgx-h100:1, 8=alps:2)",
+    )
+    ap.add_argument("--python-time", action="store_true", help="also the engine's Python time per call")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args()
+    chosen: dict[int, list[str]] = {}
+    for t in args.topology:
+        k, v = t.split("=", 1)
+        chosen.setdefault(int(k), []).append(v)
+    all_rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for world in args.procs:
+            for topo in chosen.get(world) or TOPOLOGIES.get(world, (f"dgx-h100:{max(1, world // 8)}",)):
+                t0 = time.perf_counter()
+                rows = _summarise(world, topo, _launch(world, topo, args, tmp), args.python_time)
+                all_rows += rows
+                _print(rows)
+                print(
+                    f"({world} processes, {topo}: {time.perf_counter() - t0:.0f} s; "
+                    f"load average {os.getloadavg()[0]:.2f})"
+                )
+    _print_summary(all_rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(all_rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""``auto``: plan with every planner that applies, verify and simulate each, return the fastest.
+
+For a topology, a matrix, its layout and the simulator's model (the request's, or the topology's default),
+``auto`` runs the registered planners in a fixed order - the quick ones first (fast, direct, spreadout,
+hierarchical), then the searching ones (syccl, mcf) while the time budget lasts, each of those with the budget's
+remainder as its own time limit - verifies every Program (a wrong one is an a2acc bug and raises), simulates it
+under the model and keeps the fastest. Ties go to the earlier planner in that order, so the choice is
+deterministic. The plan records every candidate's simulated time and why it won (``meta["auto"]``; ``a2acc
+report`` prints it); its ``algorithm`` is ``auto`` and its ops are the winner's, unchanged.
+
+Simulations are memoised by content (:func:`a2acc.analysis.fastsim.simulate_fast`), so the candidates fast
+already simulated for its own shape (its direct step is the direct planner's Program) cost nothing again.
+
+``budget_s`` bounds the whole search: a planner is started only while time is left; syccl and mcf get the
+rest as their ``time_limit`` and return their best plan so far when it runs out. The plan is byte-identical
+in every process unless the budget binds (then what the searching planners found in time can depend on the
+machine's speed; ``exclude`` or a larger budget removes that). In the JIT (``A2ACC_ALGORITHM=
+auto``) the default budget keeps a background miss short; ``exclude=syccl,mcf`` skips the searching planners.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+from a2acc.analysis.fastsim import simulate_fast
+from a2acc.analysis.model import default_model
+from a2acc.errors import InputError, VerificationError
+from a2acc.ir.program import Program
+from a2acc.ir.verify import verify_program
+from a2acc.model.topology import Topology
+from a2acc.options import bounded, parse_options
+from a2acc.planners import PLANNERS, PlanRequest, remembered, run
+
+#: the order candidates run in (and ties are broken by): quick planners, then the searching ones
+ORDER = ("fast", "direct", "spreadout", "hierarchical", "syccl", "mcf")
+#: planners that search (a time limit of their own): started only while the budget lasts
+SEARCHING = ("syccl", "mcf")
+
+
+@dataclass(frozen=True)
+class Options:
+    budget_s: float = bounded(
+        30.0,
+        0.0,
+        3600.0,
+        "seconds for the whole search; searching planners (syccl, mcf) run only while time is left, with "
+        "the rest as their time limit (0: only the quick planners)",
+        "a bound on planning time",
+    )
+    exclude: str = field(default="", metadata={"help": "comma list of planners not to try (e.g. syccl,mcf)"})
+
+    def check(self) -> None:
+        for name in self.excluded():
+            if name not in ORDER:
+                raise InputError("--opt", "exclude", name, f"planners auto tries: {', '.join(ORDER)}")
+
+    def excluded(self) -> tuple[str, ...]:
+        return tuple(x.strip() for x in self.exclude.split(",") if x.strip())
+
+
+def applies(topology: Topology) -> str | None:
+    return None  # direct, spreadout and fast plan for every topology
+
+
+def plan(req: PlanRequest) -> Program:
+    opts: Options = req.options if isinstance(req.options, Options) else Options()
+    model = req.model if req.model is not None else default_model(req.topology)
+    t0 = time.perf_counter()
+    results: list[tuple[str, float, Program]] = []
+    skipped: dict[str, str] = {}
+    for name in _candidates(req.topology, opts, skipped):
+        left = opts.budget_s - (time.perf_counter() - t0)
+        if name in SEARCHING and left <= 0:
+            skipped[name] = f"budget of {opts.budget_s:g} s spent"
+            continue
+        prog = _plan_one(name, req, left if name in SEARCHING else None)
+        rep = verify_program(prog)
+        if not rep.ok:
+            raise VerificationError(
+                f"auto: planner '{name}' produced a wrong plan (a2acc bug)", list(rep.errors)
+            )
+        results.append((name, simulate_fast(prog, req.topology, model=model).time_s, prog))
+    name, best_t, best = min(results, key=lambda r: r[1])  # min keeps the first of equal times: ORDER
+    others = sorted((t, n) for n, t, _p in results if n != name)
+    why = f"fastest of {len(results)} planners simulated under model {model.name}"
+    if others and best_t > 0:
+        why += f"; next {others[0][1]} at {others[0][0] / best_t:.3f}x"
+    elif others:
+        why += f"; {others[0][1]} ties at 0 s"
+    meta = dict(best.meta)
+    meta["auto"] = {
+        "pick": name,
+        "why": why,
+        "candidates_us": {n: round(t * 1e6, 3) for n, t, _p in results},
+        "skipped": skipped,
+        "model": model.name,
+    }
+    return dataclasses.replace(best, algorithm="auto", name=f"auto-{best.name}", meta=meta)
+
+
+def _candidates(topo: Topology, opts: Options, skipped: dict[str, str]) -> list[str]:
+    out = []
+    for name in ORDER:
+        if name not in PLANNERS:
+            continue
+        why = PLANNERS.applies(name, topo)
+        if name in opts.excluded():
+            skipped[name] = "excluded"
+        elif why is not None:
+            skipped[name] = why
+        else:
+            out.append(name)
+    return out
+
+
+def _plan_one(name: str, req: PlanRequest, time_limit: float | None) -> Program:
+    """Run planner ``name`` on the same request with its default options; a searching planner gets
+    ``time_limit``, unless this process already planned the request without a limit (a comparison's rows)."""
+    unlimited = dataclasses.replace(req, options=parse_options(PLANNERS.options(name), None))
+    if time_limit is None:
+        return run(name, unlimited)
+    done = remembered(name, unlimited)
+    if done is not None:
+        return done
+    opts: object = parse_options(
+        PLANNERS.options(name), {"time_limit": str(max(time_limit, 1e-3))}, where=f"auto: {name}"
+    )
+    return run(name, dataclasses.replace(req, options=opts))

@@ -1,0 +1,122 @@
+"""The plans of one process group, and how the ranks agree on them without an extra collective per call.
+
+Every rank sees the same matrix sequence (it is all-gathered), so every rank asks for the same buckets in the
+same order: a bucket's **job number** (its position in first-request order) is the same everywhere. Jobs are
+loaded or compiled by one background thread in that order, so the jobs a rank has *settled* (ready or failed)
+are always a prefix ``0..p-1``. Each call's split-size exchange already carries, per rank, ``p`` and the number of
+*exceptions* the rank has seen (a job that failed here, or whose plan the chosen executor cannot run here): a
+job every rank has settled runs on the call that needs it with no further exchange; a plan still compiling
+somewhere makes every rank take the stock call, together. Only when a rank reports new exceptions does one more
+small exchange tell everyone which jobs they concern (rare: a failure, or an executor that cannot run here).
+With ``A2ACC_MISS=wait`` a new bucket is compiled in the call and its status is agreed by one extra exchange.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from a2acc.ir.program import Program
+from a2acc.jit.cache import CacheEntry
+
+OK, FALLBACK, FAILED = 0, 1, 2  # a job's status: the chosen executor runs it, the fallback does, nobody does
+STATUS_NAMES = {OK: "ok", FALLBACK: "fallback executor", FAILED: "failed"}
+
+
+@dataclass
+class Plan:
+    """A plan loaded in this process: the cache entry, its Program, and per executor its prepared state."""
+
+    key: str
+    entry: CacheEntry
+    prog: Program
+    source: str  # memory, disk or compiled
+    status: int = OK
+    why: str = ""  # why the chosen executor cannot run it here (status FALLBACK)
+    used: int = 0  # calls it served
+    prepared: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PlanTable:
+    """Jobs of one group in first-request order, their local status, and the exceptions every rank reported."""
+
+    world: int
+    jobs: list[str] = field(default_factory=list)
+    number: dict[str, int] = field(default_factory=dict)
+    futures: list[Future[Plan]] = field(default_factory=list)
+    plans: dict[int, Plan] = field(default_factory=dict)
+    status: list[int] = field(default_factory=list)  # local status of settled jobs (the prefix)
+    errors: dict[int, str] = field(default_factory=dict)
+    exceptions: list[tuple[int, int]] = field(default_factory=list)  # local (job, status), status != OK
+    known: list[int] = field(default_factory=list)  # per rank: exceptions merged so far
+    worst: dict[int, int] = field(default_factory=dict)  # job -> worst status any rank reported
+    digest: int = 0  # of the job sequence: equal on every rank unless their histories diverged
+
+    def __post_init__(self) -> None:
+        self.known = [0] * self.world
+
+    # ------------------------------------------------------------------ this rank
+    def job(self, key: str, submit: Callable[[], Future[Plan]]) -> int:
+        """The job number of ``key``, submitting its load/compile the first time it is asked for."""
+        j = self.number.get(key)
+        if j is None:
+            j = self.number[key] = len(self.jobs)
+            self.jobs.append(key)
+            self.futures.append(submit())
+            h = hashlib.sha256(f"{self.digest}/{key}".encode()).digest()
+            self.digest = int.from_bytes(h[:7], "little")
+        return j
+
+    def settle(self, block_until: int = -1) -> None:
+        """Advance the settled prefix over finished jobs (waiting for jobs up to ``block_until``)."""
+        while len(self.status) < len(self.jobs):
+            j = len(self.status)
+            fut = self.futures[j]
+            if j > block_until and not fut.done():
+                return
+            try:
+                plan = fut.result()
+            except Exception as exc:  # a failure here: reported to every rank through the exchange
+                self.status.append(FAILED)
+                self.errors[j] = f"{type(exc).__name__}: {exc}"
+                self.exceptions.append((j, FAILED))
+                continue
+            self.status.append(plan.status)
+            self.plans[j] = plan
+            if plan.status != OK:
+                self.exceptions.append((j, plan.status))
+
+    def report(self) -> list[int]:
+        """What this rank adds to the call's exchange: settled prefix, exceptions, digest."""
+        return [len(self.status), len(self.exceptions), self.digest]
+
+    # ------------------------------------------------------------------ every rank
+    def pending_width(self, nexc: npt.NDArray[np.int64]) -> int:
+        """How many exceptions per rank the extra exchange must carry (0: none needed); the same on all ranks."""
+        return int(max(0, int((nexc - np.asarray(self.known)).max(initial=0))))
+
+    def my_exceptions(self, rank: int, width: int) -> list[int]:
+        """This rank's exceptions not yet merged, as ``width`` (job, status) pairs padded with (-1, -1)."""
+        out: list[int] = []
+        for j, s in self.exceptions[self.known[rank] : self.known[rank] + width]:
+            out += [j, s]
+        return out + [-1, -1] * (width - len(out) // 2)
+
+    def merge(self, gathered: npt.NDArray[np.int64], nexc: npt.NDArray[np.int64]) -> None:
+        """Merge every rank's new exceptions (``world x 2*width``) and mark them known."""
+        for row in gathered:
+            for j, s in zip(row[0::2].tolist(), row[1::2].tolist()):
+                if j >= 0:
+                    self.worst[j] = max(self.worst.get(j, OK), s)
+        self.known = [int(x) for x in nexc]
+
+    def agreed(self, j: int) -> int:
+        """The job's status on every rank (every rank has settled it and its exceptions are merged)."""
+        return self.worst.get(j, OK)

@@ -1,0 +1,74 @@
+"""Bad inputs of `a2acc calibrate`: rows that are no measurement, values no run can produce."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli.bad_inputs.common import run
+
+HEAD = """# nThread 1 nGpus 1 minBytes 1048576 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20
+#
+# Using devices
+{ranks}#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+"""
+
+
+def _log(rows: list[str]) -> str:
+    ranks = "".join(
+        f"#  Rank {r:2d} Group  0 Pid  1 on host device  {r % 8} [0x00] NVIDIA H100\n" for r in range(16)
+    )
+    return HEAD.format(ranks=ranks) + "".join(r + "\n" for r in rows)
+
+
+def _row(size: int, time: str, wrong: str = "0") -> str:
+    return f"{size:>12d} {size // 4:>13d}     float    none      -1 {time:>8s}   1.00   0.94 {wrong:>6s}    N/A    N/A    N/A    N/A"
+
+
+def _calibrate(tmp_path, capsys, rows):
+    log = tmp_path / "alltoall_perf.txt"
+    log.write_text(_log(rows))
+    out = tmp_path / "p.yaml"
+    rc, err, _ = run(
+        capsys, ["calibrate", str(log), "-t", "dgx-h100", "-n", "2", "--fit", "alpha_us", "-o", str(out)]
+    )
+    return rc, err, out
+
+
+def test_rows_with_wrong_results_na_or_zero_times_are_left_out_with_a_warning(tmp_path, capsys):
+    good = [_row(1 << s, f"{50 * 2 ** (s - 20):.1f}") for s in range(20, 27)]
+    bad = [_row(1 << 27, "2100.0", wrong="3"), _row(1 << 28, "N/A"), _row(1 << 29, "0.00")]
+    rc, err, out = _calibrate(tmp_path, capsys, good + bad)
+    assert rc == 0, err
+    warnings = [ln for ln in err.splitlines() if ln.startswith("a2acc: warning: ")]
+    assert len(warnings) == 3
+    for frag, line in (("3 wrong results", 31), ("N/A", 32), ("time is 0", 33)):
+        assert any(frag in w and f"line {line}" in w and "alltoall_perf.txt" in w for w in warnings), warnings
+    assert out.exists()
+
+
+def test_a_log_with_no_usable_row_is_an_error(tmp_path, capsys):
+    rc, err, out = _calibrate(tmp_path, capsys, [_row(1 << 20, "50.0", wrong="1"), _row(1 << 21, "N/A")])
+    assert rc == 2 and "no usable data rows" in err and "2 rows left out" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("row", "fragment"),
+    [
+        (_row(10**30, "50.0"), "bytes per rank"),
+        ("1" + "0" * 400 + " 4 float none -1 50.0 1 1 0", "bytes per rank"),
+        (_row(1 << 20, "1e300"), "a time in us"),
+        (_row(1 << 20, "1e999"), "a time in us"),
+        (_row(1 << 20, "fast"), "a time in us"),
+        (_row(1 << 20, "50.0", wrong="x"), "#wrong"),
+    ],
+)
+def test_values_no_run_can_produce_are_one_clear_line(tmp_path, capsys, row, fragment):
+    rc, err, out = _calibrate(tmp_path, capsys, [row])
+    assert rc == 2 and fragment in err and "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines[-1].startswith("a2acc: error: ") and len(lines) == 1, err
+    assert not out.exists()

@@ -1,0 +1,27 @@
+"""Bad inputs of `a2acc compare`: sweeps too large to run, malformed size ranges."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli.bad_inputs.common import one_clear_line, run
+
+BASE = ["compare", "-t", "dgx-h100", "-n", "2", "--traffic", "zipf", "-a", "direct"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["-b", "1K", "-e", "1G", "-i", "1K"], "at most 64 sizes"),
+        (["-b", "1K", "-e", "1G", "-f", "1.0001"], "at most 64 sizes"),
+        (["--sizes", ",".join(["1M"] * 65)], "at most 64 sizes"),
+        (["--sizes", "1K:1G:xabc"], "a number > 1"),
+        (["--sizes", "1K:1G:xinf"], "finite number > 1"),
+        (["--sizes", "1G:1K:x2"], "MIN <= MAX"),
+    ],
+)
+def test_sweeps_are_bounded_before_work(tmp_path, capsys, flags, fragment):
+    rc, err, dt = run(capsys, [*BASE, *flags, "-J", str(tmp_path / "c.json")])
+    assert rc == 2 and dt < 2.0 and fragment in err, err
+    one_clear_line(err)
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,66 @@
+"""Bad topology files and units: `a2acc topo show` and every command that loads a topology."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.bad_inputs.common import one_clear_line, run
+
+
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        ({"direct": {"kind": "hypercube", "dimension": 40, "bandwidth": 10}}, "direct.dimension"),
+        ({"direct": {"kind": "torus", "dims": [1000, 1000], "bandwidth": 10}}, "direct.dims"),
+        ({"direct": {"kind": "genkautz", "n": 10**6, "degree": 4, "bandwidth": 10}}, "direct.n"),
+        (
+            {"servers": 1, "gpus_per_server": 10**6, "intra": {"fabric": "full_mesh", "bandwidth": 10}},
+            "16384 GPUs",
+        ),
+        (
+            {"servers": 1, "gpus_per_server": 4096, "intra": {"fabric": "full_mesh", "bandwidth": 10}},
+            "gpus_per_server",
+        ),
+        (
+            {
+                "servers": 2,
+                "gpus_per_server": 4,
+                "intra": {"fabric": "switch", "bandwidth": 100},
+                "inter": {"nics_per_server": 4, "bandwidth": "400gbps"},
+            },
+            "Gbps",
+        ),
+    ],
+)
+def test_bad_topologies_fail_fast(tmp_path, capsys, doc, fragment):
+    path = tmp_path / "t.yaml"
+    path.write_text(json.dumps({"version": 1, **doc}))
+    rc, err, dt = run(capsys, ["topo", "show", str(path)])
+    assert rc == 2 and dt < 1.0
+    one_clear_line(err)
+    assert fragment in err and "t.yaml" in err
+
+
+def test_yaml_syntax_error_is_one_line(tmp_path, capsys):
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\nservers: [1, 2\ngpus_per_server: 8\n")
+    rc, err, _dt = run(capsys, ["topo", "show", str(path)])
+    assert rc == 2
+    one_clear_line(err)
+    assert "line" in err
+
+
+def test_bandwidth_units_mean_what_network_people_mean():
+    from a2acc.model.units import parse_bandwidth, parse_size
+
+    assert parse_bandwidth("400Gbps", source="", field="") == 50.0
+    assert parse_bandwidth("400Gb/s", source="", field="") == 50.0
+    assert parse_bandwidth("50GB/s", source="", field="") == 50.0
+    for bad in ("400gbps", "400GBPS", "400 gb/s"):
+        with pytest.raises(Exception, match="B = bytes, b = bits"):
+            parse_bandwidth(bad, source="t", field="bw")
+    assert parse_size("1.5K") == 1536
+    with pytest.raises(Exception, match="whole bytes"):
+        parse_size("100.7", field="--unit")

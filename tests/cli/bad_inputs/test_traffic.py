@@ -1,0 +1,109 @@
+"""Bad traffic matrices (read by `traffic show`, `plan`, `compile`) and `traffic gen`'s limits and outputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from a2acc.cli import main
+from tests.cli.bad_inputs.common import one_clear_line, run
+
+NPY = {
+    "zero-bytes.npy": None,
+    "empty.npy": np.zeros((0, 0)),
+    "uint64-wraps.npy": np.full((16, 16), 2**63 + 5, dtype=np.uint64),
+    "int64-max.npy": np.full((16, 16), 2**63 - 1, dtype=np.int64),
+    "row-overflow.npy": np.full((16, 16), 2**47, dtype=np.int64),
+    "bool.npy": np.ones((16, 16), dtype=bool),
+    "float-frac.npy": np.full((16, 16), 1.5),
+}
+TEXT = {
+    "strings.json": json.dumps([["1"] * 16] * 16),
+    "mixed.json": json.dumps([[1, "x"], [3, 4]]),
+    "ragged.csv": "1,2\n3\n",
+    "neg.csv": "\n".join(",".join(["-1"] * 16) for _ in range(16)),
+}
+
+
+@pytest.fixture
+def files(tmp_path):
+    for name, arr in NPY.items():
+        if arr is None:
+            (tmp_path / name).write_bytes(b"")
+        else:
+            np.save(tmp_path / name, arr)
+    for name, text in TEXT.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", [*NPY, *TEXT])
+@pytest.mark.parametrize("cmd", ["show", "plan", "compile"])
+def test_bad_matrices(files, capsys, name, cmd):
+    before = sorted(p.name for p in files.iterdir())
+    path = str(files / name)
+    argv = {
+        "show": ["traffic", "show", path],
+        "plan": ["plan", "-t", "dgx-h100", "-n", "2", "-m", path, "-o", str(files / "p.json")],
+        "compile": ["compile", "-t", "dgx-h100", "-n", "2", "-m", path, "-o", str(files / "out")],
+    }[cmd]
+    rc, err, dt = run(capsys, argv)
+    assert rc == 2 and dt < 2.0
+    one_clear_line(err)
+    assert name in err
+    assert sorted(p.name for p in files.iterdir()) == before
+
+
+def test_generator_limits(tmp_path, capsys):
+    rc, err, dt = run(
+        capsys, ["traffic", "gen", "zipf", "--ranks", "200000", "--size", "1M", "-o", str(tmp_path / "x.npy")]
+    )
+    assert rc == 2 and dt < 1.0 and "--ranks" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+GEN = ["traffic", "gen", "zipf", "--ranks", "16", "--size", "1M"]
+
+
+def test_gen_never_replaces_a_file_it_cannot_prove_it_wrote(tmp_path, capsys):
+    """One rule for every command that writes: an a2acc plan is not a matrix a2acc wrote."""
+    plan = tmp_path / "plan.json"
+    np.save(tmp_path / "m.npy", np.full((16, 16), 1 << 16, dtype=np.int64))
+    assert main(["plan", "-t", "dgx-h100", "-n", "2", "-m", str(tmp_path / "m.npy"), "-o", str(plan)]) == 0
+    kept = plan.read_bytes()
+    rc, err, _ = run(capsys, [*GEN, "--seed", "1", "-o", str(plan)])
+    assert rc == 2 and "cannot prove it wrote" in err and "--force" in err
+    one_clear_line(err)
+    assert plan.read_bytes() == kept
+    assert main(["plan", "-t", "dgx-h100", "-n", "2", "-m", str(tmp_path / "m.npy"), "-o", str(plan)]) == 0
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".csv", ".txt"])
+def test_gen_rewrites_identical_bytes_and_refuses_other_unmarked_files(tmp_path, capsys, suffix):
+    out = tmp_path / f"m{suffix}"
+    assert main([*GEN, "--seed", "1", "-o", str(out)]) == 0
+    first = out.read_bytes()
+    assert main([*GEN, "--seed", "1", "-o", str(out)]) == 0 and out.read_bytes() == first  # same bytes
+    capsys.readouterr()
+    rc, err, _ = run(capsys, [*GEN, "--seed", "2", "-o", str(out)])  # .npy/.csv/text carry no mark
+    assert rc == 2 and "--force" in err and out.read_bytes() == first
+    assert main([*GEN, "--seed", "2", "-o", str(out), "--force"]) == 0 and out.read_bytes() != first
+
+
+def test_gen_replaces_its_own_json_matrix(tmp_path):
+    out = tmp_path / "m.json"
+    assert main([*GEN, "--seed", "1", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["format"] == "a2acc.matrix"
+    assert main([*GEN, "--seed", "2", "-o", str(out)]) == 0  # marked as a2acc's: replaced without --force
+    (tmp_path / "theirs.json").write_text('{"matrix": [[0]]}')
+    assert main([*GEN, "--seed", "2", "-o", str(tmp_path / "theirs.json")]) == 2
+
+
+def test_deeply_nested_json_matrix_is_one_clear_line(tmp_path, capsys):
+    p = tmp_path / "deep.json"
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    rc, err, _ = run(capsys, ["traffic", "show", str(p)])
+    assert rc == 2 and "nested too deeply" in err
+    one_clear_line(err)

@@ -1,0 +1,98 @@
+"""Bad inputs of `a2acc verify`: XML sizes, manifests, plan counts, nesting."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from a2acc.cli import main
+from a2acc.model.topology import load_topology
+from a2acc.model.traffic import generate
+from tests.cli.bad_inputs.common import one_clear_line, run
+
+XML_HEAD = '<algo name="x" proto="Simple" nchannels="1" {c} ngpus="2" coll="alltoall" inplace="0" outofplace="1" minBytes="0" maxBytes="0">\n'
+
+
+@pytest.mark.parametrize(
+    ("chunks", "fragment"),
+    [('nchunksperloop="4000000000"', "not interpreted"), ("", "nchunksperloop")],
+)
+def test_bad_xml_sizes_fail_fast(tmp_path, capsys, chunks, fragment):
+    gpu = '<gpu id="{i}" i_chunks="{n}" o_chunks="{n}" s_chunks="0">\n</gpu>\n'
+    n = "4000000000" if chunks else "2"
+    text = XML_HEAD.format(c=chunks) + "".join(gpu.format(i=i, n=n) for i in range(2)) + "</algo>\n"
+    (tmp_path / "x.xml").write_text(text)
+    t0 = time.perf_counter()
+    rc = main(["verify", str(tmp_path / "x.xml")])
+    assert rc == 1 and time.perf_counter() - t0 < 1.0
+    assert fragment in capsys.readouterr().err
+
+
+def _manifest(tmp_path):
+    from a2acc.ir.layout import manifest_for
+
+    counts = np.array([[1, 2], [3, 4]])
+    return json.loads(
+        manifest_for(counts, 64, None, target="msccl-xml", file="x.xml", algo_name="x").to_json()
+    )
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda d: d.update(ngpus=3), "counts"),
+        (lambda d: d["ranks"].pop(), "ranks"),
+        (lambda d: d["ranks"][0]["input"][1].__setitem__(0, 99), "contiguous layout"),
+        (lambda d: d.update(buffer_chunks=1), "buffer_chunks"),
+        (lambda d: d.update(ngpus=10**9), "ngpus"),
+    ],
+)
+def test_bad_manifests(tmp_path, capsys, mutate, fragment):
+    doc = _manifest(tmp_path)
+    mutate(doc)
+    (tmp_path / "m.json").write_text(json.dumps(doc))
+    (tmp_path / "x.xml").write_text("<algo/>")
+    rc, err, _ = run(capsys, ["verify", str(tmp_path / "x.xml"), "--manifest", str(tmp_path / "m.json")])
+    assert rc == 2 and fragment in err
+    one_clear_line(err)
+
+
+@pytest.mark.parametrize("value", [2**70, 10**12])
+def test_plan_counts_beyond_limits(tmp_path, capsys, value):
+    from a2acc import plan
+
+    topo = load_topology("dgx-h100", 2)
+    doc = json.loads(plan(topo, generate("zipf", 16, 1 << 20, 1), "direct").to_json())
+    doc["counts"][0][1] = value
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    rc, err, dt = run(capsys, ["verify", str(tmp_path / "p.json")])
+    assert rc == 2 and dt < 1.0 and "counts" in err
+    one_clear_line(err)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"format": "a2acc.program", "version": 2, "ops": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"format": "a2acc.program", "version": 2, "meta": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001,
+    ],
+    ids=["lists", "objects"],
+)
+def test_deeply_nested_plan_json_is_one_clear_line(tmp_path, capsys, text):
+    (tmp_path / "p.json").write_text(text)
+    rc, err, _ = run(capsys, ["verify", str(tmp_path / "p.json")])
+    assert rc == 2 and "nested too deeply" in err and "RecursionError" not in err
+    one_clear_line(err)
+
+
+def test_deeply_nested_manifest_is_one_clear_line(tmp_path, capsys):
+    (tmp_path / "m.json").write_text(
+        '{"format": "a2acc.manifest", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    )
+    (tmp_path / "x.xml").write_text("<algo/>")
+    rc, err, _ = run(capsys, ["verify", str(tmp_path / "x.xml"), "--manifest", str(tmp_path / "m.json")])
+    assert rc == 2 and "nested too deeply" in err
+    one_clear_line(err)

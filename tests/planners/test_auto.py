@@ -1,0 +1,59 @@
+"""``auto``: the fastest verified plan of every planner that applies, under the model; deterministic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import a2acc
+from a2acc.analysis.fastsim import simulate_fast
+from a2acc.analysis.model import SimModel, default_model
+from a2acc.errors import InputError
+from a2acc.model.topology import load_topology, parse_topology
+from a2acc.model.traffic import generate
+
+
+@pytest.mark.parametrize(
+    ("preset", "servers", "kind"), [("dgx-h100", 2, "zipf"), ("mi300x-100g", 2, "balanced")]
+)
+def test_auto_is_at_least_as_fast_as_every_candidate(preset, servers, kind):
+    topo = load_topology(preset, servers)
+    m = generate(kind, topo.nranks, 16 << 20, seed=2)
+    prog = a2acc.plan(topo, m, "auto", budget_s="0")
+    info = prog.meta["auto"]
+    assert prog.algorithm == "auto" and info["pick"] in info["candidates_us"]
+    assert set(info["skipped"]) == {"syccl", "mcf"}  # a zero budget runs only the quick planners
+    mine = simulate_fast(prog, topo, model=default_model(topo)).time_s * 1e6
+    assert mine == pytest.approx(min(info["candidates_us"].values()), abs=1e-3)  # rounded to ns
+    for name in ("fast", "direct", "spreadout", "hierarchical"):
+        other = simulate_fast(a2acc.plan(topo, m, name), topo).time_s * 1e6
+        assert mine <= other * (1 + 1e-9), name
+    assert a2acc.verify(prog).ok
+
+
+def test_auto_prices_under_the_model_it_is_given():
+    topo = load_topology("dgx-h100", 2)
+    m = generate("zipf", topo.nranks, 1 << 20, seed=1)
+    ideal = a2acc.plan(topo, m, "auto", model=SimModel(), exclude="syccl,mcf")
+    assert ideal.meta["auto"]["model"] == "ideal"
+    calibrated = a2acc.plan(topo, m, "auto", exclude="syccl,mcf")
+    assert calibrated.meta["auto"]["model"] == default_model(topo).name
+
+
+def test_auto_is_deterministic_and_reports_why():
+    topo = load_topology("dgx-h100", 2)
+    m = generate("moe", topo.nranks, None, seed=4)
+    a = a2acc.plan(topo, m, "auto", exclude="mcf")
+    b = a2acc.plan(topo, m, "auto", exclude="mcf")
+    assert a.to_json() == b.to_json()
+    info = json.loads(a.to_json())["meta"]["auto"]
+    assert "fastest of" in info["why"] and info["skipped"] == {"mcf": "excluded"}
+
+
+def test_auto_skips_planners_that_do_not_apply_and_refuses_unknown_exclusions():
+    torus = parse_topology({"version": 1, "direct": {"kind": "torus", "dims": [2, 3], "bandwidth": 10}}, "t")
+    prog = a2acc.plan(torus, generate("zipf", 6, 1 << 20, seed=1), "auto", budget_s="0")
+    assert "direct-connect" in prog.meta["auto"]["skipped"]["syccl"]
+    with pytest.raises(InputError, match="exclude"):
+        a2acc.plan(torus, generate("zipf", 6, 1 << 20, seed=1), "auto", exclude="nope")

@@ -1,0 +1,58 @@
+"""Device-correct collectives, tested with a double that enforces NCCL's device rule over Gloo, and capture."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.runtime.test_torch_jit import TWO, _env, _run_world
+
+torch = pytest.importorskip("torch")
+
+TWO_BY_TWO = """version: 1
+name: two-by-two
+servers: 2
+gpus_per_server: 2
+intra: {fabric: switch, bandwidth: 150}
+inter: {nics_per_server: 2, bandwidth: 25}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["p2p"])  # reference shares the engine's exchange, arena and packing
+def test_every_tensor_is_on_the_groups_device_and_one_host_sync_per_call(tmp_path, executor):
+    """Data on ``fakegpu`` behind a group that accepts nothing else: every call a2acc serves hands only
+    ``fakegpu`` tensors to collectives (the double raises otherwise), results equal the stock call's, and a
+    served call makes exactly one host sync (the split-size exchange)."""
+    topo = tmp_path / "t.yaml"
+    topo.write_text(TWO_BY_TWO)
+    env = _env(tmp_path, A2ACC_TOPOLOGY=str(topo), A2ACC_EXECUTOR=executor, A2ACC_LOG="error")
+    results, errs = _run_world(tmp_path, 4, env, mode="nccl")
+    for res, err in zip(results, errs):
+        got = res["checks"]
+        assert got["refused"], "the double must refuse a CPU tensor"
+        assert got["rejected"] == 1  # that one, nothing a2acc did
+        assert got["devices"] == "fakegpu:0"
+        calls = got["calls"]
+        assert all(c["same"] for c in calls), [c for c in calls if not c["same"]]
+        served = [c for c in calls if c["served"]]
+        assert len(served) >= len(calls) // 2  # a rotating hot expert: one canonical bucket
+        assert all(c["syncs"] == 1 for c in calls), [c["syncs"] for c in calls]
+        assert res["stats"]["host_syncs"] == res["stats"]["calls"]
+        assert "DeviceRuleError" not in err
+
+
+@pytest.mark.slow
+def test_capture_and_compile_get_the_stock_call_untouched_with_one_warning(tmp_path):
+    topo = tmp_path / "two.yaml"
+    topo.write_text(TWO)
+    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY=str(topo), A2ACC_MISS="wait")
+    results, errs = _run_world(tmp_path, 2, env, mode="capture")
+    for res in results:
+        got = res["checks"]
+        assert [c["what"] for c in got["calls"]] == ["graph"] * 3 + ["compile"] * 3
+        assert all(c["same"] and c["untouched"] for c in got["calls"])
+        assert got["fallbacks"].get("capture") == 6
+        assert got["engine_after"]
+    assert errs[0].count("a2acc does not exchange, allocate or sync inside it") == 1
+    assert "a CUDA graph is being captured" in errs[0]
+    assert "inside it" not in errs[1]
