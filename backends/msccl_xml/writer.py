@@ -262,15 +262,16 @@ class Reach:
         return Reach(peers, prog.algorithm, tiered)
 
     def planners(self, fits: int) -> str:
-        """``fast, hierarchical`` (those not the plan's own) when they give a rank fewer peers than the plan
-        and at most ``fits``; else ""."""
+        """``fast --opt shape=staged, hierarchical`` (those not the plan's own; fast's default shape may choose
+        direct sends, its staged shape always routes through the server) when they give a rank fewer peers than
+        the plan and at most ``fits``; else ""."""
         names = [a for a in TIERED if a != self.algorithm]
         if not names or not 0 < self.tiered < self.peers or self.tiered > fits:
             return ""
         return f"a planner that gives each rank {self.tiered} peers ({', '.join(names)})"
 
 
-TIERED = ("fast", "hierarchical")
+TIERED = ("fast --opt shape=staged", "hierarchical")
 
 
 def _refusal(
