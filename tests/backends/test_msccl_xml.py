@@ -304,12 +304,12 @@ def test_rccl_spreads_63_peers_over_channel_groups_in_one_combined_layout(algori
     assert fast is not None and fast.text == to_xml(lower(res.program, opts))
 
 
-def _compile_rccl(topo, m, algorithm, **opt):
+def _compile_rccl(topo, m, algorithm, planner_options=None, **opt):
     from a2acc.ir.quantize import UnitPolicy
     from a2acc.pipeline import Request, compile
 
     return compile(Request(topo, m, algorithm, target="msccl-xml", target_options={"dialect": "rccl", **opt},
-                           units=UnitPolicy(max_padding="auto")))  # fmt: skip
+                           planner_options=planner_options, units=UnitPolicy(max_padding="auto")))  # fmt: skip
 
 
 def test_a_refusal_names_what_can_serve_the_plan():
@@ -318,9 +318,9 @@ def test_a_refusal_names_what_can_serve_the_plan():
     with pytest.raises(LoweringError) as exc:
         _compile_rccl(topo, m, "direct")
     msg = str(exc.value)
-    assert "127 peers" in msg and "gives each rank 22 peers (fast, hierarchical)" in msg
+    assert "127 peers" in msg and "gives each rank 22 peers (fast --opt shape=staged, hierarchical)" in msg
     assert "dialect=nccl" in msg and "mscclpp-json" in msg
-    assert _compile_rccl(topo, m, "fast").check.ok  # what it suggests does serve it
+    assert _compile_rccl(topo, m, "fast", {"shape": "staged"}).check.ok  # what it suggests does serve it
 
 
 def test_a_refusal_names_no_planner_that_cannot_serve_the_plan():
@@ -338,4 +338,7 @@ def test_a_refusal_names_no_planner_that_cannot_serve_the_plan():
     # 64 servers: fast/hierarchical would give a rank 70 peers, still past RCCL's 64 thread blocks
     assert Reach(511, "direct", 70).planners(63) == ""
     assert Reach(22, "fast", 22).planners(63) == ""  # its own planner is not an alternative
-    assert Reach(127, "fast", 22).planners(63) == "a planner that gives each rank 22 peers (hierarchical)"
+    # fast's search may have picked one direct step: its staged shape is the alternative
+    want = "a planner that gives each rank 22 peers (fast --opt shape=staged, hierarchical)"
+    assert Reach(127, "fast", 22).planners(63) == want
+    assert Reach(127, "hierarchical", 22).planners(63).endswith("(fast --opt shape=staged)")
