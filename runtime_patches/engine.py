@@ -46,7 +46,7 @@ from a2acc.pipeline import Request
 from a2acc.pipeline import compile as compile_pipeline
 from a2acc.runtime.collectives import accepted_devices, all_gather_ints, metadata_device
 from a2acc.runtime.counters import EngineStats
-from a2acc.runtime.executors import EXECUTORS, FALLBACK, Executor, get_executor, options_type
+from a2acc.runtime.executors import FALLBACK, Executor, get_executor, info, options_type
 from a2acc.runtime.groups import slice_topology
 from a2acc.runtime.packing import byte_view, copy_segments, row_bytes_of
 from a2acc.runtime.plans import FAILED, OK, Plan, PlanTable
@@ -140,7 +140,7 @@ class Engine:
             self.executor.configure(opts)
         self.fallback: Executor = get_executor(FALLBACK)
         self.overlap = bool(getattr(opts, "overlap", False))
-        self.symmetric = settings.buckets == "symmetric" and EXECUTORS[settings.executor].relabels
+        self.symmetric = settings.buckets == "symmetric" and info(settings.executor).relabels
         self._groups: dict[tuple[int, ...], _Group | str] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()

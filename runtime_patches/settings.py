@@ -5,8 +5,8 @@ and keeps the stock collectives, never an exception in the job.
 |---|---|---|
 | ``A2ACC_JIT`` | ``1`` arms the integration | off |
 | ``A2ACC_TOPOLOGY`` | preset (``dgx-h100:4`` = 4 servers) or topology file | required |
-| ``A2ACC_ALGORITHM`` | planner | ``fast`` |
-| ``A2ACC_PLANNER_OPTS`` | planner options, ``KEY=VALUE,...`` (checked against the planner's options) | none |
+| ``A2ACC_ALGORITHM`` | planner (``auto``: the fastest plan of those that apply) | ``fast`` (:data:`a2acc.defaults.DEFAULT_ALGORITHM`) |
+| ``A2ACC_PLANNER_OPTS`` | planner options, ``KEY=VALUE,...`` (checked against the planner's options) | ``auto``: ``budget_s=0`` |
 | ``A2ACC_EXECUTOR`` | what runs a plan (:data:`a2acc.runtime.executors.EXECUTORS`) | ``p2p`` |
 | ``A2ACC_EXECUTOR_OPTS`` | executor options, ``KEY=VALUE,...`` (``p2p``: ``overlap=true``) | none |
 | ``A2ACC_BACKEND`` | what a plan is lowered to and cached as: ``none`` or a registered target | by executor |
@@ -19,6 +19,13 @@ and keeps the stock collectives, never an exception in the job.
 The executor and the backend are separate: ``p2p`` and ``reference`` run the Program itself and need no
 lowering, but ``A2ACC_BACKEND=msccl-xml`` still lowers and caches XML so that ``a2acc cache export`` can hand
 the next job an ``MSCCL_ALGO_DIR`` (the executors load algorithms only at communicator creation).
+
+``A2ACC_ALGORITHM=auto`` runs with ``budget_s=0`` unless ``A2ACC_PLANNER_OPTS`` sets it: only the quick planners
+(fast, direct, spreadout, hierarchical), whose choice does not depend on how long a search ran, so every rank
+of a job (and every job sharing the cache) picks the same plan for a bucket and a background miss stays short.
+A budget above 0 also runs the searching planners (syccl, mcf) while time is left; give it only with a shared,
+warmed cache (``a2acc cache export`` from one compile), as ranks that plan with different time left may pick
+differently and then serve the call with the stock collective.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from a2acc.defaults import DEFAULT_ALGORITHM
 
 MISS_MODES = ("stock", "wait")
 BUCKET_MODES = ("symmetric", "plain")
@@ -40,7 +49,7 @@ LOG_LEVELS = {
 
 @dataclass(frozen=True)
 class JitSettings:
-    algorithm: str = "fast"
+    algorithm: str = DEFAULT_ALGORITHM
     backend: str = "none"
     topology: str = ""
     cache_dir: str | None = None
@@ -70,6 +79,8 @@ class JitSettings:
                 ("A2ACC_EXECUTOR_OPTS", "executor", executor),
             )
         }
+        if algorithm == "auto" and not any(k == "budget_s" for k, _ in opts["A2ACC_PLANNER_OPTS"]):
+            opts["A2ACC_PLANNER_OPTS"] = (*opts["A2ACC_PLANNER_OPTS"], ("budget_s", "0"))
         topology = e.get("A2ACC_TOPOLOGY", "")
         if not topology:
             problems.append(
@@ -112,9 +123,9 @@ def _names(e: Mapping[str, str], problems: list[str]) -> tuple[str, str, str]:
     """(planner, executor, backend), each checked against its registry."""
     from a2acc.backends import TARGETS
     from a2acc.planners import available
-    from a2acc.runtime.executors import DEFAULT_EXECUTOR, EXECUTORS
+    from a2acc.runtime.executors import DEFAULT_EXECUTOR, EXECUTORS, info
 
-    algorithm = e.get("A2ACC_ALGORITHM", "fast") or "fast"
+    algorithm = e.get("A2ACC_ALGORITHM", DEFAULT_ALGORITHM) or DEFAULT_ALGORITHM
     known = {i.name for i in available()}
     if algorithm not in known:
         problems.append(f"A2ACC_ALGORITHM={algorithm!r} is not a planner ({', '.join(sorted(known))})")
@@ -122,7 +133,7 @@ def _names(e: Mapping[str, str], problems: list[str]) -> tuple[str, str, str]:
     if executor not in EXECUTORS:
         problems.append(f"A2ACC_EXECUTOR={executor!r}: use one of {', '.join(EXECUTORS)}")
         executor = DEFAULT_EXECUTOR
-    backend = e.get("A2ACC_BACKEND") or EXECUTORS[executor].backend
+    backend = e.get("A2ACC_BACKEND") or info(executor).backend
     if backend != "none" and backend not in TARGETS:
         problems.append(f"A2ACC_BACKEND={backend!r}: use none or one of {', '.join(sorted(TARGETS))}")
     return algorithm, executor, backend

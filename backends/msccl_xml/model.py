@@ -23,9 +23,6 @@ COLLS = (
     "alltoallv",
 )
 PROTOS = ("Simple", "LL", "LL128")
-STEP_ATTRS = ("s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep")
-TB_ATTRS = ("id", "send", "recv", "chan")
-GPU_ATTRS = ("id", "i_chunks", "o_chunks", "s_chunks")
 ALGO_ATTRS = (
     "name",
     "proto",

@@ -262,16 +262,17 @@ class Reach:
         return Reach(peers, prog.algorithm, tiered)
 
     def planners(self, fits: int) -> str:
-        """``fast --opt shape=staged, hierarchical`` (those not the plan's own; fast's default shape may choose
-        direct sends, its staged shape always routes through the server) when they give a rank fewer peers than
-        the plan and at most ``fits``; else ""."""
-        names = [a for a in TIERED if a != self.algorithm]
+        """``fast --opt shape=staged, hierarchical`` when they give a rank fewer peers than the plan and at most
+        ``fits``; else "". fast is named with its staged shape: its cost-aware search may pick one direct
+        step (a peer per GPU), so a plan by fast can have more peers than the staged one would."""
+        names = [a for a in TIERED if a != self.algorithm or a == "fast"]
+        names = [f"{a} --opt shape=staged" if a == "fast" else a for a in names]
         if not names or not 0 < self.tiered < self.peers or self.tiered > fits:
             return ""
         return f"a planner that gives each rank {self.tiered} peers ({', '.join(names)})"
 
 
-TIERED = ("fast --opt shape=staged", "hierarchical")
+TIERED = ("fast", "hierarchical")
 
 
 def _refusal(

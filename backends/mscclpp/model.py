@@ -66,9 +66,7 @@ OP_NAMES = (
     "sem_acquire",
     "sem_release",
 )
-SYNC_OPS = frozenset({"signal", "wait", "rlxsignal", "rlxwait", "flush", "sem_acquire", "sem_release"})
 PACKET_OPS = frozenset({"ppkt", "rppkt", "cpkt", "upkt", "repkt", "respkt", "recpkt", "recspkt", "gstorepkt"})
-COLLECTIVES_CHECKED = ("alltoall", "allgather", "allreduce", "sendrecv")
 
 
 @dataclass(frozen=True)

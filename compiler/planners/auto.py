@@ -14,8 +14,9 @@ already simulated for its own shape (its direct step is the direct planner's Pro
 ``budget_s`` bounds the whole search: a planner is started only while time is left; syccl and mcf get the
 rest as their ``time_limit`` and return their best plan so far when it runs out. The plan is byte-identical
 in every process unless the budget binds (then what the searching planners found in time can depend on the
-machine's speed; ``exclude`` or a larger budget removes that). In the JIT (``A2ACC_ALGORITHM=
-auto``) the default budget keeps a background miss short; ``exclude=syccl,mcf`` skips the searching planners.
+machine's speed; ``exclude`` or a larger budget removes that). In the JIT (``A2ACC_ALGORITHM=auto``) the
+budget defaults to 0 (the quick planners only): every rank must pick the same plan, and a background miss
+stays short.
 """
 
 from __future__ import annotations

@@ -9,60 +9,56 @@
 
 Each executor says, per plan, whether it can run it here (:meth:`Executor.unavailable` returns the reason it
 cannot); the engine then runs :data:`FALLBACK` with one warning, on every rank alike (the choice is part of the
-ranks' agreement). A new executor is a module here plus one line in :data:`EXECUTORS`: this is the one list of
-executor names (settings, docs and the CLI read it).
+ranks' agreement). A new executor is a module here plus one line in :data:`EXECUTORS` (a
+:class:`a2acc.registry.Registry`, as planners, targets and passes): the one list of executor names (settings,
+docs and the CLI read it).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from a2acc.errors import InputError
+from a2acc.registry import Entry, Registry
+
 
 @dataclass(frozen=True)
-class ExecutorInfo:
-    name: str
-    module: str
-    summary: str
-    backend: str  # what its plans are lowered to when A2ACC_BACKEND is not set ("none": the Program itself)
-    relabels: bool  # can run a plan with its ranks relabelled (canonical buckets); uniform collectives cannot
+class ExecutorEntry(Entry):
+    """An executor's registry line: besides its module, what its plans are lowered to when ``A2ACC_BACKEND`` is
+    not set (``backend``; "none": the Program itself) and whether it can run a plan with its ranks relabelled
+    (``relabels``: canonical buckets; uniform collectives cannot). Settings read these without importing the
+    executor (which may import torch or mscclpp)."""
+
+    backend: str
+    relabels: bool
 
 
-EXECUTORS: dict[str, ExecutorInfo] = {
-    e.name: e
-    for e in (
-        ExecutorInfo(
-            "p2p",
-            "a2acc.runtime.executors.p2p",
-            "stages of coalesced per-peer send/recv and vectorised copies (NCCL, RCCL, Gloo)",
-            "none",
-            True,
-        ),
-        ExecutorInfo(
-            "reference",
-            "a2acc.runtime.executors.reference",
-            "every op as its own send/recv or copy, level by level (the correctness oracle)",
-            "none",
-            True,
-        ),
-        ExecutorInfo(
-            "msccl",
-            "a2acc.runtime.executors.msccl",
-            "the bucket's XML in msccl-executor-nccl or RCCL <= ROCm 7.12 (MSCCL_ALGO_DIR at start)",
-            "msccl-xml",
-            False,
-        ),
-        ExecutorInfo(
-            "mscclpp",
-            "a2acc.runtime.executors.mscclpp",
-            "the bucket's MSCCL++ JSON plan through mscclpp.Executor (mscclpp >= 0.9)",
-            "mscclpp-json",
-            False,
-        ),
-    )
-}
+def _line(name: str, summary: str, backend: str, relabels: bool) -> ExecutorEntry:
+    return ExecutorEntry(name, f"a2acc.runtime.executors.{name}", summary, "EXECUTOR", backend, relabels)
+
+
+EXECUTORS: Registry[Executor] = Registry(
+    "executor",
+    "A2ACC_EXECUTOR",
+    [
+        _line("p2p", "stages of coalesced per-peer send/recv and vectorised copies (NCCL, RCCL, Gloo)", "none", True),
+        _line("reference", "every op as its own send/recv or copy, level by level (the correctness oracle)", "none", True),
+        _line("msccl", "the bucket's XML in msccl-executor-nccl or RCCL <= ROCm 7.12 (MSCCL_ALGO_DIR at start)", "msccl-xml", False),
+        _line("mscclpp", "the bucket's MSCCL++ JSON plan through mscclpp.Executor (mscclpp >= 0.9)", "mscclpp-json", False),
+    ],
+)  # fmt: skip
+
+
+def info(name: str) -> ExecutorEntry:
+    """The registry line of executor ``name`` (an InputError naming the known ones otherwise)."""
+    e = EXECUTORS.entry(name)
+    if not isinstance(e, ExecutorEntry):  # pragma: no cover - every line above is an ExecutorEntry
+        raise InputError("", EXECUTORS.flag, name, "an executor registered without its backend")
+    return e
+
+
 DEFAULT_EXECUTOR = "p2p"
 FALLBACK = "p2p"  # runs a plan when the chosen executor cannot
 
@@ -112,13 +108,9 @@ class Executor(Protocol):
 
 
 def get_executor(name: str) -> Executor:
-    ex: Executor = importlib.import_module(EXECUTORS[name].module).EXECUTOR
-    return ex
+    return EXECUTORS.get(name)
 
 
 def options_type(name: str) -> type:
     """The options dataclass of executor ``name`` (``A2ACC_EXECUTOR_OPTS``)."""
-    from a2acc.options import NoOptions
-
-    opt: type = getattr(importlib.import_module(EXECUTORS[name].module), "Options", NoOptions)
-    return opt
+    return EXECUTORS.options(name)

@@ -50,7 +50,7 @@ def test_interrupt_while_writing_keeps_the_previous_set_and_a_rerun_works(tmp_pa
 
     with monkeypatch.context() as mp:
         mp.setattr(publish, "_write", interrupted)
-        assert _compile(b, out) == 130  # main() turns the interrupt into one line and exit 130
+        assert _compile(b, out) == 130  # a2acc: interrupted
     assert _state(out) == before and not _hidden(tmp_path)
     assert _compile(b, out) == 0  # the same compile again: accepted, replaces the set
     _consistent(out)
@@ -68,7 +68,7 @@ def test_interrupt_at_the_manifest_switch_puts_the_previous_directory_back(tmp_p
 
     with monkeypatch.context() as mp:
         mp.setattr(publish, "atomic_write_text", interrupted)
-        assert _compile(b, out) == 130  # main() turns the interrupt into one line and exit 130
+        assert _compile(b, out) == 130  # a2acc: interrupted
     assert _state(out) == before and not _hidden(tmp_path)
     assert _compile(b, out) == 0
     _consistent(out)
@@ -93,7 +93,7 @@ def test_interrupt_after_the_manifest_switch_completes_the_new_set(tmp_path, mon
 
     with monkeypatch.context() as mp:
         mp.setattr(publish.os, "rename", rename)
-        assert _compile(b, out) == 130  # main() turns the interrupt into one line and exit 130
+        assert _compile(b, out) == 130  # a2acc: interrupted
     _consistent(out)  # the interrupted switch was completed: the new XML with the new manifest
     assert _compile(b, out) == 0
     _consistent(out)
@@ -160,7 +160,7 @@ def test_an_interrupted_first_compile_leaves_nothing(tmp_path, monkeypatch):
 
     with monkeypatch.context() as mp:
         mp.setattr(publish, "_write", interrupted)
-        assert _compile(a, out) == 130  # main() turns the interrupt into one line and exit 130
+        assert _compile(a, out) == 130  # a2acc: interrupted
     assert not out.exists() and not (tmp_path / "algos.manifest.json").exists() and not _hidden(tmp_path)
     assert _compile(a, out) == 0
     _consistent(out)

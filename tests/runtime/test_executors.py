@@ -11,7 +11,7 @@ from a2acc.jit.cache import CacheEntry
 from a2acc.model.topology import load_topology
 from a2acc.model.traffic import generate
 from a2acc.runtime.engine import compile_entry
-from a2acc.runtime.executors import DEFAULT_EXECUTOR, EXECUTORS, FALLBACK, get_executor, options_type
+from a2acc.runtime.executors import DEFAULT_EXECUTOR, EXECUTORS, FALLBACK, get_executor, info, options_type
 from a2acc.runtime.executors.msccl import MscclExecutor, scan_algo_dir
 from a2acc.runtime.settings import JitSettings
 
@@ -21,18 +21,18 @@ def _entry(files, manifest=None):
 
 
 def test_one_list_of_executor_names():
-    assert list(EXECUTORS) == ["p2p", "reference", "msccl", "mscclpp"]
+    assert list(EXECUTORS) == ["msccl", "mscclpp", "p2p", "reference"]
     assert DEFAULT_EXECUTOR == FALLBACK == "p2p"
-    for name, info in EXECUTORS.items():
-        assert get_executor(name).name == name and info.summary
+    for name in EXECUTORS:
+        assert get_executor(name).name == name and info(name).summary
     assert get_executor("reference").unavailable(_entry({}), None) is None
     assert get_executor("mscclpp").unavailable(_entry({}), None) is not None  # no plan, no GPU here
     # settings read the same list: every name is accepted, anything else is refused with the list
     for name in EXECUTORS:
         s, problems = JitSettings.from_env({"A2ACC_TOPOLOGY": "alps:1", "A2ACC_EXECUTOR": name})
-        assert s is not None and s.executor == name and s.backend == EXECUTORS[name].backend, problems
+        assert s is not None and s.executor == name and s.backend == info(name).backend, problems
     s, problems = JitSettings.from_env({"A2ACC_TOPOLOGY": "alps:1", "A2ACC_EXECUTOR": "nccl"})
-    assert s is None and "p2p, reference, msccl, mscclpp" in problems[0]
+    assert s is None and "msccl, mscclpp, p2p, reference" in problems[0]
     assert options_type("p2p")().overlap is False
 
 

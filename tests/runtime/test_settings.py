@@ -112,3 +112,15 @@ def test_mp_spawn_logs_name_the_rank(tmp_path):
     assert out.stderr.count("hook active") == 1
     assert "a2acc[rank 0] INFO: hook active" in out.stderr
     assert "rank -" not in out.stderr
+
+
+def test_jit_default_planner_is_the_compilers_and_auto_searches_only_the_quick_planners():
+    from a2acc.defaults import DEFAULT_ALGORITHM
+
+    s, problems = JitSettings.from_env({"A2ACC_TOPOLOGY": "alps:1"})
+    assert s is not None and s.algorithm == DEFAULT_ALGORITHM, problems
+    s, problems = JitSettings.from_env({"A2ACC_TOPOLOGY": "alps:1", "A2ACC_ALGORITHM": "auto"})
+    assert s is not None and dict(s.planner_opts) == {"budget_s": "0"}, problems
+    env = {"A2ACC_TOPOLOGY": "alps:1", "A2ACC_ALGORITHM": "auto", "A2ACC_PLANNER_OPTS": "budget_s=5"}
+    s, problems = JitSettings.from_env(env)
+    assert s is not None and dict(s.planner_opts) == {"budget_s": "5"}, problems
