@@ -55,6 +55,7 @@ def native_extensions() -> list[Extension]:
         Extension(
             f"a2acc._{os.path.splitext(os.path.basename(src))[0]}",
             [src],
+            depends=sorted(glob.glob(os.path.join("compiler", "native", "*.h"))),
             optional=True,
             extra_compile_args=["-O2"],
         )

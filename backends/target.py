@@ -77,7 +77,13 @@ class Target(Protocol):
         self, lowered: Lowered, output: Path, *, manifest_path: Path | None = None, force: bool = False
     ) -> list[Path]:
         """Write the files atomically, the manifest last (default place: the target's); return the paths.
-        Refuse to write over or beside files a2acc cannot prove it wrote unless ``force``."""
+        Refuse to write over or beside files a2acc cannot prove it wrote unless ``force``.
+
+        Two modes: ``output`` is the user's ``-o`` (a file, or a directory for ``output_kind == "dir"``); or, from
+        ``a2acc cache export``, ``output`` is an existing export directory and ``manifest_path`` is
+        :func:`a2acc.ir.layout.export_manifest_path` of it and the file's name: then the file keeps its own name
+        inside ``output``. A single-file output's manifest goes beside it as ``FILE.manifest.json``, where
+        :func:`a2acc.ir.layout.find_manifest` (and so ``a2acc verify``) finds it."""
         ...
 
     def detect(self, head: str) -> bool:

@@ -24,12 +24,14 @@ import argparse
 import statistics
 import time
 
+from a2acc.analysis.fastsim import forget as forget_simulations
 from a2acc.errors import LoweringError
 from a2acc.ir.quantize import UnitPolicy
 from a2acc.jit.bucket import BucketIndex
 from a2acc.model.topology import load_topology
 from a2acc.model.traffic import generate
 from a2acc.pipeline import PHASES, Request, compile
+from a2acc.planners import forget as forget_plans
 
 
 def main() -> None:
@@ -81,6 +83,8 @@ def main() -> None:
             walls, cpus = [], []
             spent = 0.0
             while len(walls) < args.runs and (not walls or spent < args.budget):
+                forget_plans()  # every run plans cold: no plan or simulation remembered from the last
+                forget_simulations()
                 t0, c0 = time.perf_counter(), time.process_time()
                 try:
                     res = compile(req)

@@ -117,38 +117,12 @@ def compile(request: Request) -> Result:
         topts = parse_options(target.Options, request.target_options, where="backend option")
     clock = _Clock()
     with clock.phase("quantize"):
-        if request.counts is not None:
-            if request.units.unit is None:
-                raise InputError("", "unit", None, "a fixed layout (counts) needs its unit in bytes")
-            counts = np.ascontiguousarray(request.counts, dtype=np.int64)
-            if counts.shape != m.shape or (counts < 0).any():
-                raise InputError(
-                    "", "counts", counts.shape, f"must be a {m.shape} matrix of chunk counts >= 0"
-                )
-            candidates = [(f"fixed layout, unit {request.units.unit} B", request.units.unit)]
-        else:
-            counts = None
-            align = unit_align(target, topts, topo.nranks) if target is not None else DEFAULT_ALIGN
-            candidates = request.units.candidates(
-                m, target.max_chunks(topts) if target is not None else None, align
-            )
+        counts, candidates = _layouts(request, m, target, topts)
     refused: list[str] = []
     for label, unit in candidates:
         with clock.phase("quantize"):
             c = counts if counts is not None else quantize(m, unit)
-        with clock.phase("plan"):
-            prog = run_planner(request.algorithm, PlanRequest(topo, m, c, unit, popts, request.model))
-        if request.passes:
-            with clock.phase("passes"):
-                prog = run_passes(prog, request.passes)
-        rep = None
-        if request.verify:
-            with clock.phase("verify"):
-                rep = verify_program(prog)
-            if not rep.ok:
-                raise VerificationError(
-                    f"planner '{request.algorithm}' produced a wrong plan (a2acc bug)", list(rep.errors)
-                )
+        prog, rep = _plan(request, PlanRequest(topo, m, c, unit, popts, request.model), clock)
         if target is None:
             return Result(prog, rep, None, None, clock.t, label, tuple(refused))
         try:
@@ -166,6 +140,41 @@ def compile(request: Request) -> Result:
         raise InternalError("the unit policy produced no candidate layout")
     tried = ", ".join(label for label, _u in candidates)
     raise LoweringError(f"{refused[-1].split(': ', 1)[1]} (tried {tried})")
+
+
+def _layouts(
+    request: Request, m: npt.NDArray[np.int64], target: Target | None, topts: Any
+) -> tuple[npt.NDArray[np.int64] | None, list[tuple[str, int]]]:
+    """The chunk layouts to try, coarsest first: the request's fixed ``counts`` (returned, with its unit), or
+    the unit policy's ladder for ``target`` (counts None: each is quantised when its turn comes)."""
+    if request.counts is not None:
+        if request.units.unit is None:
+            raise InputError("", "unit", None, "a fixed layout (counts) needs its unit in bytes")
+        counts = np.ascontiguousarray(request.counts, dtype=np.int64)
+        if counts.shape != m.shape or (counts < 0).any():
+            raise InputError("", "counts", counts.shape, f"must be a {m.shape} matrix of chunk counts >= 0")
+        return counts, [(f"fixed layout, unit {request.units.unit} B", request.units.unit)]
+    align = unit_align(target, topts, request.topology.nranks) if target is not None else DEFAULT_ALIGN
+    return None, request.units.candidates(m, target.max_chunks(topts) if target is not None else None, align)
+
+
+def _plan(request: Request, preq: PlanRequest, clock: _Clock) -> tuple[Program, VerifyReport | None]:
+    """Plan one layout, run the requested passes and verify the result (unless ``request.verify`` is off): a
+    plan that fails verification is a planner bug and raises."""
+    with clock.phase("plan"):
+        prog = run_planner(request.algorithm, preq)
+    if request.passes:
+        with clock.phase("passes"):
+            prog = run_passes(prog, request.passes)
+    rep = None
+    if request.verify:
+        with clock.phase("verify"):
+            rep = verify_program(prog)
+        if not rep.ok:
+            raise VerificationError(
+                f"planner '{request.algorithm}' produced a wrong plan (a2acc bug)", list(rep.errors)
+            )
+    return prog, rep
 
 
 def emit(result: Result, output: str | Path, *, force: bool = False) -> list[Path]:

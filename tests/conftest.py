@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from a2acc.ir import Buf, Program, ProgramBuilder
+
+# Property tests draw the same examples in every run of `make test` (a failure reproduces; CI cannot fail on a
+# draw no one can repeat), with no example database written into the tree. `HYPOTHESIS_PROFILE=explore`
+# draws fresh examples (and remembers failures) when hunting for new cases.
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def staged_relay_program(counts: np.ndarray, unit: int = 16) -> Program:

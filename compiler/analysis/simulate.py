@@ -282,50 +282,16 @@ def routes(prog: Program, topo: Topology) -> Routes:
     cls = {"nic_tx": 1, "nic_rx": 1, "direct": 1, "intra": 2}
     raw_cap = np.array(list(topo.link_bandwidths) + [topo.memory_bandwidth * 1e9] * n, dtype=np.float64)
     eff_class = np.array([cls.get(k, 0) for k in kinds] + [0] * n, dtype=np.int8)
-    cap = raw_cap
     names = tuple(f"{u}->{v}" for u, v in topo.link_names) + tuple(f"mem{r}" for r in range(n))
     ops = prog.ops
     src = np.fromiter((op.src_rank for op in ops), dtype=np.int64, count=n_ops)
     dst = np.fromiter((op.dst_rank for op in ops), dtype=np.int64, count=n_ops)
     size = np.fromiter((op.cnt for op in ops), dtype=np.float64, count=n_ops) * float(prog.unit_bytes)
     path_ptr, path_links, route_alpha = _routes(topo, src, dst)
-    binding = cap < UNBOUNDED
-    rx_kind = np.array([k == "nic_rx" for k in kinds] + [False] * n, dtype=bool)
-    # per op: binding links (padded) and the receive link
-    lens = np.diff(path_ptr)
-    entry_op = np.repeat(np.arange(n_ops, dtype=np.int64), lens)
-    keep = binding[path_links]
-    # an op whose route has no binding link (an unbounded memory link in a test topology) keeps its slowest link
-    unbound = np.flatnonzero(np.bincount(entry_op[keep], minlength=n_ops) == 0)
-    for i in unbound.tolist():
-        seg = path_links[path_ptr[i] : path_ptr[i + 1]]
-        keep[path_ptr[i] + int(np.argmin(cap[seg]))] = True
-    b_op, b_link = entry_op[keep], path_links[keep]
-    b_cnt = np.bincount(b_op, minlength=n_ops)
-    width = int(b_cnt.max()) if n_ops else 1
-    bind = np.full((n_ops, max(width, 1)), len(cap), dtype=np.int64)
-    if len(b_op):
-        first = np.concatenate([[0], np.cumsum(b_cnt)[:-1]])
-        col = np.arange(len(b_op)) - first[b_op]
-        bind[b_op, col] = b_link
-    rx = np.full(n_ops, -1, dtype=np.int64)
-    on_rx = rx_kind[path_links]
-    rx[entry_op[on_rx]] = path_links[on_rx]
-    # the switch each receive link hangs off: its source node
-    rx_switch = np.full(len(cap), -1, dtype=np.int64)
-    sw_ids: dict[str, int] = {}
-    for i, ((u, _v), k) in enumerate(zip(topo.link_names, kinds)):
-        if k == "nic_rx":
-            rx_switch[i] = sw_ids.setdefault(u, len(sw_ids))
-    # the DAG as CSR, both directions
-    dep_cnt = np.fromiter((len(op.deps) for op in ops), dtype=np.int64, count=n_ops)
-    dep_ptr = np.concatenate([[0], np.cumsum(dep_cnt)]).astype(np.int64)
-    dep_ids = np.fromiter((d for op in ops for d in op.deps), dtype=np.int64, count=int(dep_cnt.sum()))
-    order = np.argsort(dep_ids, kind="stable")
-    dep_op_all = np.repeat(np.arange(n_ops, dtype=np.int64), dep_cnt)
-    succ_ids = dep_op_all[order]
-    succ_cnt = np.bincount(dep_ids, minlength=n_ops)
-    succ_ptr = np.concatenate([[0], np.cumsum(succ_cnt)]).astype(np.int64)
+    entry_op = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(path_ptr))
+    bind = _binding_links(raw_cap, path_ptr, path_links, entry_op, n_ops)
+    rx, rx_switch = _receive_links(topo, path_links, entry_op, n_ops, len(raw_cap))
+    dep_ptr, dep_ids, succ_ptr, succ_ids = _dag_csr(prog)
     return Routes(
         prog=prog,
         nranks=n,
@@ -345,6 +311,72 @@ def routes(prog: Program, topo: Topology) -> Routes:
         succ_ptr=succ_ptr,
         succ_ids=succ_ids,
     )
+
+
+def _binding_links(
+    cap: npt.NDArray[np.float64],
+    path_ptr: npt.NDArray[np.int64],
+    path_links: npt.NDArray[np.int64],
+    entry_op: npt.NDArray[np.int64],
+    n_ops: int,
+) -> npt.NDArray[np.int64]:
+    """Per op, the links of its route that can bind (capacity below :data:`UNBOUNDED`), as ``[n_ops, K]``
+    padded with ``len(cap)``; ``entry_op`` is the op of every entry of ``path_links``."""
+    keep = (cap < UNBOUNDED)[path_links]
+    # an op whose route has no binding link (an unbounded memory link in a test topology) keeps its slowest link
+    unbound = np.flatnonzero(np.bincount(entry_op[keep], minlength=n_ops) == 0)
+    for i in unbound.tolist():
+        seg = path_links[path_ptr[i] : path_ptr[i + 1]]
+        keep[path_ptr[i] + int(np.argmin(cap[seg]))] = True
+    b_op, b_link = entry_op[keep], path_links[keep]
+    b_cnt = np.bincount(b_op, minlength=n_ops)
+    width = int(b_cnt.max()) if n_ops else 1
+    bind = np.full((n_ops, max(width, 1)), len(cap), dtype=np.int64)
+    if len(b_op):
+        first = np.concatenate([[0], np.cumsum(b_cnt)[:-1]])
+        col = np.arange(len(b_op)) - first[b_op]
+        bind[b_op, col] = b_link
+    return bind
+
+
+def _receive_links(
+    topo: Topology,
+    path_links: npt.NDArray[np.int64],
+    entry_op: npt.NDArray[np.int64],
+    n_ops: int,
+    n_cap: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Per op, the scale-out receive link (``nic_rx``) of its route or -1; per link (topology links, then one
+    memory link per rank), the switch a receive link hangs off (its source node, numbered in link order) or
+    -1: what incast is evaluated on. ``n_cap``: the number of links, memory links included."""
+    kinds = topo.link_kinds
+    rx_kind = np.array([k == "nic_rx" for k in kinds] + [False] * (n_cap - len(kinds)), dtype=bool)
+    rx = np.full(n_ops, -1, dtype=np.int64)
+    on_rx = rx_kind[path_links]
+    rx[entry_op[on_rx]] = path_links[on_rx]
+    rx_switch = np.full(n_cap, -1, dtype=np.int64)
+    sw_ids: dict[str, int] = {}
+    for i, ((u, _v), k) in enumerate(zip(topo.link_names, kinds)):
+        if k == "nic_rx":
+            rx_switch[i] = sw_ids.setdefault(u, len(sw_ids))
+    return rx, rx_switch
+
+
+def _dag_csr(
+    prog: Program,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The dependency DAG as CSR in both directions: (dep_ptr, dep_ids, succ_ptr, succ_ids)."""
+    ops = prog.ops
+    n_ops = len(ops)
+    dep_cnt = np.fromiter((len(op.deps) for op in ops), dtype=np.int64, count=n_ops)
+    dep_ptr = np.concatenate([[0], np.cumsum(dep_cnt)]).astype(np.int64)
+    dep_ids = np.fromiter((d for op in ops for d in op.deps), dtype=np.int64, count=int(dep_cnt.sum()))
+    order = np.argsort(dep_ids, kind="stable")
+    dep_op_all = np.repeat(np.arange(n_ops, dtype=np.int64), dep_cnt)
+    succ_ids = dep_op_all[order]
+    succ_cnt = np.bincount(dep_ids, minlength=n_ops)
+    succ_ptr = np.concatenate([[0], np.cumsum(succ_cnt)]).astype(np.int64)
+    return dep_ptr, dep_ids, succ_ptr, succ_ids
 
 
 def rendezvous(prog: Program, eager_bytes: float) -> npt.NDArray[np.bool_]:
@@ -410,57 +442,86 @@ def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         return np.asarray(z ^ (z >> np.uint64(31)), dtype=np.uint64)
 
 
+_RouteGroup = tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.int64] | list[tuple[int, ...]], npt.NDArray[np.float64]
+]
+
+
 def _routes(
     topo: Topology, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """CSR of link indices of every (src, dst) route, and its latency (s): the same routes as
     :meth:`Topology.route`, built per rank with arrays for the common cases (switch fabrics, scale-out)."""
     n_links = len(topo.link_names)
-    n_ops = len(src)
-    index = {uv: i for i, uv in enumerate(topo.link_names)}
-    groups: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []
+    groups: list[_RouteGroup] = []
     local = src == dst
     if local.any():
         ids = np.flatnonzero(local)
         groups.append((ids, (n_links + src[ids])[:, None], np.zeros(len(ids))))
     rest = np.flatnonzero(~local)
-    fast_kinds = topo.direct is None and topo.intra is not None
-    if fast_kinds and len(rest):
-        assert topo.intra is not None
-        m = topo.gpus_per_server
-        same = (src[rest] // m) == (dst[rest] // m)
-        if topo.intra.kind == "switch":
-            ids = rest[same]
-            if len(ids):
-                up = np.array([index[(f"g{r}", f"sw{r // m}")] for r in range(topo.nranks)], dtype=np.int64)
-                down = np.array([index[(f"sw{r // m}", f"g{r}")] for r in range(topo.nranks)], dtype=np.int64)
-                groups.append(
-                    (
-                        ids,
-                        np.stack([up[src[ids]], down[dst[ids]]], axis=1),
-                        np.full(len(ids), topo.intra.latency * 1e-6),
-                    )
-                )
-            rest = rest[~same]
-        if topo.inter is not None and len(rest):
-            cross = (src[rest] // m) != (dst[rest] // m)
-            ids = rest[cross]
-            if len(ids):
-                groups.extend(_inter_routes(topo, index, ids, src[ids], dst[ids]))
-                rest = rest[~cross]
+    if topo.direct is None and topo.intra is not None and len(rest):
+        rest = _tiered_routes(topo, src, dst, rest, groups)
     # everything else (mesh/ring/cube-mesh hops, direct-connect graphs): the topology's router, per distinct pair
     if len(rest):
-        pairs: dict[tuple[int, int], tuple[tuple[int, ...], float]] = {}
-        rows: list[tuple[int, ...]] = []
-        alphas = np.zeros(len(rest))
-        for j, (s, d) in enumerate(zip(src[rest].tolist(), dst[rest].tolist())):
-            got = pairs.get((s, d))
-            if got is None:
-                got = pairs[(s, d)] = topo.route(s, d)
-            rows.append(got[0])
-            alphas[j] = got[1]
-        groups.append((rest, rows, alphas))  # type: ignore[arg-type]
-    # assemble the CSR in op order
+        groups.append(_routed(topo, src, dst, rest))
+    return _route_csr(groups, len(src))
+
+
+def _tiered_routes(
+    topo: Topology,
+    src: npt.NDArray[np.int64],
+    dst: npt.NDArray[np.int64],
+    rest: npt.NDArray[np.int64],
+    groups: list[_RouteGroup],
+) -> npt.NDArray[np.int64]:
+    """Appends to ``groups`` the routes of ops ``rest`` that go through a server's NVSwitch or the scale-out
+    network, built with arrays; returns the ops left for the topology's router."""
+    assert topo.intra is not None
+    index = {uv: i for i, uv in enumerate(topo.link_names)}
+    m = topo.gpus_per_server
+    same = (src[rest] // m) == (dst[rest] // m)
+    if topo.intra.kind == "switch":
+        ids = rest[same]
+        if len(ids):
+            up = np.array([index[(f"g{r}", f"sw{r // m}")] for r in range(topo.nranks)], dtype=np.int64)
+            down = np.array([index[(f"sw{r // m}", f"g{r}")] for r in range(topo.nranks)], dtype=np.int64)
+            groups.append(
+                (
+                    ids,
+                    np.stack([up[src[ids]], down[dst[ids]]], axis=1),
+                    np.full(len(ids), topo.intra.latency * 1e-6),
+                )
+            )
+        rest = rest[~same]
+    if topo.inter is not None and len(rest):
+        cross = (src[rest] // m) != (dst[rest] // m)
+        ids = rest[cross]
+        if len(ids):
+            groups.extend(_inter_routes(topo, index, ids, src[ids], dst[ids]))
+            rest = rest[~cross]
+    return rest
+
+
+def _routed(
+    topo: Topology, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64], rest: npt.NDArray[np.int64]
+) -> _RouteGroup:
+    """The routes of ops ``rest`` from the topology's router (:meth:`Topology.route`), once per distinct pair."""
+    pairs: dict[tuple[int, int], tuple[tuple[int, ...], float]] = {}
+    rows: list[tuple[int, ...]] = []
+    alphas = np.zeros(len(rest))
+    for j, (s, d) in enumerate(zip(src[rest].tolist(), dst[rest].tolist())):
+        got = pairs.get((s, d))
+        if got is None:
+            got = pairs[(s, d)] = topo.route(s, d)
+        rows.append(got[0])
+        alphas[j] = got[1]
+    return rest, rows, alphas
+
+
+def _route_csr(
+    groups: list[_RouteGroup], n_ops: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The groups' routes assembled in op order: (CSR pointer, link indices, latency per op)."""
     lens = np.zeros(n_ops, dtype=np.int64)
     alpha = np.zeros(n_ops)
     for ids, rows_or_arr, al in groups:
@@ -664,106 +725,152 @@ def simulate(
     model's incast part (``IncastModel.off()`` switches it off). A plan built for another topology is refused."""
     mdl = resolve_model(topo, model, incast)
     st = prepare(prog, topo, mdl)
+    run = _Reference(st, record_timeline)
+    run.run()
     n_ops = st.n_ops
-    cap0 = st.cap
-    dummy = len(cap0)
-    bind = st.bind
-    missing = np.diff(st.dep_ptr).copy()
-    start = np.full(n_ops, np.nan)
-    end = np.full(n_ops, np.nan)
-    remaining = st.size.copy()
-    pending: list[tuple[float, int]] = []
-    for i in np.flatnonzero(missing == 0).tolist():
-        start[i] = 0.0
-        heapq.heappush(pending, (float(st.lat[i]), i))
-    ready_at = np.zeros(n_ops)
-    active: list[int] = []
-    timeline: list[tuple[float, float, npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []
-    episodes = Episodes(mdl.incast)
-    now = 0.0
-    rates = np.zeros(0)
-    dirty = True
-    done = 0
-    ttf = np.zeros(0)
-    while done < n_ops:
-        act_arr = np.array(active, dtype=np.int64)
-        if dirty:
-            if len(act_arr):
-                cap, over, over_k = incast_capacity(st, act_arr, cap0)
-                episodes.update(now, over, over_k)
-                rows = bind[act_arr]
-                real = rows != dummy
-                entry_flow = np.repeat(np.arange(len(act_arr)), real.sum(axis=1))
-                entry_link = rows[real]
-                rates = _max_min_rates(len(act_arr), entry_flow, entry_link, cap)
-            else:
-                rates = np.zeros(0)
-                episodes.update(now, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-            dirty = False
-        t_next_act = pending[0][0] if pending else np.inf
-        if len(act_arr):
-            with np.errstate(divide="ignore"):
-                ttf = np.where(rates > 0, remaining[act_arr] / rates, np.inf)
-            t_fin = now + float(ttf.min())
-        else:
-            t_fin = np.inf
-        t = min(t_next_act, t_fin)
-        if not np.isfinite(t):  # pragma: no cover - a verified DAG always makes progress
-            raise InternalError("simulation stalled (zero-capacity link?)")
-        dt = t - now
-        if len(act_arr) and dt > 0:
-            moved = rates * dt
-            remaining[act_arr] -= moved
-            if record_timeline:
-                rows = bind[act_arr]
-                real = rows != dummy
-                per_link = np.bincount(
-                    rows[real], weights=np.repeat(moved, real.sum(axis=1)), minlength=dummy
-                )
-                used = np.flatnonzero(per_link)
-                timeline.append((now, t, used, per_link[used] / (cap0[used] * dt)))
-        now = t
-        finished: list[int] = []
-        if len(act_arr) and t_fin <= t_next_act:
-            limit = (t_fin - (now - dt)) * (1 + 1e-9) + 1e-15
-            finished = [f for f, x in zip(active, ttf.tolist()) if x <= limit]
-        fin_set = set(finished)
-        finished += [f for f in active if remaining[f] <= max(1e-9 * st.size[f], 1e-6) and f not in fin_set]
-        if finished:
-            fin_set = set(finished)
-            active = [f for f in active if f not in fin_set]
-            for f in finished:
-                end[f] = now
-                remaining[f] = 0.0
-                done += 1
-                _release(st, f, now, missing, ready_at, start, pending)
-            dirty = True
-        while pending and pending[0][0] <= now * (1 + 1e-15) + 1e-18:
-            _, f = heapq.heappop(pending)
-            if st.size[f] <= 0:
-                end[f] = now
-                done += 1
-                _release(st, f, now, missing, ready_at, start, pending)
-                continue
-            active.append(f)
-            dirty = True
-    makespan = float(np.nanmax(end)) if n_ops else 0.0
-    eps = tuple(episodes.finish(makespan))
+    makespan = float(np.nanmax(run.end)) if n_ops else 0.0
+    eps = tuple(run.episodes.finish(makespan))
     expected, p_to = timeout_penalty(mdl.incast, makespan, eps)
     total = payload_bytes if payload_bytes is not None else int(prog.counts.sum()) * prog.unit_bytes
     return SimResult(
         time_s=expected,
         nranks=prog.nranks,
         total_bytes=int(total),
-        op_start=start,
-        op_end=end,
+        op_start=run.start,
+        op_end=run.end,
         link_names=st.names,
         link_busy_bytes=st.busy_bytes(),
-        link_capacity=cap0,
-        timeline=tuple(timeline),
+        link_capacity=st.cap,
+        timeline=tuple(run.timeline),
         makespan_s=makespan,
         timeout_probability=p_to,
         model=mdl,
         engine="reference",
         episodes=eps,
     )
+
+
+class _Reference:
+    """The reference engine's state: per op the dependencies still missing, start, end and remaining bytes; the
+    ops waiting out their latency (a heap by activation time), the active flows, the clock, the overload
+    episodes and the utilisation timeline. :meth:`run` advances from event to event (the next activation or the
+    next flow to finish), re-solving max-min rates whenever the active set changed."""
+
+    def __init__(self, st: Setup, record_timeline: bool) -> None:
+        n_ops = st.n_ops
+        self.st = st
+        self.record_timeline = record_timeline
+        self.missing = np.diff(st.dep_ptr).copy()
+        self.start = np.full(n_ops, np.nan)
+        self.end = np.full(n_ops, np.nan)
+        self.ready_at = np.zeros(n_ops)
+        self.remaining = st.size.copy()
+        self.pending: list[tuple[float, int]] = []
+        self.active: list[int] = []
+        self.timeline: list[tuple[float, float, npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []
+        self.episodes = Episodes(st.model.incast)
+        self.now = 0.0
+        self.done = 0
+        for i in np.flatnonzero(self.missing == 0).tolist():
+            self.start[i] = 0.0
+            heapq.heappush(self.pending, (float(st.lat[i]), i))
+
+    def run(self) -> None:
+        st = self.st
+        rates = np.zeros(0)
+        dirty = True
+        ttf = np.zeros(0)
+        while self.done < st.n_ops:
+            act_arr = np.array(self.active, dtype=np.int64)
+            if dirty:
+                rates = self._rates(act_arr)
+                dirty = False
+            t_next_act = self.pending[0][0] if self.pending else np.inf
+            if len(act_arr):
+                with np.errstate(divide="ignore"):
+                    ttf = np.where(rates > 0, self.remaining[act_arr] / rates, np.inf)
+                t_fin = self.now + float(ttf.min())
+            else:
+                t_fin = np.inf
+            t = min(t_next_act, t_fin)
+            if not np.isfinite(t):  # pragma: no cover - a verified DAG always makes progress
+                raise InternalError("simulation stalled (zero-capacity link?)")
+            dt = t - self.now
+            if len(act_arr) and dt > 0:
+                self._stream(act_arr, rates, t, dt)
+            self.now = t
+            if len(act_arr) and t_fin <= t_next_act:
+                limit = (t_fin - (self.now - dt)) * (1 + 1e-9) + 1e-15
+                finished = [f for f, x in zip(self.active, ttf.tolist()) if x <= limit]
+            else:
+                finished = []
+            if self._retire(finished):
+                dirty = True
+            if self._activate():
+                dirty = True
+
+    def _rates(self, act_arr: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """Max-min rates of the active flows under the incast-reduced capacities (the overload episodes
+        updated)."""
+        st = self.st
+        if not len(act_arr):
+            self.episodes.update(self.now, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+            return np.zeros(0)
+        cap, over, over_k = incast_capacity(st, act_arr, st.cap)
+        self.episodes.update(self.now, over, over_k)
+        rows = st.bind[act_arr]
+        real = rows != len(st.cap)
+        entry_flow = np.repeat(np.arange(len(act_arr)), real.sum(axis=1))
+        entry_link = rows[real]
+        return _max_min_rates(len(act_arr), entry_flow, entry_link, cap)
+
+    def _stream(
+        self, act_arr: npt.NDArray[np.int64], rates: npt.NDArray[np.float64], t: float, dt: float
+    ) -> None:
+        """The active flows stream from now to ``t`` (``dt`` later): ``rates * dt`` bytes each, recorded in the
+        timeline as per-link utilisation."""
+        moved = rates * dt
+        self.remaining[act_arr] -= moved
+        if self.record_timeline:
+            cap0 = self.st.cap
+            dummy = len(cap0)
+            rows = self.st.bind[act_arr]
+            real = rows != dummy
+            per_link = np.bincount(rows[real], weights=np.repeat(moved, real.sum(axis=1)), minlength=dummy)
+            used = np.flatnonzero(per_link)
+            self.timeline.append((self.now, t, used, per_link[used] / (cap0[used] * dt)))
+
+    def _retire(self, finished: list[int]) -> bool:
+        """End the flows in ``finished`` and every active flow with (almost) nothing left; True when any did."""
+        size = self.st.size
+        remaining = self.remaining
+        fin_set = set(finished)
+        finished += [f for f in self.active if remaining[f] <= max(1e-9 * size[f], 1e-6) and f not in fin_set]
+        if not finished:
+            return False
+        fin_set = set(finished)
+        self.active = [f for f in self.active if f not in fin_set]
+        for f in finished:
+            remaining[f] = 0.0
+            self._end(f)
+        return True
+
+    def _activate(self) -> bool:
+        """Ops whose latency is over become active flows (an empty op ends at once); True when any did."""
+        pending = self.pending
+        now = self.now
+        added = False
+        while pending and pending[0][0] <= now * (1 + 1e-15) + 1e-18:
+            _, f = heapq.heappop(pending)
+            if self.st.size[f] <= 0:
+                self._end(f)
+                continue
+            self.active.append(f)
+            added = True
+        return added
+
+    def _end(self, f: int) -> None:
+        """Op ``f`` ends now: its successors are released (:func:`_release`)."""
+        self.end[f] = self.now
+        self.done += 1
+        _release(self.st, f, self.now, self.missing, self.ready_at, self.start, self.pending)

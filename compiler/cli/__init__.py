@@ -76,14 +76,16 @@ class Interrupted(BaseException):
 
 
 @contextmanager
-def _interruptible() -> Iterator[None]:
+def _interruptible() -> Iterator[list[int]]:
     """SIGINT and SIGTERM raise :class:`Interrupted` once; a second signal while the first unwinds is ignored,
     so cleanup (removing a temporary file) is never cut short. Handlers are restored on exit; off the main
-    thread (where Python cannot install handlers) signals keep their defaults."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    thread (where Python cannot install handlers) signals keep their defaults. Yields the signals that fired:
+    an exception raised where Python discards it (a finaliser, a weakref callback) does not unwind, and the
+    caller still owes the user the interrupted exit."""
     fired: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield fired
+        return
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         if fired:
@@ -93,7 +95,7 @@ def _interruptible() -> Iterator[None]:
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield fired
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -101,13 +103,16 @@ def _interruptible() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        with _interruptible():
+        with _interruptible() as fired:
             parser = build_parser()
             args = parser.parse_args(argv)
             if not getattr(args, "func", None):
                 parser.print_help()
                 return 2
-            return _dispatch(args)
+            rc = _dispatch(args)
+            if fired:  # the signal's exception was discarded where it landed: still an interrupted run
+                raise Interrupted(fired[0])
+            return rc
     except (Interrupted, KeyboardInterrupt) as exc:
         _quietly_flush()
         print("a2acc: interrupted", file=sys.stderr, flush=True)

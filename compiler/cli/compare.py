@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc import __version__
+from a2acc.analysis.model import SimModel
 from a2acc.cli.common import add_topology_args, topology_from_args
 from a2acc.cli.simulate import add_model_args, model_from_args
 from a2acc.errors import InputError
@@ -82,17 +83,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         required=True,
         help=f"matrix file (at its own size, or rescaled to --sizes) or a generator ({', '.join(GENERATORS)})",
     )
-    p.add_argument(
-        "--sizes",
-        default=None,
-        help=f"MIN:MAX:xFACTOR, MIN:MAX:+STEP or a list (default {DEFAULT_SIZES}; a matrix file: its own size)",
-    )
-    p.add_argument("-b", "--minbytes", default=None, metavar="SIZE", help="nccl-tests: smallest size")
-    p.add_argument("-e", "--maxbytes", default=None, metavar="SIZE", help="nccl-tests: largest size")
-    p.add_argument(
-        "-f", "--stepfactor", type=float, default=None, metavar="F", help="nccl-tests: size factor"
-    )
-    p.add_argument("-i", "--stepbytes", default=None, metavar="SIZE", help="nccl-tests: size increment")
+    _add_size_args(p)
     p.add_argument(
         "--algorithms",
         "-a",
@@ -106,6 +97,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--mcf", action="store_true", help="also solve the max-concurrent-flow LP bound (small topologies)"
     )
+    _add_output_args(p)
+    p.set_defaults(func=_run)
+
+
+def _add_size_args(p: argparse.ArgumentParser) -> None:
+    """The sizes to run: ``--sizes`` or nccl-tests' ``-b/-e/-f/-i`` (:func:`_sizes` checks they are not mixed)."""
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help=f"MIN:MAX:xFACTOR, MIN:MAX:+STEP or a list (default {DEFAULT_SIZES}; a matrix file: its own size)",
+    )
+    p.add_argument("-b", "--minbytes", default=None, metavar="SIZE", help="nccl-tests: smallest size")
+    p.add_argument("-e", "--maxbytes", default=None, metavar="SIZE", help="nccl-tests: largest size")
+    p.add_argument(
+        "-f", "--stepfactor", type=float, default=None, metavar="F", help="nccl-tests: size factor"
+    )
+    p.add_argument("-i", "--stepbytes", default=None, metavar="SIZE", help="nccl-tests: size increment")
+
+
+def _add_output_args(p: argparse.ArgumentParser) -> None:
+    """How the rows are reported (bandwidth definition) and the files written beside the table."""
     p.add_argument(
         "--bw",
         default="fast",
@@ -120,7 +132,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--force", action="store_true", help="replace output files a2acc did not write (default: refuse)"
     )
-    p.set_defaults(func=_run)
 
 
 def _sizes(args: argparse.Namespace, matrix: npt.NDArray[np.int64] | None) -> tuple[list[int], bool]:
@@ -163,6 +174,38 @@ def _run(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     if args.plot:
         check_plot_backend()  # before any work: a missing matplotlib must not cost a whole run
+    _check_outputs(args)
+    traffic, matrix, tdesc = _traffic(args, topo)
+    sizes, at_own = _sizes(args, matrix)
+    if matrix is not None:
+        tdesc += " (at its own size)" if at_own else " (rescaled to each size)"
+    algos = _algorithms(args, topo)
+    model = model_from_args(args, topo)
+    print(_header(topo, tdesc, model.describe(), model.source, args.bw), flush=True)
+    rows = _rows(args, topo, traffic, sizes, algos, model)
+    print(f"# bound terms: {', '.join(sorted({r.bound_term for r in rows}))}")
+    print("\n".join(summary_lines(rows)))
+    meta: dict[str, object] = {
+        "a2acc_version": __version__,
+        "tool": "a2acc compare",
+        "topology": topo.name,
+        "topology_fingerprint": topo.fingerprint,
+        "nranks": topo.nranks,
+        "servers": topo.servers,
+        "gpus_per_server": topo.gpus_per_server,
+        "traffic": tdesc,
+        "algorithms": algos,
+        "sizes": sizes,
+        "bw_definition": args.bw,
+        "model": model.params(),
+        "engine": "fast (a2acc.analysis.fastsim)",
+    }
+    _write_outputs(args, rows, meta, topo, tdesc, model)
+    return 0
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, output files a2acc did not write (unless ``--force``) or that are inputs."""
     outputs = [
         Output(flag, path, owned)
         for flag, path, owned in (
@@ -173,21 +216,25 @@ def _run(args: argparse.Namespace) -> int:
         if path is not None
     ]
     check_outputs(outputs, [args.traffic, args.topology, args.model or ""], force=args.force)
-    matrix: npt.NDArray[np.int64] | None = None
+
+
+def _traffic(
+    args: argparse.Namespace, topo: Topology
+) -> tuple[str | npt.NDArray[np.int64], npt.NDArray[np.int64] | None, str]:
+    """``--traffic`` as :func:`compare_rows` takes it (a generator's name or a matrix), the matrix file's matrix
+    (None for a generator) and its description for the header."""
     if args.traffic in GENERATORS:
-        traffic: str | npt.NDArray[np.int64] = args.traffic
-        tdesc = f"{args.traffic} (seed {args.seed}, skew {args.skew})"
-    elif Path(args.traffic).exists():
+        return args.traffic, None, f"{args.traffic} (seed {args.seed}, skew {args.skew})"
+    if Path(args.traffic).exists():
         matrix = load_matrix(args.traffic, expect_ranks=topo.nranks)
-        traffic = matrix
-        tdesc = args.traffic
-    else:
-        raise InputError(
-            "", "--traffic", args.traffic, f"not a file and not a generator ({', '.join(GENERATORS)})"
-        )
-    sizes, at_own = _sizes(args, matrix)
-    if matrix is not None:
-        tdesc += " (at its own size)" if at_own else " (rescaled to each size)"
+        return matrix, matrix, args.traffic
+    raise InputError(
+        "", "--traffic", args.traffic, f"not a file and not a generator ({', '.join(GENERATORS)})"
+    )
+
+
+def _algorithms(args: argparse.Namespace, topo: Topology) -> list[str]:
+    """``--algorithms`` (or :func:`default_algorithms`), each a known planner that applies to ``topo``."""
     algos = (
         [a.strip() for a in args.algorithms.split(",") if a.strip()]
         if args.algorithms is not None
@@ -200,8 +247,19 @@ def _run(args: argparse.Namespace) -> int:
         why = applies(a, topo)
         if why is not None:
             raise InputError("", "--algorithms", a, f"does not apply to this topology: {why}")
-    model = model_from_args(args, topo)
-    print(_header(topo, tdesc, model.describe(), model.source, args.bw), flush=True)
+    return algos
+
+
+def _rows(
+    args: argparse.Namespace,
+    topo: Topology,
+    traffic: str | npt.NDArray[np.int64],
+    sizes: list[int],
+    algos: list[str],
+    model: SimModel,
+) -> list[Row]:
+    """Every planner x size row, printed as it is computed (:func:`_stream`), with a progress bar on a terminal
+    or a line per row on stderr otherwise."""
     total = len(sizes) * len(algos)
     bar, log = _progress(total)
     rows: list[Row] = []
@@ -233,23 +291,18 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-    print(f"# bound terms: {', '.join(sorted({r.bound_term for r in rows}))}")
-    print("\n".join(summary_lines(rows)))
-    meta: dict[str, object] = {
-        "a2acc_version": __version__,
-        "tool": "a2acc compare",
-        "topology": topo.name,
-        "topology_fingerprint": topo.fingerprint,
-        "nranks": topo.nranks,
-        "servers": topo.servers,
-        "gpus_per_server": topo.gpus_per_server,
-        "traffic": tdesc,
-        "algorithms": algos,
-        "sizes": sizes,
-        "bw_definition": args.bw,
-        "model": model.params(),
-        "engine": "fast (a2acc.analysis.fastsim)",
-    }
+    return rows
+
+
+def _write_outputs(
+    args: argparse.Namespace,
+    rows: list[Row],
+    meta: dict[str, object],
+    topo: Topology,
+    tdesc: str,
+    model: SimModel,
+) -> None:
+    """The files ``-J``, ``--csv`` and ``--plot`` ask for, each announced on stdout."""
     if args.json:
         write_json(args.json, rows, meta)
         print(f"# rows written to {args.json} (JSON)")
@@ -263,7 +316,6 @@ def _run(args: argparse.Namespace) -> int:
         )
         plot(rows, args.plot, title, args.plot_metric)
         print(f"# plot written to {args.plot} ({args.plot_metric})")
-    return 0
 
 
 def _stream(rows_in: Iterator[Row], sink: list[Row], bar: Any) -> Iterator[Row]:

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     backends = "\n".join(f"  {t.name:14s} {t.summary}" for t in TARGETS.entries())
     p = sub.add_parser(
         "compile",
-        help="plan + lower to executor files (MSCCL XML), verified before anything is written",
+        help="plan + lower to executor files (a registered backend), verified before anything is written",
         description="Plan the matrix, verify the plan, lower it with a backend, read the exact text back with the "
         f"backend's strict reader and interpreter, and only then write it. Backends:\n{backends}\n\n"
         "msccl-xml: -o DIR becomes an MSCCL_ALGO_DIR holding only XML files (sorted name order = priority), and "
@@ -55,7 +55,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="write even if the output directory holds files a2acc did not write (they are left in place)",
     )
-    p.add_argument("-o", "--output", required=False, help="output (an algorithm directory for msccl-xml)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=False,
+        help="output: a directory for backends that write one (msccl-xml: an MSCCL_ALGO_DIR), else a file",
+    )
     p.set_defaults(func=_run)
 
 

@@ -17,7 +17,7 @@ from a2acc.cli.common import (
 from a2acc.ir.passes import PASSES
 from a2acc.ir.quantize import DEFAULT_TARGET_CHUNKS, UnitPolicy
 from a2acc.model.units import format_bytes, parse_size
-from a2acc.pipeline import Request, compile
+from a2acc.pipeline import Request, Result, compile
 from a2acc.planners import DEFAULT_ALGORITHM, available
 
 
@@ -63,18 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     routed = resolve_opts(args, args.algorithm, None)
     if routed is None:
         return 0
-    if not args.output:
-        from a2acc.errors import InputError
-
-        raise InputError("", "--output", None, "give the plan JSON to write with -o FILE")
-    from a2acc.fileio import Output, check_outputs
-    from a2acc.ir.serial import is_plan_json
-
-    check_outputs(
-        [Output("-o/--output", args.output, lambda head: is_plan_json(head.decode("utf-8", "replace")))],
-        [args.traffic or "", args.topology or ""],
-        force=args.force,
-    )
+    _check_output(args)
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
     unit = parse_size(args.unit, field="--unit") if args.unit else None
@@ -88,9 +77,32 @@ def _run(args: argparse.Namespace) -> int:
             passes=tuple(args.passes),
         )
     )
+    res.program.save(args.output)
+    _report(args, res, int(m.sum()))
+    return 0
+
+
+def _check_output(args: argparse.Namespace) -> None:
+    """``-o`` is required (past ``--opt help``) and may not replace a file a2acc did not write, nor an input."""
+    if not args.output:
+        from a2acc.errors import InputError
+
+        raise InputError("", "--output", None, "give the plan JSON to write with -o FILE")
+    from a2acc.fileio import Output, check_outputs
+    from a2acc.ir.serial import is_plan_json
+
+    check_outputs(
+        [Output("-o/--output", args.output, lambda head: is_plan_json(head.decode("utf-8", "replace")))],
+        [args.traffic or "", args.topology or ""],
+        force=args.force,
+    )
+
+
+def _report(args: argparse.Namespace, res: Result, payload: int) -> None:
+    """What was written: ops, stages, layout and padding (of ``payload`` bytes), the planner's time and its
+    scalar meta, and the per-phase timings with ``--timings``."""
     prog = res.program
-    prog.save(args.output)
-    pad = prog.padding_bytes / max(int(m.sum()), 1)
+    pad = prog.padding_bytes / max(payload, 1)
     print(
         f"wrote {args.output}: {args.algorithm}, {len(prog.ops)} ops"
         + (
@@ -120,4 +132,3 @@ def _run(args: argparse.Namespace) -> int:
         print(f"note       : {prog.meta['note']}")
     if args.timings:
         print("\n".join(res.timing_lines()))
-    return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from a2acc.backends import detect
+from a2acc.backends import TARGETS, detect
 from a2acc.cli.common import add_opt_args
 from a2acc.errors import PlanFormatError, VerificationError
 from a2acc.ir.layout import find_manifest, load_manifest
@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="verify a plan JSON or a lowered file; exit 0 only if correct",
         description="Verify a plan (symbolic execution: postcondition, races, op order, uninitialised reads) or "
         "a lowered executor file with its backend's strict reader and interpreter. The format is recognised by "
-        "content, not by the file name: a2acc plan JSON, MSCCL XML, MSCCL++ JSON execution plan. "
+        "content, not by the file name: a2acc plan JSON, or the file of any registered backend "
+        f"({', '.join(TARGETS.names())}). "
         "Exit codes: 0 correct, 1 wrong, 2 unreadable or unsupported.",
         epilog="examples:\n  a2acc verify plan.json\n  a2acc verify algos/00-x-rccl.xml --manifest algos.manifest.json "
         "--opt dialect=rccl",
@@ -66,7 +67,8 @@ def _run(args: argparse.Namespace) -> int:
             args.file,
             "",
             head[:40],
-            "not an a2acc plan JSON, MSCCL XML or MSCCL++ JSON plan (recognised by content)",
+            f"an a2acc plan JSON or a file of a backend that recognises its files ({', '.join(TARGETS.names())}), "
+            "recognised by content",
         )
     man_path = Path(args.manifest) if args.manifest else find_manifest(Path(args.file))
     manifest = load_manifest(man_path) if man_path is not None else None

@@ -467,8 +467,10 @@ def manifest_file(path: Path) -> str | None:
 
 
 def find_manifest(file: Path) -> Path | None:
-    """The manifest a2acc wrote for ``file`` (a lowered file inside an output directory), if any."""
-    for cand in (dir_manifest_path(file.parent), export_manifest_path(file.parent, file.name)):
+    """The manifest a2acc wrote for ``file``, if any: a lowered file inside an output directory (``DIR.manifest.json``
+    or an export's ``DIR.manifests/``), or a single-file output (``FILE.manifest.json`` beside it)."""
+    beside = file.parent / f"{file.name}.manifest.json"
+    for cand in (dir_manifest_path(file.parent), export_manifest_path(file.parent, file.name), beside):
         if cand.is_file() and manifest_file(cand) == file.name:
             return cand
     return None

@@ -31,45 +31,15 @@
  * orders all that launch's accesses of those thread blocks. With no relaxed operations (undecided here) the
  * reference's data and control clocks are equal, so one clock per agent is kept.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "mscclpp_common.h"
 
-typedef long long i64;
-typedef unsigned long long u64;
-
-#define MAX_OPS_PER_TB 64
-#define MAX_CHANNELS_PER_TB 16
-#define MAX_CHANNELS_PER_OP 8
-#define MAX_REFS_PER_OP 10
-#define MAX_SEMAPHORES_PER_OP 16
 #define MAX_THREADS_PER_BLOCK 1024
-#define MAX_U32 4294967295ULL
 #define MAX_GPUS 4096
 #define MAX_CELLS (1LL << 24)  /* chunks per buffer this core holds (the reference's MAX_INTERP_CELLS) */
 #define MAX_AGENTS (1 << 22)
 #define MAX_CLOCK_BYTES (3LL << 30) /* agents x clock width x 4 B: refused as a limit above this */
 #define MAX_PENDING_BYTES (2LL << 30)
 #define MAX_STEPS_TOTAL 200000000LL
-
-enum { OP_NOP, OP_SIGNAL, OP_WAIT, OP_PUT, OP_COPY, OP_ACQ, OP_REL, OP_PPKT, OP_UPKT };
-enum { CT_NONE = 0, CT_MEM = 1, CT_PORT = 2 };
-enum { B_I = 0, B_O = 1, B_S = 2 };
-#define REMOTE 16 /* ref.buf >= REMOTE: remote, thread-block-local remote buffer index buf - REMOTE */
-
-typedef struct {
-    int32_t buf, index, size;
-} ref_t;
-
-typedef struct {
-    uint8_t kind, ct, nsrc, ndst, nids;
-    uint32_t ref; /* first of nsrc + ndst refs in the pool */
-    uint32_t ids; /* first of nids ids (channel or semaphore) in the pool */
-} op_t;
 
 typedef struct {
     int nops;

@@ -15,38 +15,7 @@
  * that order here (lanes by their first put, data needs by the first append, wires by creation), and every sort
  * the reference relies on for stability breaks ties the same way.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-typedef long long i64;
-typedef unsigned long long u64;
-
-#define MAX_OPS_PER_TB 64
-#define MAX_CHANNELS_PER_TB 16
-#define MAX_CHANNELS_PER_OP 8
-#define MAX_REFS_PER_OP 10
-#define MAX_SEMAPHORES_PER_OP 16
-#define MAX_U32 4294967295ULL
-
-enum { OP_NOP, OP_SIGNAL, OP_WAIT, OP_PUT, OP_COPY, OP_ACQ, OP_REL, OP_PPKT, OP_UPKT };
-enum { CT_NONE = 0, CT_MEM = 1, CT_PORT = 2 };
-enum { B_I = 0, B_O = 1, B_S = 2 };
-#define REMOTE 16 /* ref.buf >= REMOTE: remote, thread-block-local remote buffer index buf - REMOTE */
-
-typedef struct {
-    int32_t buf, index, size;
-} ref_t;
-
-typedef struct {
-    uint8_t kind, ct, nsrc, ndst, nids;
-    uint32_t ref;
-    uint32_t ids;
-} op_t;
+#include "mscclpp_common.h"
 
 #define GROW(arr, n, cap, type)                                                                     \
     do {                                                                                            \

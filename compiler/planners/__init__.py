@@ -154,6 +154,12 @@ def run(name: str, req: PlanRequest) -> Program:
     return prog
 
 
+def forget() -> None:
+    """Drop every remembered plan (benchmarks that time cold planning call it between runs)."""
+    with _MEMO_LOCK:
+        _MEMO.clear()
+
+
 def remembered(name: str, req: PlanRequest) -> Program | None:
     """The plan :func:`run` made for exactly this request, if it is still remembered."""
     with _MEMO_LOCK:

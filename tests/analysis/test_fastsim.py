@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from a2acc import plan
@@ -182,10 +182,20 @@ def grouped_programs(draw):
     return Program("grouped", "grouped", n, 256 << 10, counts, (0,) * n, tuple(ops))
 
 
+def _equal_flows_on_one_link() -> Program:
+    """Found by hypothesis: nine equal flows and five longer ones on one link; a retirement window of 4
+    tolerances moved a hand-over by 1.18 %."""
+    src = [0, 0, 0, *[1] * 9, 2, 2, *[1] * 5]
+    cnt = [1, 1, 1, *[20] * 9, 41, 46, 29, 29, 29, 34, 34]
+    ops = tuple(Op(i, s, 0, 0, 0, 1, 0, c, (), 0) for i, (s, c) in enumerate(zip(src, cnt)))
+    return Program("grouped", "grouped", 3, 256 << 10, np.ones((3, 3), dtype=np.int64), (0,) * 3, ops)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prog=grouped_programs(), incast=st.booleans(), wiring=st.sampled_from(["rail_optimized", "single_switch"])
 )
+@example(prog=_equal_flows_on_one_link(), incast=False, wiring="rail_optimized")
 def test_fast_engine_agrees_on_equal_flow_groups(prog, incast, wiring):
     gpus = 2 if prog.nranks % 2 == 0 else 1
     topo = _topo(prog.nranks // gpus, gpus, "switch", wiring, "roce", gpus)

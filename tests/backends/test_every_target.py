@@ -118,7 +118,10 @@ def test_names_change_with_every_option_that_changes_the_text(target):
             if name in seen:
                 assert seen[name] == text, f"{name} names two different texts (options {variant})"
             seen[name] = text
-    assert len(seen) >= 2
+    if _variants(tg.Options):  # a target with options that change the text showed two names
+        assert len(seen) >= 2
+    else:
+        assert len(seen) == 1
 
 
 def test_a_truncated_file_is_rejected_with_errors(target):

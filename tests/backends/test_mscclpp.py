@@ -341,7 +341,7 @@ def test_cli_compile_verify_and_overwrite_rules(tmp_path, capsys):
     man = load_manifest(tmp_path / "plan.json.manifest.json")
     assert man.file == "plan.json" and man.target == "mscclpp-json" and dict(man.options)["target"] == "amd"
     assert main(["verify", str(out)]) == 0  # finds the manifest beside the file
-    assert "plan.json.manifest.json found beside" in capsys.readouterr().out
+    assert f"manifest {tmp_path / 'plan.json.manifest.json'}" in capsys.readouterr().out
     assert main([*args, "-o", str(out)]) == 0  # a2acc's own file is replaced
     foreign = tmp_path / "mine.json"
     foreign.write_text("{}")

@@ -57,3 +57,21 @@ def test_auto_skips_planners_that_do_not_apply_and_refuses_unknown_exclusions():
     assert "direct-connect" in prog.meta["auto"]["skipped"]["syccl"]
     with pytest.raises(InputError, match="exclude"):
         a2acc.plan(torus, generate("zipf", 6, 1 << 20, seed=1), "auto", exclude="nope")
+
+
+def test_plans_and_simulations_are_remembered_until_forgotten():
+    from a2acc.analysis import fastsim
+    from a2acc.planners import PlanRequest, forget, remembered, run
+
+    topo = load_topology("dgx-h100", 2)
+    m = generate("zipf", 16, 4 << 20, 3, skew=0.8)
+    prog = a2acc.plan(topo, m, "direct")
+    req = PlanRequest(topo, m, prog.counts, prog.unit_bytes)
+    assert run("direct", req) is run("direct", req)  # the second is the remembered plan
+    first = simulate_fast(prog, topo)
+    assert simulate_fast(prog, topo) is first
+    forget()
+    fastsim.forget()
+    assert remembered("direct", req) is None
+    again = simulate_fast(prog, topo)
+    assert again is not first and again.time_s == first.time_s

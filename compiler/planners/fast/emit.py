@@ -18,7 +18,7 @@ from a2acc.errors import InternalError
 from a2acc.ir import Buf, Program, ProgramBuilder, replace_ops
 from a2acc.native import stageplan as _native_emit
 from a2acc.planners import PlanRequest
-from a2acc.planners.birkhoff import decompose, stage_bound
+from a2acc.planners.birkhoff import Stage, decompose, stage_bound
 from a2acc.planners.fast.steps import Step, _step_costs, group_ends, order_steps
 from a2acc.planners.stageplan import stage_plan, tile_shares
 
@@ -54,7 +54,6 @@ def build(
     extension), ``False`` with the pure-Python reference; both give identical Programs."""
     topo = req.topology
     counts = req.counts
-    n_ranks = req.nranks
     m = topo.gpus_per_server
     n = topo.servers
     method: str = opts.birkhoff
@@ -68,46 +67,16 @@ def build(
     server = sp.server
     dec = sp.decomposition if n > 1 else None
     stages = list(dec.stages) if dec is not None else []
-    # GPUs sharing a NIC step together: otherwise one with many small pieces takes the NIC's fair share from
-    # a sibling with one large piece, runs ahead into its next steps and keeps starving it
-    nic_group = [[r] for r in range(n_ranks)]
-    if topo.inter is not None and topo.inter.nics_per_server < m:
-        nic_group = [
-            [x for x in range(r - r % m, r - r % m + m) if topo.nic_of(x) == topo.nic_of(r)]
-            for r in range(n_ranks)
-        ]
     # direct-connect graphs redistribute nothing and route steps over several hops: FAST's order stays
     # (measured on a 4x4 torus: the tail order moved time / bound by -6 % to +5 %, noise around 7x)
     tail = opts.order == "tail" and topo.direct is None
     use_native = _native_emit is not None if native is None else native and _native_emit is not None
-    if use_native:
-        # intra-server part, balancing ops and bundles in C; own/whole (see below) from the bundles' pieces
-        prep = _prepare_native(b, counts, sp.balanced, n, m)
-        moved_chunks = prep.moved
-        own, whole = (prep.own, prep.whole) if tail else (None, None)
-    else:
-        moved_chunks, bundles = _prepare_py(b, counts, sp.balanced, n, m)
-        own, whole = _own_whole_py(bundles, n, m) if tail else (None, None)
-    if not np.array_equal(prep.biggest if use_native else _biggest_py(bundles, n, m), server):
-        raise InternalError("fast: stage plan and balancing disagree")  # pragma: no cover
+    bal = _balance(b, counts, sp.balanced, server, n, m, use_native=use_native, tail=tail)
     # ---- 2. Birkhoff stages of the server matrix -> network steps (order, folding, tail split)
-    alpha_inter, r_redist = _step_costs(topo)
-    t_chunk = req.unit_bytes / (summary.b_inter * 1e9) if summary.b_inter > 0 else 0.0
-    steps: list[Step] = []
-    if tail:
-        # own: per (sender server, receiver server, GPU) chunks of the GPU's own input in its bundle (usable
-        # at once); whole: the whole bundle. The first step should not wait for data balanced in from peers
-        steps = order_steps(stages, server, t_chunk, alpha_inter, r_redist, own, whole)
-    else:  # FAST's order (Theorem 2)
-        steps = [Step(st.perm, (st.weight,) * n) for st in sorted(stages, key=lambda st: st.weight)]
+    steps = _network_steps(req, stages, server, bal, tail=tail)
     # ---- 3. stage transfers + pipelined redistribution, steps grouped as asked
     ends = group_ends(steps, groups)
-    if use_native:
-        real_stages, leftovers = _steps_native(b, prep, steps, ends, nic_group, n, m)
-    else:
-        real_stages, leftovers = _steps_py(b, bundles, steps, ends, nic_group, n, m)
-    if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
-        raise InternalError(f"fast: {leftovers} pieces were not scheduled")
+    real_stages = _emit_steps(b, bal, steps, ends, _nic_groups(req), n, m)
     kuhn_stages = None
     if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
         kuhn_stages = len(stages) if method == "kuhn" else len(decompose(server, "kuhn").stages)
@@ -123,12 +92,106 @@ def build(
             "stage_weights": weights,
             "server_line_sum": dec.line_sum if dec is not None else 0,
             "balanced_tiles": int(sp.balanced.sum()),
-            "balance_moved_chunks": moved_chunks,
+            "balance_moved_chunks": bal.moved,
             "server_matrix": server.tolist(),
         }
     )
     prog = b.build()
     return sequential_phases(prog, m) if opts.phases == "sequential" else prog
+
+
+@dataclass(frozen=True)
+class _Balanced:
+    """The intra-server part and balancing, emitted: the compiled core's state (``prep``) or the Python
+    reference's bundles (per sender server, receiver server and GPU: the pieces to send), the chunks balancing
+    moved, and for the tail order ``own``/``whole`` (see :func:`_balance`)."""
+
+    prep: _Prepared | None
+    bundles: list[list[list[list[_Piece]]]]
+    moved: int
+    own: _I64 | None
+    whole: _I64 | None
+
+
+def _balance(
+    b: ProgramBuilder,
+    counts: _I64,
+    balanced: npt.NDArray[np.bool_],
+    server: _I64,
+    n: int,
+    m: int,
+    *,
+    use_native: bool,
+    tail: bool,
+) -> _Balanced:
+    """Emit the intra-server part and the balancing ops (compiled core or Python reference) and bundle what
+    each GPU sends each server. For the tail order also ``own`` (per sender server, receiver server and GPU:
+    chunks of the GPU's own input in its bundle, usable at once) and ``whole`` (the whole bundle): the first
+    step should not wait for data balanced in from peers. The bundles must match the stage plan's server
+    matrix (a disagreement is an a2acc bug)."""
+    if use_native:
+        # intra-server part, balancing ops and bundles in C; own/whole from the bundles' pieces
+        prep = _prepare_native(b, counts, balanced, n, m)
+        own, whole = (prep.own, prep.whole) if tail else (None, None)
+        out = _Balanced(prep, [], prep.moved, own, whole)
+        biggest = prep.biggest
+    else:
+        moved_chunks, bundles = _prepare_py(b, counts, balanced, n, m)
+        own, whole = _own_whole_py(bundles, n, m) if tail else (None, None)
+        out = _Balanced(None, bundles, moved_chunks, own, whole)
+        biggest = _biggest_py(bundles, n, m)
+    if not np.array_equal(biggest, server):
+        raise InternalError("fast: stage plan and balancing disagree")  # pragma: no cover
+    return out
+
+
+def _network_steps(
+    req: PlanRequest, stages: list[Stage], server: _I64, bal: _Balanced, *, tail: bool
+) -> list[Step]:
+    """The Birkhoff stages as network steps: the tail order (:func:`order_steps`: heavy first, tiny stages
+    folded, the last step split, the first step one the GPUs can serve from their own input) or FAST's
+    ascending order (Theorem 2), every server sending the stage's weight."""
+    if not tail:  # FAST's order (Theorem 2)
+        n = req.topology.servers
+        return [Step(st.perm, (st.weight,) * n) for st in sorted(stages, key=lambda st: st.weight)]
+    summary = req.topology.summary()
+    alpha_inter, r_redist = _step_costs(req.topology)
+    t_chunk = req.unit_bytes / (summary.b_inter * 1e9) if summary.b_inter > 0 else 0.0
+    return order_steps(stages, server, t_chunk, alpha_inter, r_redist, bal.own, bal.whole)
+
+
+def _nic_groups(req: PlanRequest) -> list[list[int]]:
+    """Per rank, the GPUs of its server sharing its NIC (itself alone when every GPU has its own). They step
+    together: otherwise one with many small pieces takes the NIC's fair share from a sibling with one large
+    piece, runs ahead into its next steps and keeps starving it."""
+    topo = req.topology
+    m = topo.gpus_per_server
+    if topo.inter is not None and topo.inter.nics_per_server < m:
+        return [
+            [x for x in range(r - r % m, r - r % m + m) if topo.nic_of(x) == topo.nic_of(r)]
+            for r in range(req.nranks)
+        ]
+    return [[r] for r in range(req.nranks)]
+
+
+def _emit_steps(
+    b: ProgramBuilder,
+    bal: _Balanced,
+    steps: list[Step],
+    ends: list[bool],
+    nic_group: list[list[int]],
+    n: int,
+    m: int,
+) -> int:
+    """Emit the stage transfers and the pipelined redistribution of ``steps`` (grouped where ``ends`` says) with
+    the path :func:`_balance` took; returns the number of communication stages."""
+    if bal.prep is not None:
+        real_stages, leftovers = _steps_native(b, bal.prep, steps, ends, nic_group, n, m)
+    else:
+        real_stages, leftovers = _steps_py(b, bal.bundles, steps, ends, nic_group, n, m)
+    if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
+        raise InternalError(f"fast: {leftovers} pieces were not scheduled")
+    return real_stages
 
 
 # ---------------------------------------------------------------------------------------------- compiled path

@@ -89,21 +89,33 @@ def order_steps(
 
     Deterministic: stable sort over the decomposition order, fixed scans, integer weights.
     """
-    n = server.shape[0]
-    real = server > 0
     ordered = sorted(stages, key=lambda st: -st.weight)
     if own is not None and load is not None and len(ordered) > 1:
-        # first step: the heaviest whose GPUs can send their share from their own input (balancing runs
-        # meanwhile); failing that, the one that needs the least balanced-in data
-        # starve[k]: the most balanced-in data a GPU needs before step k can send (0 if none); all steps at once
-        rows = np.arange(n)
-        perm = np.array([st.perm for st in ordered], dtype=np.int64)  # [steps, n]
-        weight = np.array([st.weight for st in ordered], dtype=np.int64)
-        need = np.minimum(load[rows, perm], weight[:, None, None]) - own[rows, perm]  # [steps, n, m]
-        need[perm == rows] = 0  # servers that keep their data this step wait for nothing
-        starve = np.maximum(need.reshape(len(ordered), -1).max(axis=1, initial=0), 0)
-        first = int(np.argmin(starve))  # the first of the least starved, as min() over (starve, k)
-        ordered.insert(0, ordered.pop(first))
+        ordered.insert(0, ordered.pop(_first_step(ordered, server.shape[0], own, load)))
+    steps = _fold(ordered, server > 0, t_chunk, alpha)
+    return _split_tail(steps, t_chunk, alpha, r)
+
+
+def _first_step(ordered: list[Stage], n: int, own: npt.NDArray[np.int64], load: npt.NDArray[np.int64]) -> int:
+    """Index into ``ordered`` (heaviest first) of the first step: the heaviest whose GPUs can send their share
+    from their own input (balancing runs meanwhile); failing that, the one that needs the least balanced-in
+    data. All steps at once: ``starve[k]``, the most balanced-in data a GPU needs before step ``k`` can send
+    (0 if none)."""
+    rows = np.arange(n)
+    perm = np.array([st.perm for st in ordered], dtype=np.int64)  # [steps, n]
+    weight = np.array([st.weight for st in ordered], dtype=np.int64)
+    need = np.minimum(load[rows, perm], weight[:, None, None]) - own[rows, perm]  # [steps, n, m]
+    need[perm == rows] = 0  # servers that keep their data this step wait for nothing
+    starve = np.maximum(need.reshape(len(ordered), -1).max(axis=1, initial=0), 0)
+    return int(np.argmin(starve))  # the first of the least starved, as min() over (starve, k)
+
+
+def _fold(ordered: list[Stage], real: npt.NDArray[np.bool_], t_chunk: float, alpha: float) -> list[Step]:
+    """The stages as steps (a server keeping its data sends nothing), the light tail folded: from the lightest
+    up, while a stage's transfer takes at most :data:`FOLD_LATENCIES` latencies, each of its real server pairs
+    that also appears in an earlier step (not the first) sends its share there; a stage keeps its step only
+    for the pairs found nowhere else. ``real``: the server matrix's non-zero entries."""
+    n = real.shape[0]
     perms = [st.perm for st in ordered]
     caps = [[st.weight if st.perm[a] != a else 0 for a in range(n)] for st in ordered]
     keep = [True] * len(ordered)
@@ -123,7 +135,12 @@ def order_steps(
                 caps[host][a] += caps[k][a]
                 caps[k][a] = 0
             keep[k] = stuck
-    steps = [Step(perms[k], tuple(caps[k])) for k in range(len(ordered)) if keep[k]]
+    return [Step(perms[k], tuple(caps[k])) for k in range(len(ordered)) if keep[k]]
+
+
+def _split_tail(steps: list[Step], t_chunk: float, alpha: float, r: float) -> list[Step]:
+    """Cut the last step in two (same permutation, the second holding r/(1+r)) while its redistribution would
+    take more than :data:`SPLIT_LATENCIES` latencies, at most :data:`MAX_TAIL_SPLITS` times (in place)."""
     for _ in range(MAX_TAIL_SPLITS):
         if not steps or r <= 0 or r * max(steps[-1].caps) * t_chunk <= SPLIT_LATENCIES * alpha:
             break
