@@ -4,7 +4,7 @@ The monolithic link LP has N x E variables (8.4 M for GenKautz n=1024, d=8); HiG
 machine. Here the flow is restricted to **candidate paths** (one per first hop of the source, each continued
 along a shortest path, :func:`candidates`: the path formulation's set, built with arrays), which loses nothing
 measurable on the 64-node graphs (the path LP over them equals the link LP optimum on the 4x4x4 torus, the
-hypercube 2^6 and GenKautz 64, d=4).
+hypercube 2^6 and GenKautz 64, d=4); on low-degree graphs it can (GenKautz 16, d=2, one Zipf matrix: 3.4 %).
 
 **Primal** (:func:`path_flow`): minimise a smooth maximum of the link utilisations, ``Phi(x) = max_e u_e`` over
 ``log-sum-exp`` with sharpness ``beta = ln E / (eps T)``, ``eps`` lowered from 0.2 to 0.002 (continuation), by

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a2acc.flows.mcf import candidate_paths, hop_distances, link_mcf
+from a2acc.flows.mcf import candidate_paths, hop_distances, link_mcf, path_mcf
 from a2acc.flows.network import FlowNetwork
 from a2acc.flows.scale import candidates, certify, distances, dual_bound, path_flow
 from a2acc.model.topology import parse_topology
@@ -44,7 +44,8 @@ def test_candidates_equal_the_per_pair_construction(name):
 @settings(max_examples=10, deadline=None)
 @given(st.sampled_from(sorted(GRAPHS)), st.integers(0, 2**31 - 1), st.sampled_from(["zipf", "uniform"]))
 def test_flow_and_bound_bracket_the_lp_optimum(name, seed, kind):
-    """bound <= LP optimum <= first-order flow, the flow within 3 % of the optimum and routing every byte."""
+    """bound <= LP optimum <= first-order flow, the flow within 1 % of the path LP over its candidates and
+    routing every byte."""
     net = _net(GRAPHS[name])
     n = len(net.rank_node)
     d = generate(kind, n, n << 20, seed).astype(float)
@@ -53,7 +54,10 @@ def test_flow_and_bound_bracket_the_lp_optimum(name, seed, kind):
     f = path_flow(net, d, k=8, iterations=150)
     lb, _how = dual_bound(net, d, f, iterations=60)
     assert lb <= opt.time_s * (1 + 1e-7) <= f.time_s * (1 + 2e-7)
-    assert f.time_s <= 1.03 * opt.time_s
+    # the flow reaches the path LP over its own candidates; the candidates themselves may cost a few % (one path
+    # per first hop: GenKautz 16 d=2, Zipf seed 4194304, path LP 3.4 % above the link LP)
+    over = path_mcf(net, d, k=8)
+    assert over is not None and f.time_s <= 1.01 * over.time_s
     np.fill_diagonal(d, 0)
     got = np.bincount(f.cand.pair, weights=f.amount)
     assert np.allclose(got, d[f.cand.pairs[:, 0], f.cand.pairs[:, 1]], rtol=1e-9)
