@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import signal
 import socket
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 from a2acc.errors import InputError
@@ -76,8 +77,16 @@ def executor(workers: str | int) -> Iterator[cf.Executor | None]:
         yield None
         return
     if isinstance(w, int):
-        with cf.ProcessPoolExecutor(max_workers=w, mp_context=multiprocessing.get_context("spawn")) as ex:
+        ctx = multiprocessing.get_context("spawn")
+        ex = cf.ProcessPoolExecutor(max_workers=w, mp_context=ctx, initializer=_ignore_interrupts)
+        try:
             yield ex
+        except (
+            BaseException
+        ):  # an error or an interrupt in the caller: stop the workers now, not after their solves
+            _abandon(ex)
+            raise
+        ex.shutdown(wait=True)
         return
     try:
         from distributed import Client
@@ -96,6 +105,23 @@ def executor(workers: str | int) -> Iterator[cf.Executor | None]:
         yield client.get_executor()
     finally:
         client.close()
+
+
+def _ignore_interrupts() -> None:
+    """Worker processes ignore SIGINT: a Ctrl-C reaches the whole foreground process group, and only the parent
+    reports it (one line, ``a2acc: interrupted``) and stops the workers, instead of one traceback per worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _abandon(ex: cf.ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the workers at once (their results are no longer wanted)."""
+    # the pool's worker processes (a private attribute of concurrent.futures, read defensively and before
+    # shutdown(), which drops it)
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        with suppress(OSError, AttributeError):
+            proc.terminate()
 
 
 def run_all(
