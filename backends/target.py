@@ -135,6 +135,14 @@ def unit_align(target: Any, options: Any, nranks: int) -> int:
     return int(f(options, nranks)) if f is not None else DEFAULT_ALIGN
 
 
+def max_peers(target: Any, options: Any) -> int | None:
+    """The most peers per rank a target's executor can run: its optional ``max_peers(options)`` (e.g. RCCL's
+    thread blocks), else no limit. The pipeline hands it to the planners, so a cost-aware planner does not pick
+    a shape the target must refuse."""
+    f = getattr(target, "max_peers", None)
+    return None if f is None else f(options)
+
+
 def op_columns(prog: Program) -> list[Any] | None:
     """The op columns the compiled lowerings read (src rank/buf/off, dst rank/buf/off, cnt, dependency CSR) as
     int64 arrays, from the Program's op table when it has one, else from its ops; None when op ids are not

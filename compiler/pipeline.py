@@ -28,6 +28,7 @@ import numpy.typing as npt
 from a2acc.analysis.model import SimModel
 from a2acc.backends import get_target
 from a2acc.backends.target import CheckReport, Lowered, Target, unit_align
+from a2acc.backends.target import max_peers as target_max_peers
 from a2acc.errors import InputError, InternalError, LoweringError, PlannerError, VerificationError
 from a2acc.ir.passes import run_passes
 from a2acc.ir.program import Program
@@ -122,7 +123,8 @@ def compile(request: Request) -> Result:
     for label, unit in candidates:
         with clock.phase("quantize"):
             c = counts if counts is not None else quantize(m, unit)
-        prog, rep = _plan(request, PlanRequest(topo, m, c, unit, popts, request.model), clock)
+        preq = PlanRequest(topo, m, c, unit, popts, request.model, target_max_peers(target, topts))
+        prog, rep = _plan(request, preq, clock)
         if target is None:
             return Result(prog, rep, None, None, clock.t, label, tuple(refused))
         try:

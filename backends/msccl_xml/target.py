@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from a2acc.backends.msccl_xml.interp import PROTO_K, InterpResult, run, static_checks
-from a2acc.backends.msccl_xml.model import MAX_OFFSET, Algo
+from a2acc.backends.msccl_xml.model import MAX_OFFSET, MAX_TBS_RCCL, Algo
 from a2acc.backends.msccl_xml.reader import read_xml
 from a2acc.backends.msccl_xml.writer import LowerOptions, lower, lower_text, to_xml
 from a2acc.backends.publish import publish_dir
@@ -303,6 +303,13 @@ class MscclXmlTarget:
 
     def max_chunks(self, options: Any) -> int | None:
         return MAX_OFFSET  # int16 offsets in the executors' device structs
+
+    def max_peers(self, options: Any) -> int | None:
+        """Peers a rank may exchange data with: RCCL runs at most 64 thread blocks per GPU and needs one per
+        peer at least (plus one), so a plan past 63 peers has no RCCL layout; msccl-executor-nccl's limits are
+        on channels and ids, which the layouts spread (None)."""
+        opts: Options = options if isinstance(options, Options) else Options()
+        return MAX_TBS_RCCL - 1 if opts.dialect == "rccl" else None
 
     def unit_align(self, options: Any, nranks: int) -> int:
         opts: Options = options if isinstance(options, Options) else Options()

@@ -61,7 +61,7 @@ from a2acc.backends.msccl_xml.model import (
 from a2acc.backends.target import op_columns
 from a2acc.errors import LoweringError
 from a2acc.ir.dag import levels
-from a2acc.ir.program import Buf, Program
+from a2acc.ir.program import Buf, Program, max_peers
 from a2acc.native import xmlinterp as _native
 
 TB_LAYOUTS = ("auto", "split", "combined")
@@ -349,17 +349,6 @@ def _tbs_refusal(opts: LowerOptions, layout: str, a: int, b: int, reach: Reach) 
 def _either(alts: list[str]) -> str:
     alts = [a for a in alts if a]
     return alts[0] if len(alts) == 1 else f"{', '.join(alts[:-1])} or {alts[-1]}"
-
-
-def max_peers(src: np.ndarray, dst: np.ndarray, n: int) -> int:
-    """The most peers any rank exchanges data with (either direction), from the op columns."""
-    remote = src != dst
-    if not remote.any():
-        return 0
-    a, b = np.minimum(src[remote], dst[remote]), np.maximum(src[remote], dst[remote])
-    pairs = np.unique(a * n + b)
-    deg = np.bincount(pairs // n, minlength=n) + np.bincount(pairs % n, minlength=n)
-    return int(deg.max())
 
 
 def _check_offsets(prog: Program) -> None:

@@ -395,3 +395,21 @@ class Program:
 def replace_ops(p: Program, ops: Sequence[Op] | OpTable) -> Program:
     """A copy of ``p`` with another op list (passes and tests that inject defects)."""
     return replace(p, ops=ops)  # type: ignore[call-arg]  # Program.__init__ takes ops=
+
+
+def max_peers(src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64], n: int) -> int:
+    """The most peers any rank exchanges data with (either direction), from op columns: what executors that
+    give each peer its own resources (MSCCL's thread blocks) are limited by."""
+    remote = src != dst
+    if not remote.any():
+        return 0
+    a, b = np.minimum(src[remote], dst[remote]), np.maximum(src[remote], dst[remote])
+    pairs = np.unique(a * n + b)
+    deg = np.bincount(pairs // n, minlength=n) + np.bincount(pairs % n, minlength=n)
+    return int(deg.max())
+
+
+def program_peers(prog: Program) -> int:
+    """:func:`max_peers` of a Program's ops."""
+    t = prog.table
+    return max_peers(t.src_rank, t.dst_rank, prog.nranks)

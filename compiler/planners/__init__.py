@@ -41,6 +41,9 @@ class PlanRequest:
     options: Any = field(default_factory=NoOptions)
     #: the simulator's model a cost-aware planner prices its choices with (None: the topology's default)
     model: SimModel | None = None
+    #: the most peers per rank the request's target can run (None: no limit); planners that choose between
+    #: shapes keep within it when any of their shapes does (:func:`a2acc.ir.program.program_peers`)
+    max_peers: int | None = None
 
     @property
     def nranks(self) -> int:
@@ -135,6 +138,7 @@ def _memo_key(name: str, req: PlanRequest) -> tuple[str, ...]:
         str(req.unit_bytes),
         h.hexdigest(),
         repr(req.model),
+        repr(req.max_peers),
     )
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from a2acc.analysis.fastsim import simulate_fast
 from a2acc.analysis.model import default_model
 from a2acc.errors import InputError, VerificationError
-from a2acc.ir.program import Program
+from a2acc.ir.program import Program, program_peers
 from a2acc.ir.verify import verify_program
 from a2acc.model.topology import Topology
 from a2acc.options import bounded, parse_options
@@ -83,6 +83,7 @@ def plan(req: PlanRequest) -> Program:
                 f"auto: planner '{name}' produced a wrong plan (a2acc bug)", list(rep.errors)
             )
         results.append((name, simulate_fast(prog, req.topology, model=model).time_s, prog))
+    results = _within_peer_limit(results, req.max_peers, skipped)
     name, best_t, best = min(results, key=lambda r: r[1])  # min keeps the first of equal times: ORDER
     others = sorted((t, n) for n, t, _p in results if n != name)
     why = f"fastest of {len(results)} planners simulated under model {model.name}"
@@ -99,6 +100,20 @@ def plan(req: PlanRequest) -> Program:
         "model": model.name,
     }
     return dataclasses.replace(best, algorithm="auto", name=f"auto-{best.name}", meta=meta)
+
+
+def _within_peer_limit(
+    results: list[tuple[str, float, Program]], limit: int | None, skipped: dict[str, str]
+) -> list[tuple[str, float, Program]]:
+    """The candidates the target can run (at most ``limit`` peers per rank); all of them when none can (the
+    target then refuses the fastest, saying what would serve)."""
+    if limit is None:
+        return results
+    fits = [r for r in results if program_peers(r[2]) <= limit]
+    for n, _t, p in results:
+        if fits and program_peers(p) > limit:
+            skipped[n] = f"{program_peers(p)} peers per rank; the target runs at most {limit}"
+    return fits or results
 
 
 def _candidates(topo: Topology, opts: Options, skipped: dict[str, str]) -> list[str]:

@@ -75,3 +75,18 @@ def test_plans_and_simulations_are_remembered_until_forgotten():
     assert remembered("direct", req) is None
     again = simulate_fast(prog, topo)
     assert again is not first and again.time_s == first.time_s
+
+
+def test_auto_keeps_to_the_targets_peer_limit():
+    from a2acc.ir.program import program_peers
+    from a2acc.ir.quantize import quantize
+    from a2acc.planners import PlanRequest
+    from a2acc.planners.auto import Options, plan
+
+    topo = load_topology("dgx-h100", 16)
+    m = generate("zipf", 128, 64 << 20, 2, skew=0.8)
+    unit = 1 << 16
+    req = PlanRequest(topo, m, quantize(m, unit), unit, Options(budget_s=0.0), None, 63)
+    prog = plan(req)
+    assert program_peers(prog) <= 63
+    assert any("peers per rank" in why for why in prog.meta["auto"]["skipped"].values())

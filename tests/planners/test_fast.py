@@ -212,3 +212,22 @@ def test_fixed_shapes_and_the_search_budget():
     assert grouped.meta["shape"] == "grouped:2" and grouped.meta["stages"] == 2
     assert plan(topo, m, "fast", shape="direct").meta["shape"] == "direct"
     assert "candidates_us" not in plan(topo, m, "fast", search_ops=0).meta  # no search: FAST's sequence
+
+
+def test_a_targets_peer_limit_keeps_fast_off_shapes_it_must_refuse():
+    """RCCL's MSCCL runs at most 63 peers per GPU: at 16 x 8 fast's direct shape (127 peers) is left out, and
+    compile for RCCL with the default shape succeeds where FAST's sequence fits."""
+    from a2acc.ir.program import program_peers
+    from a2acc.ir.quantize import UnitPolicy
+    from a2acc.pipeline import Request, compile
+
+    topo = load_topology("dgx-h100", 16)
+    m = generate("zipf", 128, 64 << 20, 2, skew=0.8)
+    free = compile(Request(topo, m, "fast")).program
+    res = compile(
+        Request(topo, m, "fast", target="msccl-xml", target_options={"dialect": "rccl"},
+                units=UnitPolicy(max_padding="auto"))
+    )  # fmt: skip
+    assert res.check is not None and res.check.ok
+    assert program_peers(res.program) <= 63 < program_peers(free)  # the free choice was past the limit
+    assert "direct" in res.program.meta["shapes_over_peer_limit"]

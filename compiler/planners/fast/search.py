@@ -13,7 +13,9 @@ concurrent groups (``grouped:G``, only where G is below the step count), one dir
 balancing, no relays). Candidates are simulated while their ops total at most ``search_ops``; the first one is
 always built, so a large request keeps FAST's sequence. They are ranked at a coarse simulator tolerance; the two
 best, and the direct step, are timed again at the default one and the fastest of those wins - so fast is never
-behind the direct planner under the model (when the direct step was within the search budget).
+behind the direct planner under the model (when the direct step was within the search budget). A request
+that carries its target's peer limit (``max_peers``: RCCL's MSCCL runs at most 63 peers per GPU) never gets a
+shape past it when FAST's sequence keeps within it; the shapes left out are named in ``meta``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from a2acc.analysis.fastsim import DEFAULT_TOLERANCE, simulate_fast
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.ir import Program, ProgramBuilder
+from a2acc.ir.program import program_peers
 from a2acc.planners import PlanRequest
 from a2acc.planners.direct import add_direct
 from a2acc.planners.fast import emit
@@ -74,14 +77,20 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     # sizes known before building (nothing past the budget is built: a large plan keeps FAST's sequence)
     sizes = {f"grouped:{g}": len(staged.table) for g in GROUPS if g < nsteps}
     sizes["direct"] = int(np.count_nonzero(req.counts))
+    over: dict[str, int] = {}  # candidates past the target's peer limit: never chosen
     for label, ops in sizes.items():
         if ops > budget:
             continue
         budget -= ops
         g = int(label.split(":")[1]) if ":" in label else 0
-        progs[label] = direct(req) if g == 0 else emit.build(req, opts, native=native, groups=g)
-    if len(progs) == 1:  # nothing to choose between within the budget
-        return staged
+        prog = direct(req) if g == 0 else emit.build(req, opts, native=native, groups=g)
+        peers = program_peers(prog) if req.max_peers is not None else 0
+        if req.max_peers is not None and peers > req.max_peers:
+            over[label] = peers
+            continue
+        progs[label] = prog
+    if len(progs) == 1:  # nothing to choose between within the budget and the target's limits
+        return _with_skipped(staged, over, req.max_peers)
     rough = {k: _time(p, req, model, RANK_TOLERANCE) for k, p in progs.items()}
     order = sorted(progs, key=lambda k: rough[k])  # stable: ties keep the candidates' order
     finalists = [
@@ -98,7 +107,15 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
             "sim_us": round(exact[best] * 1e6, 3),
         }
     )
-    return replace(progs[best], meta=meta)
+    return _with_skipped(replace(progs[best], meta=meta), over, req.max_peers)
+
+
+def _with_skipped(prog: Program, over: dict[str, int], limit: int | None) -> Program:
+    """``prog`` with the shapes left out for the target's peer limit named in its meta (nothing when none)."""
+    if not over:
+        return prog
+    why = {k: f"{p} peers per rank; the target runs at most {limit}" for k, p in over.items()}
+    return replace(prog, meta={**prog.meta, "shapes_over_peer_limit": why})
 
 
 #: the simulator tolerance candidates are ranked with (fastsim's batching window; a few times faster than the
