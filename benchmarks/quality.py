@@ -78,8 +78,13 @@ def measure(
 ) -> Gap:
     """Compile, simulate under ``model`` (ideal by default) and split the gap (module docstring)."""
     mdl = model if model is not None else SimModel()
-    req = Request(
-        topo, matrix, algorithm, planner_options=options, units=UnitPolicy(target_chunks=target_chunks)
+    req = Request(  # planned under the model it is judged by: fast's shape search prices with it
+        topo,
+        matrix,
+        algorithm,
+        planner_options=options,
+        units=UnitPolicy(target_chunks=target_chunks),
+        model=mdl,
     )
     prog = compile(req).program
     sim = simulate_fast(prog, topo, model=mdl, payload_bytes=int(matrix.sum()))

@@ -231,3 +231,15 @@ def test_a_targets_peer_limit_keeps_fast_off_shapes_it_must_refuse():
     assert res.check is not None and res.check.ok
     assert program_peers(res.program) <= 63 < program_peers(free)  # the free choice was past the limit
     assert "direct" in res.program.meta["shapes_over_peer_limit"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fast_is_never_behind_its_staged_sequence_under_the_ideal_model(seed):
+    """The coarse ranking cannot drop FAST's sequence: under the ideal model (shapes within ~1 % of each other)
+    fast's pick simulates no slower than the staged shape."""
+    topo = load_topology("dgx-h100", 8)
+    m = generate("zipf", topo.nranks, 512 << 20, seed, skew=0.8)
+    ideal = SimModel()
+    chosen = simulate_fast(plan(topo, m, "fast", model=ideal), topo, model=ideal).time_s
+    staged = simulate_fast(plan(topo, m, "fast", model=ideal, shape="staged"), topo, model=ideal).time_s
+    assert chosen <= staged * (1 + 1e-9)

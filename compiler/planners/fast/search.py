@@ -12,8 +12,9 @@ Candidates, in this order (ties keep the earlier one): FAST's sequence (``staged
 concurrent groups (``grouped:G``, only where G is below the step count), one direct step (``direct``: no
 balancing, no relays). Candidates are simulated while their ops total at most ``search_ops``; the first one is
 always built, so a large request keeps FAST's sequence. They are ranked at a coarse simulator tolerance; the two
-best, and the direct step, are timed again at the default one and the fastest of those wins - so fast is never
-behind the direct planner under the model (when the direct step was within the search budget). A request
+best, FAST's sequence and the direct step are timed again at the default one and the fastest of those wins - so
+fast is never behind the direct planner nor FAST's sequence under the model (when the direct step was within the
+search budget). A request
 that carries its target's peer limit (``max_peers``: RCCL's MSCCL runs at most 63 peers per GPU) never gets a
 shape past it when FAST's sequence keeps within it; the shapes left out are named in ``meta``.
 """
@@ -64,8 +65,9 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     """The fastest candidate under the request's model, with every evaluated candidate's time in its meta.
 
     Candidates are ranked with the simulator's coarser tolerance (:data:`RANK_TOLERANCE`, a few times faster);
-    the best :data:`FINALISTS` and the direct step are simulated again at the default tolerance and the fastest
-    of those wins: the ranking only has to tell apart shapes that differ by more than its error."""
+    the best :data:`FINALISTS`, FAST's sequence and the direct step are simulated again at the default tolerance
+    and the fastest of those wins: the ranking only has to tell apart shapes that differ by more than its error,
+    and fast is never behind FAST's own sequence or the direct step."""
     staged = emit.build(req, opts, native=native)
     weights = staged.meta.get("stage_weights")
     nsteps = len(weights) if isinstance(weights, list) else 0
@@ -93,9 +95,9 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
         return _with_skipped(staged, over, req.max_peers)
     rough = {k: _time(p, req, model, RANK_TOLERANCE) for k, p in progs.items()}
     order = sorted(progs, key=lambda k: rough[k])  # stable: ties keep the candidates' order
-    finalists = [
-        k for k in progs if k in order[:FINALISTS] or k == "direct"
-    ]  # direct always: never behind it
+    # FAST's sequence and the direct step always: fast is never behind either under the model (the coarse
+    # ranking's error, up to ~6 %, exceeds the gaps between shapes under an ideal model)
+    finalists = [k for k in progs if k in order[:FINALISTS] or k in ("direct", "staged")]
     exact = {k: _time(progs[k], req, model, DEFAULT_TOLERANCE) for k in finalists}
     best = min(exact, key=lambda k: exact[k])
     times = {**rough, **exact}
