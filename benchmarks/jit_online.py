@@ -2,8 +2,8 @@
 
 Run: ``.venv/bin/python benchmarks/jit_online.py [--calls 200]``.
 
-For the workloads of ``benchmarks/jit_workloads.py`` (balanced, Zipf 0.8, rotating and jumping hot expert,
-bursts; rows of 4 KiB, about 1 MiB per peer) at 4, 8 and 32 ranks, this measures in one process what a rank pays
+For the workloads of ``benchmarks/moe_workloads.py``, as ``jit_workloads.py`` runs them (balanced, Zipf 0.8,
+rotating and jumping hot expert, bursts; rows of 4 KiB, about 1 MiB per peer) at 4, 8 and 32 ranks, this measures in one process what a rank pays
 on the call's critical path:
 
 - **buckets**: the bucket lookup of :class:`a2acc.jit.bucket.BucketIndex` (``symmetric`` = canonical form under
@@ -23,7 +23,7 @@ import os
 import statistics
 import time
 
-import numpy as np
+from moe_workloads import WORKLOADS, rows_of
 
 from a2acc.ir import program_from_json
 from a2acc.ir.quantize import ladder_unit, quantize
@@ -32,24 +32,7 @@ from a2acc.model.topology import load_topology
 from a2acc.runtime.engine import compile_entry
 from a2acc.runtime.executors.stages import compile_rank, global_steps
 
-WORKLOADS = ("balanced", "zipf", "rotating", "jumping", "bursts")
 TOPOLOGIES = {4: ("alps", 1), 8: ("alps", 2), 32: ("dgx-h100", 4)}
-
-
-def rows_of(name: str, i: int, world: int) -> np.ndarray:
-    """The same per-call matrices as benchmarks/jit_workloads.py."""
-    p = np.ones(world)
-    if name == "zipf":
-        p = 1.0 / (1.0 + np.random.default_rng(11).permutation(world)) ** 0.8
-    elif name == "rotating":
-        p[i % world] = 4.0
-    elif name == "jumping":
-        p[np.random.default_rng([23, i]).integers(world)] = 4.0
-    elif name == "bursts" and i % 8 in (5, 6):
-        p[np.random.default_rng([29, i // 8]).integers(world)] = 8.0
-    p = p / p.sum()
-    rng = np.random.default_rng([7, i, WORKLOADS.index(name)])
-    return np.stack([rng.multinomial(256 * world, p) for _ in range(world)])
 
 
 def _p(xs: list[float]) -> str:
@@ -81,7 +64,7 @@ def main() -> None:
             look, online = [], []
             pad_b = pad_o = payload = 0
             for i in range(args.calls):
-                m = rows_of(wl, i, world) * 4096
+                m = rows_of(wl, i, world, 256 * world) * 4096
                 t0 = time.perf_counter()
                 b = sym.lookup(m)
                 look.append(time.perf_counter() - t0)

@@ -8,14 +8,9 @@ default ``p2p`` executor, ``A2ACC_MISS=stock``). Per workload and dtype the engi
 then every call runs the stock function and the patched one on the same tensors (their order alternates), each
 after a barrier, and the two outputs are compared byte for byte. The call's time is the slowest rank's.
 
-Workloads (rows per (source, expert) pair drawn per call: every source routes ``256 x N`` tokens of
-``hidden`` elements, about 1 MiB per peer; seeded, identical on every rank):
-
-- ``balanced``: uniform over experts;
-- ``zipf``: Zipf(0.8) popularity over a fixed random order of experts;
-- ``rotating``: one hot expert (4x the weight of the others), moving to the next rank every call;
-- ``jumping``: one hot expert (4x) at a random rank every call;
-- ``bursts``: balanced, with two-call bursts every eight calls where a random expert gets 8x the weight.
+Workloads: ``benchmarks/moe_workloads.py`` (balanced, Zipf 0.8, rotating and jumping hot expert, bursts; rows per
+(source, expert) pair drawn per call, every source routing ``256 x N`` tokens of ``hidden`` elements, about
+1 MiB per peer; seeded, identical on every rank and in ``jit_online.py``).
 
 Reported per workload: calls served by a2acc plans (all calls, and after the first two), padding and residual
 (% of payload), per-call time stock and a2acc (median [min-max] over served calls), bytes each rank sends
@@ -40,7 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-WORKLOADS = ("balanced", "zipf", "rotating", "jumping", "bursts")
+from moe_workloads import WORKLOADS  # the workloads the workers draw (benchmarks/moe_workloads.py)
+
 # per process count: one server (what that many local processes are) and two servers (FAST's inter-server
 # balancing and relays exercised: more steps and more bytes than the stock call on a network without tiers)
 TOPOLOGIES = {4: ("alps:1", "2x2"), 8: ("dgx-h100:1", "alps:2")}
@@ -63,32 +59,12 @@ workloads, dtypes, cache_root = sys.argv[6].split(","), sys.argv[7].split(","), 
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 from a2acc.runtime import stats, torch_patch
 from a2acc.runtime.settings import JitSettings
+from moe_workloads import WORKLOADS, rows_of  # benchmarks/ is on PYTHONPATH (_launch)
 
 stock = torch_patch._STATE["original"]
 BYTES_PER_PEER = 1 << 20
-zipf_order = np.random.default_rng(11).permutation(world)
 
 
-def weights(name, i):
-    p = np.ones(world)
-    if name == "zipf":
-        p = 1.0 / (1.0 + zipf_order) ** 0.8
-    elif name == "rotating":
-        p[i % world] = 4.0
-    elif name == "jumping":
-        p[np.random.default_rng([23, i]).integers(world)] = 4.0
-    elif name == "bursts" and i % 8 in (5, 6):
-        p[np.random.default_rng([29, i // 8]).integers(world)] = 8.0
-    return p / p.sum()
-
-
-def rows_of(name, i, tokens):
-    rng = np.random.default_rng([7, i, WORKLOADS.index(name)])
-    p = weights(name, i)
-    return np.stack([rng.multinomial(tokens, p) for _ in range(world)])
-
-
-WORKLOADS = ("balanced", "zipf", "rotating", "jumping", "bursts")
 results = []
 for dtype_name in dtypes:
     dtype = getattr(torch, dtype_name)
@@ -104,7 +80,7 @@ for dtype_name in dtypes:
         rec = []
         gen = torch.Generator().manual_seed(1000 * rank + 1)
         for i in range(calls):
-            rows = rows_of(name, i, tokens)
+            rows = rows_of(name, i, world, tokens)
             send = [int(x) for x in rows[rank]]
             recv = [int(x) for x in rows[:, rank]]
             x = torch.randint(-1000, 1000, (sum(send), hidden), generator=gen).to(dtype)
@@ -151,6 +127,9 @@ def _launch(world: int, topo: str, args: argparse.Namespace, tmp: str) -> list[l
         A2ACC_ALGORITHM=args.algorithm,
         OMP_NUM_THREADS="1",
         PYTHONWARNINGS="ignore",
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parent), env.get("PYTHONPATH")])
+        ),
     )
     port = _port()
     outs = [os.path.join(tmp, f"r{world}-{r}.json") for r in range(world)]
