@@ -3,8 +3,8 @@
 Run: ``.venv/bin/python benchmarks/jit_online.py [--calls 200]``.
 
 For the workloads of ``benchmarks/moe_workloads.py``, as ``jit_workloads.py`` runs them (balanced, Zipf 0.8,
-rotating and jumping hot expert, bursts; rows of 4 KiB, about 1 MiB per peer) at 4, 8 and 32 ranks, this measures in one process what a rank pays
-on the call's critical path:
+rotating and jumping hot expert, bursts; rows of 4 KiB, about 1 MiB per peer) at 4, 8 and 32 ranks, this
+measures in one process what a rank pays on the call's critical path:
 
 - **buckets**: the bucket lookup of :class:`a2acc.jit.bucket.BucketIndex` (``symmetric`` = canonical form under
   the topology's symmetries, as the JIT runs it; ``plain`` = without), its hit rate after the first two calls, and
