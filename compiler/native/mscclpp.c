@@ -83,18 +83,7 @@ typedef struct {
     const char *why; /* why undecided */
 } plan_t;
 
-/* ------------------------------------------------------------------ growable pools */
-#define GROW(arr, n, cap, type)                                                                     \
-    do {                                                                                            \
-        if ((n) >= (cap)) {                                                                         \
-            size_t nc = (cap) ? (size_t)(cap) * 2 : 1024;                                           \
-            type *np_ = (type *)realloc((arr), nc * sizeof(type));                                 \
-            if (!np_) return 0;                                                                     \
-            (arr) = np_;                                                                            \
-            (cap) = nc;                                                                             \
-        }                                                                                           \
-    } while (0)
-
+/* ------------------------------------------------------------------ growable pools (GROW: mscclpp_common.h) */
 static int push_int(plan_t *P, int32_t v) {
     GROW(P->ints, P->nints, P->cap_ints, int32_t);
     P->ints[P->nints++] = v;

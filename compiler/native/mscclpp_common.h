@@ -40,4 +40,16 @@ typedef struct {
     uint32_t ids; /* first of nids ids (channel or semaphore) in the pool */
 } op_t;
 
+/* Grows a pool to hold element n (doubling, from 1024); the enclosing function returns 0 when out of memory. */
+#define GROW(arr, n, cap, type)                                                                     \
+    do {                                                                                            \
+        if ((n) >= (cap)) {                                                                         \
+            size_t nc = (cap) ? (size_t)(cap) * 2 : 1024;                                           \
+            type *np_ = (type *)realloc((arr), nc * sizeof(type));                                 \
+            if (!np_) return 0;                                                                     \
+            (arr) = np_;                                                                            \
+            (cap) = nc;                                                                             \
+        }                                                                                           \
+    } while (0)
+
 #endif

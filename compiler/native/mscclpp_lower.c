@@ -17,17 +17,6 @@
  */
 #include "mscclpp_common.h"
 
-#define GROW(arr, n, cap, type)                                                                     \
-    do {                                                                                            \
-        if ((n) >= (cap)) {                                                                         \
-            size_t nc = (cap) ? (size_t)(cap) * 2 : 1024;                                           \
-            type *np_ = (type *)realloc((arr), nc * sizeof(type));                                 \
-            if (!np_) return 0;                                                                     \
-            (arr) = np_;                                                                            \
-            (cap) = nc;                                                                             \
-        }                                                                                           \
-    } while (0)
-
 static int cmp_u64(const void *a, const void *b) {
     u64 x = *(const u64 *)a, y = *(const u64 *)b;
     return x < y ? -1 : x > y;
@@ -1734,6 +1723,26 @@ static void sb_ints(sb_t *b, const int32_t *v, int n) {
     sb_str(b, "]");
 }
 
+/* A thread block's per-channel-type id lists, in ``order`` (``n`` types): ``{"TYPE_KEY": "memory", "IDS_KEY":
+ * [...]}, ...``; type t's ids are ``rows + t * stride``, ``counts[t]`` of them (its channels, or its remote
+ * buffer references). */
+static void sb_typed_ids(sb_t *b, const char *type_key, const char *ids_key, const int *order, int n,
+                         const int32_t *rows, size_t stride, const int *counts) {
+    for (int m = 0; m < n; m++) {
+        int t = order[m];
+        if (m) sb_str(b, ", ");
+        sb_str(b, "{\"");
+        sb_str(b, type_key);
+        sb_str(b, "\": \"");
+        sb_str(b, CT_NAME[t]);
+        sb_str(b, "\", \"");
+        sb_str(b, ids_key);
+        sb_str(b, "\": ");
+        sb_ints(b, rows + (size_t)t * stride, counts[t]);
+        sb_str(b, "}");
+    }
+}
+
 static void sb_ref(sb_t *b, const ref_t *r) {
     if (r->buf >= REMOTE) {
         sb_str(b, "{\"buffer_id\": ");
@@ -1809,25 +1818,11 @@ static void emit_text(asm_t *A, sb_t *b) {
             sb_str(b, "        {\"id\": ");
             sb_int(b, k);
             sb_str(b, ", \"channels\": [");
-            for (int m = 0; m < A->tb_ntypes[ti]; m++) {
-                int t = A->tb_type_order[ti][m];
-                if (m) sb_str(b, ", ");
-                sb_str(b, "{\"channel_type\": \"");
-                sb_str(b, CT_NAME[t]);
-                sb_str(b, "\", \"channel_ids\": ");
-                sb_ints(b, A->tb_table[ti][t], A->tb_ntable[ti][t]);
-                sb_str(b, "}");
-            }
+            sb_typed_ids(b, "channel_type", "channel_ids", A->tb_type_order[ti], A->tb_ntypes[ti],
+                         A->tb_table[ti][0], MAX_CHANNELS_PER_TB * 4, A->tb_ntable[ti]);
             sb_str(b, "], \"remote_buffer_refs\": [");
-            for (int m = 0; m < A->tb_nreftypes[ti]; m++) {
-                int t = A->tb_ref_order[ti][m];
-                if (m) sb_str(b, ", ");
-                sb_str(b, "{\"access_channel_type\": \"");
-                sb_str(b, CT_NAME[t]);
-                sb_str(b, "\", \"remote_buffer_ids\": ");
-                sb_ints(b, A->tb_refs[ti][t], A->tb_nrefs[ti][t]);
-                sb_str(b, "}");
-            }
+            sb_typed_ids(b, "access_channel_type", "remote_buffer_ids", A->tb_ref_order[ti], A->tb_nreftypes[ti],
+                         A->tb_refs[ti][0], 64, A->tb_nrefs[ti]);
             sb_str(b, "], \"ops\": [\n");
             for (size_t i = 0; i < A->tb_nops[ti]; i++) {
                 sb_str(b, "          ");
