@@ -413,3 +413,11 @@ def program_peers(prog: Program) -> int:
     """:func:`max_peers` of a Program's ops."""
     t = prog.table
     return max_peers(t.src_rank, t.dst_rank, prog.nranks)
+
+
+def over_peer_limit(prog: Program, limit: int | None) -> str | None:
+    """Why a target with a peer limit (``max_peers``) cannot run ``prog``; None when it can (or has no limit)."""
+    if limit is None:
+        return None
+    peers = program_peers(prog)
+    return f"{peers} peers per rank; the target runs at most {limit}" if peers > limit else None

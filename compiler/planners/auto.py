@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from a2acc.analysis.fastsim import simulate_fast
 from a2acc.analysis.model import default_model
 from a2acc.errors import InputError, VerificationError
-from a2acc.ir.program import Program, program_peers
+from a2acc.ir.program import Program, over_peer_limit
 from a2acc.ir.verify import verify_program
 from a2acc.model.topology import Topology
 from a2acc.options import bounded, parse_options
@@ -107,13 +107,12 @@ def _within_peer_limit(
 ) -> list[tuple[str, float, Program]]:
     """The candidates the target can run (at most ``limit`` peers per rank); all of them when none can (the
     target then refuses the fastest, saying what would serve)."""
-    if limit is None:
+    why = {n: over_peer_limit(p, limit) for n, _t, p in results}
+    fits = [r for r in results if why[r[0]] is None]
+    if not fits:
         return results
-    fits = [r for r in results if program_peers(r[2]) <= limit]
-    for n, _t, p in results:
-        if fits and program_peers(p) > limit:
-            skipped[n] = f"{program_peers(p)} peers per rank; the target runs at most {limit}"
-    return fits or results
+    skipped.update({n: w for n, w in why.items() if w is not None})
+    return fits
 
 
 def _candidates(topo: Topology, opts: Options, skipped: dict[str, str]) -> list[str]:

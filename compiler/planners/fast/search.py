@@ -29,7 +29,7 @@ import numpy as np
 from a2acc.analysis.fastsim import DEFAULT_TOLERANCE, simulate_fast
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.ir import Program, ProgramBuilder
-from a2acc.ir.program import program_peers
+from a2acc.ir.program import over_peer_limit
 from a2acc.planners import PlanRequest
 from a2acc.planners.direct import add_direct
 from a2acc.planners.fast import emit
@@ -79,20 +79,20 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     # sizes known before building (nothing past the budget is built: a large plan keeps FAST's sequence)
     sizes = {f"grouped:{g}": len(staged.table) for g in GROUPS if g < nsteps}
     sizes["direct"] = int(np.count_nonzero(req.counts))
-    over: dict[str, int] = {}  # candidates past the target's peer limit: never chosen
+    over: dict[str, str] = {}  # candidates past the target's peer limit, and why: never chosen
     for label, ops in sizes.items():
         if ops > budget:
             continue
         budget -= ops
         g = int(label.split(":")[1]) if ":" in label else 0
         prog = direct(req) if g == 0 else emit.build(req, opts, native=native, groups=g)
-        peers = program_peers(prog) if req.max_peers is not None else 0
-        if req.max_peers is not None and peers > req.max_peers:
-            over[label] = peers
+        why = over_peer_limit(prog, req.max_peers)
+        if why is not None:
+            over[label] = why
             continue
         progs[label] = prog
     if len(progs) == 1:  # nothing to choose between within the budget and the target's limits
-        return _with_skipped(staged, over, req.max_peers)
+        return _with_skipped(staged, over)
     rough = {k: _time(p, req, model, RANK_TOLERANCE) for k, p in progs.items()}
     order = sorted(progs, key=lambda k: rough[k])  # stable: ties keep the candidates' order
     # FAST's sequence and the direct step always: fast is never behind either under the model (the coarse
@@ -109,15 +109,12 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
             "sim_us": round(exact[best] * 1e6, 3),
         }
     )
-    return _with_skipped(replace(progs[best], meta=meta), over, req.max_peers)
+    return _with_skipped(replace(progs[best], meta=meta), over)
 
 
-def _with_skipped(prog: Program, over: dict[str, int], limit: int | None) -> Program:
+def _with_skipped(prog: Program, over: dict[str, str]) -> Program:
     """``prog`` with the shapes left out for the target's peer limit named in its meta (nothing when none)."""
-    if not over:
-        return prog
-    why = {k: f"{p} peers per rank; the target runs at most {limit}" for k, p in over.items()}
-    return replace(prog, meta={**prog.meta, "shapes_over_peer_limit": why})
+    return replace(prog, meta={**prog.meta, "shapes_over_peer_limit": over}) if over else prog
 
 
 #: the simulator tolerance candidates are ranked with (fastsim's batching window; a few times faster than the
