@@ -120,10 +120,11 @@ def compile(request: Request) -> Result:
     with clock.phase("quantize"):
         counts, candidates = _layouts(request, m, target, topts)
     refused: list[str] = []
+    peer_limit = target_max_peers(target, topts)  # the same for every layout of the ladder
     for label, unit in candidates:
         with clock.phase("quantize"):
             c = counts if counts is not None else quantize(m, unit)
-        preq = PlanRequest(topo, m, c, unit, popts, request.model, target_max_peers(target, topts))
+        preq = PlanRequest(topo, m, c, unit, popts, request.model, peer_limit)
         prog, rep = _plan(request, preq, clock)
         if target is None:
             return Result(prog, rep, None, None, clock.t, label, tuple(refused))
