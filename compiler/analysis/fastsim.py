@@ -48,16 +48,26 @@ import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from a2acc.analysis.incast import IncastModel, timeout_penalty
 from a2acc.analysis.model import SimModel
-from a2acc.analysis.simulate import Episodes, Setup, SimResult, incast_capacity, prepare, resolve_model
+from a2acc.analysis.simulate import (
+    Episodes,
+    Routes,
+    Setup,
+    SimResult,
+    incast_capacity,
+    resolve_model,
+    routes,
+)
 from a2acc.errors import InternalError
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
+from a2acc.native import fastsim as _native_fastsim
 from a2acc.native import maxmin as _native_maxmin
 
 #: batching tolerance (module docstring, 5-6); 0 takes every event on time
@@ -115,13 +125,49 @@ def exclusive_links(st: Setup) -> npt.NDArray[np.bool_]:
     if len(todo):
         todo = todo[~_two_hop(a[todo], b[todo], st, edges)]
     if len(todo):
-        dep_ptr, dep_ids = st.dep_ptr.tolist(), st.dep_ids.tolist()
-        for i in todo.tolist():
-            lk = int(plink[i])
-            if excl[lk] and not _reaches(int(a[i]), int(b[i]), dep_ptr, dep_ids):
-                excl[lk] = False
+        _search_pairs(st, a[todo], b[todo], plink[todo], excl, memo=False)
     excl[nl] = True
     return excl
+
+
+def _search_pairs(
+    st: Setup,
+    a: npt.NDArray[np.int64],
+    b: npt.NDArray[np.int64],
+    plink: npt.NDArray[np.int64],
+    ok_link: npt.NDArray[np.bool_],
+    *,
+    memo: bool,
+) -> None:
+    """Clear ``ok_link[plink[i]]`` where op ``b[i]`` does not depend on op ``a[i]`` (:func:`_reaches`, pairs on
+    links already cleared are skipped). The compiled core runs the same searches when it was built; ``memo``
+    answers ops with the same dependencies alike in the Python loop (the same answers, fewer searches)."""
+    if _native_fastsim is not None:
+        ok = np.ascontiguousarray(ok_link, dtype=np.uint8)
+        _native_fastsim.clear_unreached(
+            np.ascontiguousarray(st.dep_ptr, dtype=np.int64),
+            np.ascontiguousarray(st.dep_ids, dtype=np.int64),
+            np.ascontiguousarray(a, dtype=np.int64),
+            np.ascontiguousarray(b, dtype=np.int64),
+            np.ascontiguousarray(plink, dtype=np.int64),
+            ok,
+            _DFS_BUDGET,
+        )
+        ok_link[:] = ok.astype(bool)
+        return
+    dep_ptr, dep_ids = st.dep_ptr.tolist(), st.dep_ids.tolist()
+    known: dict[tuple[int, tuple[int, ...]], bool] = {}
+    for ai, bi, lk in zip(a.tolist(), b.tolist(), plink.tolist()):
+        if not ok_link[lk]:
+            continue
+        mk = (ai, tuple(dep_ids[dep_ptr[bi] : dep_ptr[bi + 1]])) if memo else None
+        got = known.get(mk) if mk is not None else None
+        if got is None:
+            got = _reaches(ai, bi, dep_ptr, dep_ids)
+            if mk is not None:
+                known[mk] = got
+        if not got:
+            ok_link[lk] = False
 
 
 def _two_hop(
@@ -284,19 +330,7 @@ def _clear_unordered(
     if len(todo) > _GROUP_SEARCHES:
         ok_link[np.unique(plink[todo])] = False
     elif len(todo):
-        dep_ptr, dep_ids = st.dep_ptr.tolist(), st.dep_ids.tolist()
-        memo: dict[tuple[int, tuple[int, ...]], bool] = {}  # ops with the same dependencies answer alike
-        for i in todo.tolist():
-            lk = int(plink[i])
-            if not ok_link[lk]:
-                continue
-            ai, bi = int(a[i]), int(b[i])
-            mk = (ai, tuple(dep_ids[dep_ptr[bi] : dep_ptr[bi + 1]]))
-            got = memo.get(mk)
-            if got is None:
-                got = memo[mk] = _reaches(ai, bi, dep_ptr, dep_ids)
-            if not got:
-                ok_link[lk] = False
+        _search_pairs(st, a[todo], b[todo], plink[todo], ok_link, memo=True)
 
 
 def _component(rows: npt.NDArray[np.int64], seed: npt.NDArray[np.bool_], pad: int) -> npt.NDArray[np.bool_]:
@@ -404,12 +438,13 @@ def simulate_fast(
     simulates the winner again pay once. Treat the returned result as read-only."""
     mdl = resolve_model(topo, model, incast)
     total = payload_bytes if payload_bytes is not None else int(prog.counts.sum()) * prog.unit_bytes
-    key = (_program_digest(prog), topo.fingerprint, repr(mdl), float(tolerance), total)
+    digest = _program_digest(prog)
+    key = (digest, topo.fingerprint, repr(mdl), float(tolerance), total)
     hit = _MEMO.get(key)
     if hit is not None:
         _MEMO.move_to_end(key)
         return hit
-    res = simulate_setup(prepare(prog, topo, mdl), tolerance=tolerance, payload_bytes=total)
+    res = simulate_setup(_routes_of(prog, topo, digest).setup(mdl), tolerance=tolerance, payload_bytes=total)
     _MEMO[key] = res
     if len(_MEMO) > _MEMO_SIZE:
         _MEMO.popitem(last=False)
@@ -419,11 +454,30 @@ def simulate_fast(
 def forget() -> None:
     """Drop every remembered simulation (benchmarks that time cold planning call it between runs)."""
     _MEMO.clear()
+    _ROUTES.clear()
+
+
+def _routes_of(prog: Program, topo: Topology, digest: str) -> Routes:
+    """The model-independent preparation of ``prog`` (routes, DAG, op classes), remembered for the last few
+    Programs: a planner times its finalists twice (two tolerances) and a comparison re-times its rows under
+    another model, and both reuse the routes and the derived op classes."""
+    key = (digest, topo.fingerprint)
+    got = _ROUTES.get(key)
+    if got is None:
+        got = _ROUTES[key] = routes(prog, topo)
+        if len(_ROUTES) > _ROUTES_SIZE:
+            _ROUTES.popitem(last=False)
+    else:
+        _ROUTES.move_to_end(key)
+    return got
 
 
 #: simulations remembered per process (a comparison's rows, a planner's candidates)
 _MEMO_SIZE = 64
 _MEMO: OrderedDict[tuple[str, str, str, float, int], SimResult] = OrderedDict()
+#: prepared routes remembered per process (a planner's candidates: fast simulates up to five)
+_ROUTES_SIZE = 6
+_ROUTES: OrderedDict[tuple[str, str], Routes] = OrderedDict()
 
 
 def _program_digest(prog: Program) -> str:
@@ -493,22 +547,40 @@ def _next_retirement(
 
 
 def simulate_setup(
-    st: Setup, *, tolerance: float = DEFAULT_TOLERANCE, payload_bytes: int | None = None
+    st: Setup,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    payload_bytes: int | None = None,
+    native: bool | None = None,
 ) -> SimResult:
     """Run a prepared :class:`~a2acc.analysis.simulate.Setup` (calibration re-uses one per Program): classify
-    the ops (solo, route groups, fluid; module docstring 1-3), run the events, report."""
+    the ops (solo, route groups, fluid; module docstring 1-3), run the events, report.
+
+    The events run in the compiled core ``a2acc._fastsim`` when it was built and the model has no incast (the
+    same floats as the Python loop below, which stays the reference and runs otherwise); ``native`` True or
+    False forces one (True without the core, or with incast on, is an error)."""
     mdl = st.model
     n_ops = st.n_ops
     excl = st.derived("exclusive", lambda: exclusive_links(st))
     solo = np.asarray(excl[st.bind].all(axis=1) | (st.size <= 0), dtype=bool)
     grp = st.derived("groups", lambda: route_groups(st, solo))
     route_rate = np.append(st.cap, np.inf)[st.bind].min(axis=1)
-    dag = _Dag(st, solo, grp, route_rate)
-    group_event = _route_group_queues(dag, route_rate)
-    fluid = _Fluid(st, tolerance)
-    dag.start_roots()
-    episodes = _event_loop(st, dag, group_event, fluid)
-    end_arr = np.array(dag.end, dtype=np.float64)
+    compiled = _native_fastsim is not None and not mdl.incast.enabled
+    if native and not compiled:
+        raise InternalError(
+            "the compiled event loop is not built, or the model has incast (Python loop only)"
+        )
+    if compiled and native is not False and n_ops:
+        start, end_arr = _run_native(st, solo, grp, route_rate, tolerance)
+        episodes = Episodes(mdl.incast)
+    else:
+        dag = _Dag(st, solo, grp, route_rate)
+        group_event = _route_group_queues(dag, route_rate)
+        fluid = _Fluid(st, tolerance)
+        dag.start_roots()
+        episodes = _event_loop(st, dag, group_event, fluid)
+        start = np.array(dag.start, dtype=np.float64)
+        end_arr = np.array(dag.end, dtype=np.float64)
     makespan = float(np.nanmax(end_arr)) if n_ops else 0.0
     eps = tuple(episodes.finish(makespan))
     expected, p_to = timeout_penalty(mdl.incast, makespan, eps)
@@ -517,7 +589,7 @@ def simulate_setup(
         time_s=expected,
         nranks=st.nranks,
         total_bytes=int(total),
-        op_start=np.array(dag.start, dtype=np.float64),
+        op_start=start,
         op_end=end_arr,
         link_names=st.names,
         link_busy_bytes=st.busy_bytes(),
@@ -529,6 +601,43 @@ def simulate_setup(
         engine="fast",
         episodes=eps,
     )
+
+
+def _run_native(
+    st: Setup,
+    solo: npt.NDArray[np.bool_],
+    grp: npt.NDArray[np.int64],
+    route_rate: npt.NDArray[np.float64],
+    tolerance: float,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The op start and end times from the compiled event loop (no incast: the retirement window is
+    :data:`_RETIRE_WINDOW` tolerances, as :class:`_Fluid` takes it)."""
+    if _native_fastsim is None:  # pragma: no cover - the caller checked
+        raise InternalError("the compiled event loop is not built")
+
+    def c(a: npt.NDArray[Any], dtype: type) -> npt.NDArray[Any]:
+        return np.ascontiguousarray(a, dtype=dtype)
+
+    try:
+        raw_start, raw_end = _native_fastsim.run(
+            c(st.bind, np.int64),
+            st.bind.shape[1],
+            c(st.cap, np.float64),
+            c(st.size, np.float64),
+            c(st.lat, np.float64),
+            c(solo, np.uint8),
+            c(grp, np.int64),
+            c(route_rate, np.float64),
+            c(st.succ_ptr, np.int64),
+            c(st.succ_ids, np.int64),
+            None if st.succ_delay is None else c(st.succ_delay, np.float64),
+            c(np.diff(st.dep_ptr), np.int64),
+            float(tolerance),
+            float(tolerance) * _RETIRE_WINDOW,
+        )
+    except ArithmeticError as e:  # pragma: no cover - a verified DAG makes progress
+        raise InternalError(str(e)) from e
+    return np.frombuffer(raw_start, dtype=np.float64).copy(), np.frombuffer(raw_end, dtype=np.float64).copy()
 
 
 def _event_loop(
@@ -775,12 +884,14 @@ class _Fluid:
         top = min(
             t_heap + 2.0 * self.tolerance * max(dag.size[first] / fair, dag.scale[first]), self.deadline
         )
-        times: list[float] = []
+        total = 0.0  # summed in order (not sum(): compensated from Python 3.12, and the compiled loop adds in order)
+        count = 0
         while heap and heap[0][0] <= top and heap[0][1] == 0:
             t_a, _kind, op, _ver = heapq.heappop(heap)
-            times.append(t_a)
+            total += t_a
+            count += 1
             added.append(op)
-        return min(max(sum(times) / len(times), t_heap), (t_heap + top) / 2.0)
+        return min(max(total / count, t_heap), (t_heap + top) / 2.0)
 
     def retire(self, dag: _Dag, horizon: float, now: float, seed_links: list[npt.NDArray[np.int64]]) -> bool:
         """End the flows projected to finish by ``horizon`` (each at its projected finish); True when any did.

@@ -277,16 +277,16 @@ def routes(prog: Program, topo: Topology) -> Routes:
     """The model-independent preparation of ``prog`` on ``topo`` (refuses a plan built for another topology)."""
     _check(prog, topo)
     n = prog.nranks
-    n_ops = len(prog.ops)
+    n_ops = len(prog.table)
     kinds = topo.link_kinds
     cls = {"nic_tx": 1, "nic_rx": 1, "direct": 1, "intra": 2}
     raw_cap = np.array(list(topo.link_bandwidths) + [topo.memory_bandwidth * 1e9] * n, dtype=np.float64)
     eff_class = np.array([cls.get(k, 0) for k in kinds] + [0] * n, dtype=np.int8)
     names = tuple(f"{u}->{v}" for u, v in topo.link_names) + tuple(f"mem{r}" for r in range(n))
-    ops = prog.ops
-    src = np.fromiter((op.src_rank for op in ops), dtype=np.int64, count=n_ops)
-    dst = np.fromiter((op.dst_rank for op in ops), dtype=np.int64, count=n_ops)
-    size = np.fromiter((op.cnt for op in ops), dtype=np.float64, count=n_ops) * float(prog.unit_bytes)
+    t = prog.table
+    src = np.asarray(t.src_rank, dtype=np.int64)
+    dst = np.asarray(t.dst_rank, dtype=np.int64)
+    size = t.cnt.astype(np.float64) * float(prog.unit_bytes)
     path_ptr, path_links, route_alpha = _routes(topo, src, dst)
     entry_op = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(path_ptr))
     bind = _binding_links(raw_cap, path_ptr, path_links, entry_op, n_ops)
@@ -365,12 +365,20 @@ def _receive_links(
 def _dag_csr(
     prog: Program,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The dependency DAG as CSR in both directions: (dep_ptr, dep_ids, succ_ptr, succ_ids)."""
-    ops = prog.ops
-    n_ops = len(ops)
-    dep_cnt = np.fromiter((len(op.deps) for op in ops), dtype=np.int64, count=n_ops)
-    dep_ptr = np.concatenate([[0], np.cumsum(dep_cnt)]).astype(np.int64)
-    dep_ids = np.fromiter((d for op in ops for d in op.deps), dtype=np.int64, count=int(dep_cnt.sum()))
+    """The dependency DAG as CSR in both directions: (dep_ptr, dep_ids, succ_ptr, succ_ids), from the op table's
+    columns (op ids are row numbers in every built or read Program; a hand-made op list with other ids goes
+    through the :class:`Op` view)."""
+    t = prog.table
+    n_ops = len(t)
+    if t.ids is None:
+        dep_ptr = np.asarray(t.dep_ptr, dtype=np.int64)
+        dep_ids = np.asarray(t.dep_ids, dtype=np.int64)
+        dep_cnt = np.diff(dep_ptr)
+    else:
+        ops = prog.ops
+        dep_cnt = np.fromiter((len(op.deps) for op in ops), dtype=np.int64, count=n_ops)
+        dep_ptr = np.concatenate([[0], np.cumsum(dep_cnt)]).astype(np.int64)
+        dep_ids = np.fromiter((d for op in ops for d in op.deps), dtype=np.int64, count=int(dep_cnt.sum()))
     order = np.argsort(dep_ids, kind="stable")
     dep_op_all = np.repeat(np.arange(n_ops, dtype=np.int64), dep_cnt)
     succ_ids = dep_op_all[order]

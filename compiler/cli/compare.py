@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_model_args(p)
     p.add_argument(
         "--mcf", action="store_true", help="also solve the max-concurrent-flow LP bound (small topologies)"
+    )
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes, one size each (default: the CPU count, at most one per size; 1: this "
+        "process only). The rows are the same whatever N; they print in table order as they complete",
     )
     _add_output_args(p)
     p.set_defaults(func=_run)
@@ -276,6 +286,7 @@ def _rows(
                     skew=args.skew,
                     mcf=args.mcf,
                     bw=args.bw,
+                    jobs=_jobs(args.jobs, len(sizes)),
                 ),
                 rows,
                 bar,
@@ -292,6 +303,19 @@ def _rows(
         if bar is not None:
             bar.close()
     return rows
+
+
+def _jobs(asked: int | None, n_sizes: int) -> int:
+    """``--jobs``: what was asked (checked), or the CPUs this process may use, at most one per size."""
+    if asked is not None:
+        if asked < 1:
+            raise InputError("", "--jobs", asked, "an integer >= 1 (1: no worker processes)")
+        return asked
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, n_sizes))
 
 
 def _write_outputs(

@@ -12,7 +12,8 @@ signatures.
 - ``xmlinterp``: MSCCL XML lowering and the strict check of a2acc's own XML;
 - ``mscclpp``: the check of a2acc's own MSCCL++ execution plans (load checks, execution, races);
 - ``mscclpp_lower``: the MSCCL++ lowering, writing the reference's exact JSON text;
-- ``maxmin``: the simulator's max-min fair sharing (progressive filling).
+- ``maxmin``: the simulator's max-min fair sharing (progressive filling);
+- ``fastsim``: the fast simulator's event loop (without incast), with the same max-min core.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-NAMES = ("maxmin", "stageplan", "verify", "xmlinterp", "mscclpp", "mscclpp_lower")
+NAMES = ("maxmin", "fastsim", "stageplan", "verify", "xmlinterp", "mscclpp", "mscclpp_lower")
 
 
 def load(name: str) -> ModuleType | None:
@@ -38,6 +39,7 @@ def built() -> dict[str, bool]:
 
 
 if TYPE_CHECKING:
+    from a2acc import _fastsim as fastsim
     from a2acc import _maxmin as maxmin
     from a2acc import _mscclpp as mscclpp
     from a2acc import _mscclpp_lower as mscclpp_lower
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from a2acc import _xmlinterp as xmlinterp
 else:
     maxmin = load("maxmin")
+    fastsim = load("fastsim")
     stageplan = load("stageplan")
     verify = load("verify")
     xmlinterp = load("xmlinterp")

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "maxmin_core.h"
+
 typedef int64_t i64;
 
 static PyObject *py_max_min(PyObject *self, PyObject *args) {
@@ -44,75 +46,15 @@ static PyObject *py_max_min(PyObject *self, PyObject *args) {
         goto done;
     }
     {
-        Py_ssize_t nl = ncap + 1, pad = ncap;
-        const double *cap = bc.buf, *w0 = have_w ? bw.buf : NULL;
-        double *rate = calloc((size_t)(nf ? nf : 1), sizeof(double));
-        double *rem = malloc(sizeof(double) * (size_t)nl), *cnt = malloc(sizeof(double) * (size_t)nl);
-        double *share = malloc(sizeof(double) * (size_t)nl), *fmin = malloc(sizeof(double) * (size_t)(nf ? nf : 1));
-        i64 *notmin = malloc(sizeof(i64) * (size_t)nl);
-        Py_ssize_t *idx = malloc(sizeof(Py_ssize_t) * (size_t)(nf ? nf : 1));
-        unsigned char *fix = malloc((size_t)(nf ? nf : 1));
-        if (!rate || !rem || !cnt || !share || !fmin || !notmin || !idx || !fix) {
+        double *rate = malloc(sizeof(double) * (size_t)(nf ? nf : 1));
+        int st = rate ? maxmin_core(rows0, nf, k, bc.buf, ncap, have_w ? bw.buf : NULL, rate) : -1;
+        if (st == -1)
             PyErr_NoMemory();
-        } else {
-            for (Py_ssize_t l = 0; l < ncap; l++) rem[l] = cap[l];
-            rem[pad] = INFINITY;
-            Py_ssize_t live = nf;
-            for (Py_ssize_t i = 0; i < nf; i++) idx[i] = i;
-            int bad = 0;
-            while (live > 0) {
-                for (Py_ssize_t l = 0; l < nl; l++) { cnt[l] = 0.0; notmin[l] = 0; }
-                for (Py_ssize_t a = 0; a < live; a++) {
-                    Py_ssize_t f = idx[a];
-                    double wf = w0 ? w0[f] : 1.0;
-                    for (Py_ssize_t j = 0; j < k; j++) cnt[rows0[f * k + j]] += wf;
-                }
-                cnt[pad] = 0.0;
-                for (Py_ssize_t l = 0; l < nl; l++)
-                    share[l] = cnt[l] == 0.0 ? INFINITY : rem[l] / (cnt[l] > 1.0 ? cnt[l] : 1.0);
-                for (Py_ssize_t a = 0; a < live; a++) {
-                    const i64 *r = rows0 + idx[a] * k;
-                    double mn = share[r[0]];
-                    for (Py_ssize_t j = 1; j < k; j++) mn = share[r[j]] < mn ? share[r[j]] : mn;
-                    if (!isfinite(mn)) bad = 1;
-                    fmin[a] = mn;
-                    double lim = mn * (1 + 1e-12);
-                    for (Py_ssize_t j = 0; j < k; j++)
-                        if (!(share[r[j]] <= lim)) notmin[r[j]]++;
-                }
-                if (bad) break;
-                for (Py_ssize_t a = 0; a < live; a++) {
-                    const i64 *r = rows0 + idx[a] * k;
-                    fix[a] = 0;
-                    for (Py_ssize_t j = 0; j < k && !fix[a]; j++)
-                        fix[a] = notmin[r[j]] == 0 && cnt[r[j]] > 0.0;
-                }
-                for (Py_ssize_t a = 0; a < live; a++)
-                    if (fix[a]) rate[idx[a]] = fmin[a];
-                /* rem -= bincount(rows[fix], weights=repeat(r * w, k)): accumulate in flow order first */
-                for (Py_ssize_t l = 0; l < nl; l++) cnt[l] = 0.0;
-                for (Py_ssize_t a = 0; a < live; a++) {
-                    if (!fix[a]) continue;
-                    Py_ssize_t f = idx[a];
-                    double used = w0 ? fmin[a] * w0[f] : fmin[a];
-                    for (Py_ssize_t j = 0; j < k; j++) cnt[rows0[f * k + j]] += used;
-                }
-                for (Py_ssize_t l = 0; l < nl; l++) {
-                    rem[l] -= cnt[l];
-                    if (rem[l] < 0.0) rem[l] = 0.0;
-                }
-                Py_ssize_t keep = 0;
-                for (Py_ssize_t a = 0; a < live; a++)
-                    if (!fix[a]) idx[keep++] = idx[a];
-                if (keep == live) { bad = 1; break; }
-                live = keep;
-            }
-            if (bad)
-                PyErr_SetString(PyExc_ArithmeticError, "max_min: a flow without a binding link");
-            else
-                res = PyBytes_FromStringAndSize((const char *)rate, (Py_ssize_t)(nf * (Py_ssize_t)sizeof(double)));
-        }
-        free(rate); free(rem); free(cnt); free(share); free(fmin); free(notmin); free(idx); free(fix);
+        else if (st == -2)
+            PyErr_SetString(PyExc_ArithmeticError, "max_min: a flow without a binding link");
+        else
+            res = PyBytes_FromStringAndSize((const char *)rate, (Py_ssize_t)(nf * (Py_ssize_t)sizeof(double)));
+        free(rate);
     }
 done:
     PyBuffer_Release(&br);

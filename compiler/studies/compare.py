@@ -169,52 +169,107 @@ def compare_rows(
     skew: float = 0.8,
     mcf: bool = False,
     bw: str = "fast",
+    jobs: int = 1,
 ) -> Iterator[Row]:
-    """Rows in table order (algorithm blocks, sizes ascending), each yielded as soon as it is computed."""
+    """Rows in table order (algorithm blocks, sizes ascending), each yielded as soon as it is computed.
+
+    ``jobs`` > 1 computes the sizes in that many worker processes (one size per task, every algorithm of it in
+    table order, so ``auto`` reuses what the size's other rows planned, as in one process). Every row is a pure
+    function of its request, so the rows are the same; only the order they are computed in changes, and a row
+    is yielded once it and every row before it in table order are done."""
     if bw not in BW_DEFINITIONS:
         raise InputError("", "--bw", bw, f"one of {', '.join(BW_DEFINITIONS)}")
-    matrices: dict[int, npt.NDArray[np.int64]] = {}
-    bounds: dict[int, tuple[float, str]] = {}
+    if jobs < 1:
+        raise InputError("", "--jobs", jobs, "an integer >= 1")
+    args = (topo, traffic, tuple(algorithms), model, seed, skew, mcf, bw)
+    if jobs == 1 or len(sizes) < 2:
+        at: dict[int, tuple[npt.NDArray[np.int64], tuple[float, str]]] = {}
+        for alg in algorithms:
+            for size in sizes:
+                if size not in at:
+                    at[size] = _matrix_and_bound(traffic, topo, size, seed, skew, mcf)
+                yield _row(topo, *at[size], size, alg, model, bw)
+        return
+    from a2acc.flows.parallel import executor
+
+    with executor(min(jobs, len(sizes))) as ex:
+        if ex is None:  # pragma: no cover - more than one worker asked for
+            raise InputError("", "--jobs", jobs, "an integer >= 1")
+        futures = {size: ex.submit(size_rows, size, *args) for size in sizes}
+        for a, _alg in enumerate(algorithms):
+            for size in sizes:
+                yield futures[size].result()[a]
+
+
+def size_rows(
+    size: int,
+    topo: Topology,
+    traffic: str | npt.NDArray[np.int64],
+    algorithms: tuple[str, ...],
+    model: SimModel | None,
+    seed: int,
+    skew: float,
+    mcf: bool,
+    bw: str,
+) -> list[Row]:
+    """Every algorithm's row at one size, in table order (a worker process's task)."""
+    m, bound = _matrix_and_bound(traffic, topo, size, seed, skew, mcf)
+    return [_row(topo, m, bound, size, alg, model, bw) for alg in algorithms]
+
+
+def _row(
+    topo: Topology,
+    m: npt.NDArray[np.int64],
+    bound: tuple[float, str],
+    size: int,
+    alg: str,
+    model: SimModel | None,
+    bw: str,
+) -> Row:
+    """Plan ``alg`` for ``m`` (verified, or it raises: a wrong plan is a bug; cost-aware planners price their
+    choices under the model), simulate it, set it against the bound (seconds, the binding term)."""
+    bound_s, bound_term = bound
     n = topo.nranks
-    for alg in algorithms:
-        for size in sizes:
-            if size not in matrices:
-                matrices[size] = matrix_for(traffic, topo, size, seed, skew)
-                rep = lower_bounds(matrices[size], topo, mcf=mcf)
-                bounds[size] = (rep.seconds, rep.best.name)
-            m = matrices[size]
-            # verified, or it raises (a wrong plan is a bug); cost-aware planners price choices under the model
-            res = compile(Request(topo, m, alg, model=model))
-            prog = res.program
-            rep_v = res.verify
-            payload = int(m.sum())
-            sim = simulate_fast(prog, topo, model=model, payload_bytes=payload)
-            t = sim.time_s
-            algbw_fast = payload / n / t / 1e9 if t > 0 else float("inf")
-            busiest = float(max(m.sum(axis=1).max(), m.sum(axis=0).max()))
-            algbw_v = busiest / t / 1e9 if t > 0 else float("inf")
-            algbw = algbw_fast if bw == "fast" else algbw_v
-            yield Row(
-                algorithm=alg,
-                size=size,
-                count=size // 4 // n,
-                time_s=t,
-                algbw_GBps=algbw,
-                busbw_GBps=algbw * (n - 1) / n,
-                algbw_fast_GBps=algbw_fast,
-                algbw_alltoallv_GBps=algbw_v,
-                bound_s=bounds[size][0],
-                bound_term=bounds[size][1],
-                schedule_s=res.timings.get("plan", 0.0),
-                stages=_int_meta(prog.meta.get("stages")),
-                ops=len(prog.ops),
-                chunks=int(prog.counts.sum()),
-                nwrong=len(rep_v.errors) if rep_v is not None else 0,
-                padding_bytes=prog.padding_bytes,
-                timeout_probability=sim.timeout_probability,
-                bw=bw,
-                pick=_auto_pick(prog.meta.get("auto")),
-            )
+    res = compile(Request(topo, m, alg, model=model))
+    prog = res.program
+    rep_v = res.verify
+    payload = int(m.sum())
+    sim = simulate_fast(prog, topo, model=model, payload_bytes=payload)
+    t = sim.time_s
+    algbw_fast = payload / n / t / 1e9 if t > 0 else float("inf")
+    busiest = float(max(m.sum(axis=1).max(), m.sum(axis=0).max()))
+    algbw_v = busiest / t / 1e9 if t > 0 else float("inf")
+    algbw = algbw_fast if bw == "fast" else algbw_v
+    return Row(
+        algorithm=alg,
+        size=size,
+        count=size // 4 // n,
+        time_s=t,
+        algbw_GBps=algbw,
+        busbw_GBps=algbw * (n - 1) / n,
+        algbw_fast_GBps=algbw_fast,
+        algbw_alltoallv_GBps=algbw_v,
+        bound_s=bound_s,
+        bound_term=bound_term,
+        schedule_s=res.timings.get("plan", 0.0),
+        stages=_int_meta(prog.meta.get("stages")),
+        ops=len(prog.ops),
+        chunks=int(prog.counts.sum()),
+        nwrong=len(rep_v.errors) if rep_v is not None else 0,
+        padding_bytes=prog.padding_bytes,
+        timeout_probability=sim.timeout_probability,
+        bw=bw,
+        pick=_auto_pick(prog.meta.get("auto")),
+    )
+
+
+def _matrix_and_bound(
+    traffic: str | npt.NDArray[np.int64], topo: Topology, size: int, seed: int, skew: float, mcf: bool
+) -> tuple[npt.NDArray[np.int64], tuple[float, str]]:
+    """The matrix at ``size`` and its lower bound (seconds, the binding term)."""
+    m = matrix_for(traffic, topo, size, seed, skew)
+    rep = lower_bounds(m, topo, mcf=mcf)
+    return m, (rep.seconds, rep.best.name)
 
 
 def run_compare(

@@ -253,3 +253,97 @@ def test_compiled_max_min_gives_the_reference_floats(nl, nf, k, seed, weighted, 
     bind[:, 0] = rng.integers(0, nl, nf)  # every flow crosses a link
     w = rng.integers(1, 5, nf).astype(np.float64) if weighted else None
     assert np.array_equal(max_min(bind, cap, w), max_min_py(bind, cap, w))
+
+
+# ------------------------------------------------------------------ the compiled event loop (a2acc._fastsim)
+def _both_loops(prog: Program, topo, model: SimModel, tolerance: float) -> None:
+    """The compiled loop and the Python loop give the same floats: every op's start and end, the time."""
+    from a2acc.analysis.fastsim import simulate_setup
+    from a2acc.native import fastsim
+
+    if fastsim is None:
+        pytest.skip("a2acc._fastsim was not built (no C compiler)")
+    st_ = prepare(prog, topo, model)
+    py = simulate_setup(st_, tolerance=tolerance, native=False)
+    c = simulate_setup(st_, tolerance=tolerance, native=True)
+    assert np.array_equal(py.op_start, c.op_start, equal_nan=True)
+    assert np.array_equal(py.op_end, c.op_end, equal_nan=True)
+    assert py.time_s == c.time_s
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prog=st.one_of(random_programs(), grouped_programs()),
+    alpha=st.sampled_from([0.0, 10.0]),
+    stage=st.sampled_from([0.0, 100.0]),
+    tolerance=st.sampled_from([0.0, 3e-3, 3e-2]),
+)
+def test_compiled_event_loop_gives_the_reference_floats(prog, alpha, stage, tolerance):
+    gpus = 2 if prog.nranks % 2 == 0 else 1
+    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    _both_loops(prog, topo, _model(alpha, stage, 1 * MiB, 0.95, False, 1 * MiB), tolerance)
+
+
+@pytest.mark.parametrize(
+    ("preset", "servers", "kind", "algorithm"),
+    [
+        ("dgx-h100", 4, "zipf", "fast"),  # route groups, large fluid components (grouped max-min rows)
+        ("dgx-h100", 4, "moe", "direct"),  # fan-out: one fluid component of every pair
+        ("dgx-h100", 2, "zipf", "hierarchical"),
+        ("mi300x", 2, "balanced", "spreadout"),  # xGMI mesh: solo shifts
+        ("dgx-a100", 2, "zipf", "fast"),
+    ],
+)
+@pytest.mark.parametrize("tolerance", [0.0, 3e-3, 3e-2])
+def test_compiled_event_loop_gives_the_reference_floats_on_planned_programs(
+    preset, servers, kind, algorithm, tolerance
+):
+    topo = load_topology(preset, servers)
+    prog = plan(topo, generate(kind, topo.nranks, 64 * MiB, 1), algorithm)
+    from a2acc.analysis.model import default_model
+
+    _both_loops(prog, topo, default_model(topo), tolerance)
+
+
+def test_compiled_event_loop_refuses_incast():
+    """Incast steps the capacities with the active set: only the Python loop models it, and forcing the
+    compiled loop there is an error, not a silently different model."""
+    from a2acc.analysis.fastsim import simulate_setup
+    from a2acc.errors import InternalError
+
+    topo = load_topology("mi300x-100g", 2)
+    prog = plan(topo, generate("zipf", topo.nranks, 4 * MiB, 1), "direct")
+    with pytest.raises(InternalError, match="incast"):
+        simulate_setup(prepare(prog, topo, CALIBRATED_ROCE), native=True)
+
+
+@pytest.mark.parametrize(
+    ("preset", "servers", "kind", "algorithm"),
+    [("dgx-h100", 4, "zipf", "fast"), ("dgx-h100", 2, "zipf", "syccl"), ("mi300x", 2, "moe", "hierarchical")],
+)  # fast: FAST's staged sequence (route groups after the stages before)
+def test_compiled_dependency_searches_give_the_reference_classes(
+    monkeypatch, preset, servers, kind, algorithm
+):
+    """The op classes (exclusive links, route groups) come out the same with the compiled searches
+    (``a2acc._fastsim.clear_unreached``) and with the Python ones."""
+    from a2acc.analysis import fastsim as fs
+    from a2acc.analysis.model import default_model
+
+    if fs._native_fastsim is None:
+        pytest.skip("a2acc._fastsim was not built (no C compiler)")
+    topo = load_topology(preset, servers)
+    opts = {"shape": "staged"} if algorithm == "fast" else {}
+    prog = plan(topo, generate(kind, topo.nranks, 64 * MiB, 2), algorithm, **opts)
+
+    def classes():
+        st_ = prepare(prog, topo, default_model(topo))
+        excl = fs.exclusive_links(st_)
+        solo = np.asarray(excl[st_.bind].all(axis=1) | (st_.size <= 0), dtype=bool)
+        return excl, fs.route_groups(st_, solo)
+
+    c_excl, c_groups = classes()
+    monkeypatch.setattr(fs, "_native_fastsim", None)
+    py_excl, py_groups = classes()
+    assert np.array_equal(c_excl, py_excl)
+    assert np.array_equal(c_groups, py_groups)
+    assert (c_groups >= 0).any() or algorithm != "fast"  # the searches had work to do

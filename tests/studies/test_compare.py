@@ -241,3 +241,25 @@ def test_a_partial_model_file_takes_its_transports_defaults(tmp_path):
     p.write_text("version: 1\ntransport: ib\n", encoding="utf-8")
     ib = load_model(p)
     assert ib.stage_s == pytest.approx(CALIBRATED_ROCE.stage_s) and not ib.incast.enabled
+
+
+def test_worker_processes_give_the_rows_of_one_process(tmp_path, capsys):
+    """``--jobs 2`` computes the sizes in two worker processes: the same rows (every figure but the planners'
+    own timings), in the same table order, as ``--jobs 1``."""
+    rows = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"j{jobs}.json"
+        argv = ["compare", "-t", "dgx-h100", "-n", "2", "--traffic", "zipf", "--sizes", "1M,16M,64M"]
+        assert main([*argv, "-a", "fast,direct,auto", "--jobs", jobs, "-J", str(out)]) == 0
+        capsys.readouterr()
+        rows[jobs] = [
+            {k: v for k, v in r.items() if k not in ("schedule_s", "sched")}
+            for r in json.loads(out.read_text())["rows"]
+        ]
+    assert rows["1"] == rows["2"] and len(rows["1"]) == 9
+    assert [r["algorithm"] for r in rows["2"]] == ["fast"] * 3 + ["direct"] * 3 + ["auto"] * 3
+
+
+def test_jobs_below_one_is_refused(capsys):
+    assert main([*ARGS, "--jobs", "0"]) == 2
+    assert "--jobs" in capsys.readouterr().err
