@@ -243,3 +243,20 @@ def test_fast_is_never_behind_its_staged_sequence_under_the_ideal_model(seed):
     chosen = simulate_fast(plan(topo, m, "fast", model=ideal), topo, model=ideal).time_s
     staged = simulate_fast(plan(topo, m, "fast", model=ideal, shape="staged"), topo, model=ideal).time_s
     assert chosen <= staged * (1 + 1e-9)
+
+
+def test_the_search_lets_the_model_decide_intra_server_balancing():
+    """``balance=auto`` decides per tile by a closed form that knows no message costs or incast; the search
+    times the winning shape with the other balancing choice too. On the RoCE preset, MoE 16 MiB/GPU, not
+    balancing is faster and is chosen; the pick is never slower than the balanced shape it came from."""
+    topo = load_topology("mi300x-100g", 4)
+    m = generate("moe", topo.nranks, 16 << 20, 1)
+    prog = plan(topo, m, "fast")
+    cands = prog.meta["candidates_us"]
+    twins = [k for k in cands if "+balance=" in k]
+    assert len(twins) == 1
+    base = twins[0].split("+")[0]
+    assert prog.meta["shape"] == twins[0] and cands[twins[0]] < cands[base]
+    assert prog.meta["balanced_tiles"] == 0  # the twin balances nothing
+    fixed = plan(topo, m, "fast", balance="always")  # a fixed choice is the user's: no twin
+    assert not any("+balance=" in k for k in fixed.meta["candidates_us"])
