@@ -22,7 +22,7 @@ shape past it when FAST's sequence keeps within it; the shapes left out are name
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -129,13 +129,18 @@ def _balance_twin(
     mi300x-100g 4x8, MoE 16 MiB/GPU, the four-group shape 1704 us balanced, 1552 us not)."""
     if label == "direct" or opts.balance != "auto" or len(prog.table) > budget:
         return None
-    flip = "never" if int(prog.meta.get("balanced_tiles", 0) or 0) > 0 else "always"
+    flip: Literal["always", "never"] = "never" if _balanced_tiles(prog) > 0 else "always"
     g = int(label.split(":")[1]) if ":" in label else None
     twin = emit.build(req, replace(opts, balance=flip), native=native, groups=g)
-    if flip == "always" and int(twin.meta.get("balanced_tiles", 0) or 0) == 0:
+    if flip == "always" and _balanced_tiles(twin) == 0:
         return None  # nothing to balance: the same plan
     name = f"{label}+balance={flip}"
     return name, replace(twin, meta={**twin.meta, "shape": name})
+
+
+def _balanced_tiles(prog: Program) -> int:
+    v = prog.meta.get("balanced_tiles", 0)
+    return int(v) if isinstance(v, (int, float)) else 0
 
 
 def _with_skipped(prog: Program, over: dict[str, str]) -> Program:
