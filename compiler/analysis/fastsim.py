@@ -556,23 +556,19 @@ def simulate_setup(
     """Run a prepared :class:`~a2acc.analysis.simulate.Setup` (calibration re-uses one per Program): classify
     the ops (solo, route groups, fluid; module docstring 1-3), run the events, report.
 
-    The events run in the compiled core ``a2acc._fastsim`` when it was built and the model has no incast (the
-    same floats as the Python loop below, which stays the reference and runs otherwise); ``native`` True or
-    False forces one (True without the core, or with incast on, is an error)."""
+    The events run in the compiled core ``a2acc._fastsim`` when it was built (the same floats and overload
+    episodes as the Python loop below, which stays the reference and runs otherwise); ``native`` True or False
+    forces one (True without the core is an error)."""
     mdl = st.model
     n_ops = st.n_ops
     excl = st.derived("exclusive", lambda: exclusive_links(st))
     solo = np.asarray(excl[st.bind].all(axis=1) | (st.size <= 0), dtype=bool)
     grp = st.derived("groups", lambda: route_groups(st, solo))
     route_rate = np.append(st.cap, np.inf)[st.bind].min(axis=1)
-    compiled = _native_fastsim is not None and not mdl.incast.enabled
-    if native and not compiled:
-        raise InternalError(
-            "the compiled event loop is not built, or the model has incast (Python loop only)"
-        )
-    if compiled and native is not False and n_ops:
-        start, end_arr = _run_native(st, solo, grp, route_rate, tolerance)
-        episodes = Episodes(mdl.incast)
+    if native and _native_fastsim is None:
+        raise InternalError("the compiled event loop is not built")
+    if _native_fastsim is not None and native is not False and n_ops:
+        start, end_arr, episodes = _run_native(st, solo, grp, route_rate, tolerance)
     else:
         dag = _Dag(st, solo, grp, route_rate)
         group_event = _route_group_queues(dag, route_rate)
@@ -609,17 +605,32 @@ def _run_native(
     grp: npt.NDArray[np.int64],
     route_rate: npt.NDArray[np.float64],
     tolerance: float,
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """The op start and end times from the compiled event loop (no incast: the retirement window is
-    :data:`_RETIRE_WINDOW` tolerances, as :class:`_Fluid` takes it)."""
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], Episodes]:
+    """The op start and end times from the compiled event loop, and the overload episodes it logged (replayed
+    through :meth:`Episodes.update` as the Python loop calls it). The retirement window is the one
+    :class:`_Fluid` takes: :data:`_RETIRE_WINDOW` tolerances without incast, one with."""
     if _native_fastsim is None:  # pragma: no cover - the caller checked
         raise InternalError("the compiled event loop is not built")
 
     def c(a: npt.NDArray[Any], dtype: type) -> npt.NDArray[Any]:
         return np.ascontiguousarray(a, dtype=dtype)
 
+    inc = st.model.incast
+    incast = None
+    if inc.enabled:
+        incast = (
+            c(st.rx, np.int64),
+            c(st.src, np.int64),
+            c(st.rx_switch, np.int64),
+            int(st.nranks),
+            float(inc.buffer_bytes),
+            float(inc.window_bytes),
+            float(inc.dt_alpha),
+            float(inc.retransmit),
+            float(inc.fanin_loss),
+        )
     try:
-        raw_start, raw_end = _native_fastsim.run(
+        raw = _native_fastsim.run(
             c(st.bind, np.int64),
             st.bind.shape[1],
             c(st.cap, np.float64),
@@ -633,11 +644,20 @@ def _run_native(
             None if st.succ_delay is None else c(st.succ_delay, np.float64),
             c(np.diff(st.dep_ptr), np.int64),
             float(tolerance),
-            float(tolerance) * _RETIRE_WINDOW,
+            float(tolerance) * (1.0 if inc.enabled else _RETIRE_WINDOW),
+            incast,
         )
     except ArithmeticError as e:  # pragma: no cover - a verified DAG makes progress
         raise InternalError(str(e)) from e
-    return np.frombuffer(raw_start, dtype=np.float64).copy(), np.frombuffer(raw_end, dtype=np.float64).copy()
+    start, end, ep_now, ep_ptr, ep_link, ep_k = (
+        np.frombuffer(b, dtype=np.float64 if i < 3 else np.int64) for i, b in enumerate(raw)
+    )
+    episodes = Episodes(inc)
+    if len(ep_now):
+        ptr = ep_ptr.tolist()
+        for i, now in enumerate(ep_now.tolist()):
+            episodes.update(now, ep_link[ptr[i] : ptr[i + 1]], ep_k[ptr[i] : ptr[i + 1]])
+    return start.copy(), end.copy(), episodes
 
 
 def _event_loop(

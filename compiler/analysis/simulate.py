@@ -23,6 +23,7 @@ unless ``payload_bytes`` is given.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -624,7 +625,11 @@ def incast_capacity(
     if not over.any():
         return cap, none, none
     out = cap.copy()
-    waste = inc.retransmit * np.maximum(k[over] - 1, 1).astype(np.float64) ** inc.fanin_loss
+    # the libm power per port (math.pow), not numpy's vectorised one, whose last bit may differ by CPU: the
+    # compiled event loop computes the same floats
+    waste = inc.retransmit * np.array(
+        [math.pow(float(max(x - 1, 1)), inc.fanin_loss) for x in k[over].tolist()], dtype=np.float64
+    )
     eta = 1.0 / (1.0 + waste * (1.0 - q[over] / inflight[over]))
     out[ulinks[over]] *= eta
     return out, ulinks[over].astype(np.int64), k[over].astype(np.int64)

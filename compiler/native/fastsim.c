@@ -5,11 +5,16 @@
  * routes, the op classes: solo, route group, fluid) and reports; only the events run here.
  *
  * run(bind, k, cap, size, lat, solo, grp, route_rate, succ_ptr, succ_ids, delay, missing, tolerance,
- *     retire_window) -> (start, end): float64 bytes, one per op.
+ *     retire_window, incast) -> (start, end, ep_now, ep_ptr, ep_link, ep_k): float64 / int64 bytes.
  *   bind: int64 [n * k] binding links padded with len(cap); cap: float64 [nl]; size, lat, route_rate: float64 [n];
  *   solo: uint8 [n]; grp: int64 [n] (-1: fluid); succ_ptr: int64 [n + 1]; succ_ids: int64 [m]; delay: float64 [m]
  *   or None; missing: int64 [n] (dependencies per op).
- * Incast (capacities that step with the active set) is not handled here: the caller runs the reference then.
+ *   incast: None, or (rx int64 [n], src int64 [n], rx_switch int64 [nl], nranks, buffer_bytes, window_bytes,
+ *   dt_alpha, retransmit, fanin_loss): the capacities step with the active set as
+ *   a2acc.analysis.simulate.incast_capacity computes them, and the calls the reference makes to
+ *   Episodes.update come back as a log (ep_now per call, the overloaded links and fan-ins of call i in
+ *   ep_link / ep_k [ep_ptr[i]:ep_ptr[i + 1]]) for the caller to replay; calls that cannot change the episodes
+ *   (nothing overloaded now or at the call before) are left out.
  *
  * clear_unreached(dep_ptr, dep_ids, a, b, link, ok, budget): for every pair i where op b[i] does not depend
  *   (transitively) on op a[i], ok[link[i]] = 0 (ok: uint8 per link, written in place). The search is
@@ -192,6 +197,21 @@ typedef struct {
     Py_ssize_t hcap;
     double *crate, *cw, *load, *level, *tmp1, *tmp2;
     i64 *lon;
+    /* incast (reference: simulate.incast_capacity, Episodes) */
+    int incast;
+    const i64 *rx, *src, *rx_switch;
+    i64 nranks;
+    double buffer_bytes, window_bytes, dt_alpha, retransmit, fanin_loss;
+    double *cur, *prev;      /* capacities now (pad: inf) and at the last evaluation */
+    i64 *ikey, *iidx;        /* scratch: the on-flows' (link, sender) keys, sorted */
+    double *pbytes, *pin;    /* per pair: bytes; per link: in flight */
+    i64 *plink, *pk, *ncong; /* per link: id, senders; per switch: congested ports */
+    Py_ssize_t nsw;
+    /* the Episodes.update log */
+    double *ep_now;
+    i64 *ep_ptr, *ep_link, *ep_k;
+    Py_ssize_t ep_n, ep_cap, ep_m, ep_mcap;
+    int ep_open;
 } sim_t;
 
 static int finish(sim_t *s, i64 op, double t_end, double t_now) {
@@ -386,8 +406,8 @@ static int rates(sim_t *s, Py_ssize_t nc) {
     if (alone) {
         for (Py_ssize_t c = 0; c < nc; c++) {
             const i64 *r = s->crow + c * k;
-            double m = s->ext0[r[0]];
-            for (Py_ssize_t j = 1; j < k; j++) m = s->ext0[r[j]] < m ? s->ext0[r[j]] : m;
+            double m = s->cur[r[0]];
+            for (Py_ssize_t j = 1; j < k; j++) m = s->cur[r[j]] < m ? s->cur[r[j]] : m;
             s->crate[c] = m;
         }
         return 0;
@@ -424,13 +444,13 @@ static int rates(sim_t *s, Py_ssize_t nc) {
             /* order[u] is a representative flow; its distinct id is lon[order[u]] */
             for (Py_ssize_t u = 0; u < nu; u++) rank[s->lon[s->order[u]]] = u;
             for (Py_ssize_t c = 0; c < nc; c++) s->cw[rank[s->lon[c]]] += 1.0;
-            int st = maxmin_core(s->grow, nu, k, s->cap, s->nl, s->cw, s->tmp1);
+            int st = maxmin_core(s->grow, nu, k, s->cur, s->nl, s->cw, s->tmp1);
             if (st) return st;
             for (Py_ssize_t c = 0; c < nc; c++) s->crate[c] = s->tmp1[rank[s->lon[c]]];
             return 0;
         }
     }
-    return maxmin_core(s->crow, nc, k, s->cap, s->nl, NULL, s->crate);
+    return maxmin_core(s->crow, nc, k, s->cur, s->nl, NULL, s->crate);
 }
 
 /* reference: _Fluid.solve and _bottlenecks */
@@ -506,7 +526,7 @@ static int solve(sim_t *s, double now) {
     for (Py_ssize_t c = 0; c < nc; c++)
         for (Py_ssize_t j = 0; j < k; j++) {
             i64 l = s->crow[c * k + j];
-            if (l != nl) s->sat[l] = s->load[l] >= s->ext0[l] * (1.0 - SAT_RTOL);
+            if (l != nl) s->sat[l] = s->load[l] >= s->cur[l] * (1.0 - SAT_RTOL);
         }
     for (Py_ssize_t c = 0; c < nc; c++)
         for (Py_ssize_t j = 0; j < k; j++) {
@@ -545,6 +565,122 @@ static void next_retirement(sim_t *s) {
     s->window = top;
 }
 
+static int cmp_i64(const void *pa, const void *pb) {
+    i64 a = *(const i64 *)pa, b = *(const i64 *)pb;
+    return a < b ? -1 : (a > b);
+}
+
+static int ep_log(sim_t *s, double now, Py_ssize_t nover) {
+    /* append one Episodes.update call (its links and fan-ins are in plink / pk where the flag tmp1 is set) */
+    if (s->ep_n + 1 >= s->ep_cap) {
+        Py_ssize_t nc = s->ep_cap ? 2 * s->ep_cap : 256;
+        double *a = realloc(s->ep_now, sizeof(double) * (size_t)nc);
+        if (!a) return -1;
+        s->ep_now = a;
+        i64 *b = realloc(s->ep_ptr, sizeof(i64) * (size_t)(nc + 1));
+        if (!b) return -1;
+        s->ep_ptr = b;
+        s->ep_cap = nc;
+    }
+    if (s->ep_m + nover > s->ep_mcap) {
+        Py_ssize_t nc = s->ep_mcap ? 2 * s->ep_mcap : 256;
+        while (nc < s->ep_m + nover) nc *= 2;
+        i64 *a = realloc(s->ep_link, sizeof(i64) * (size_t)nc), *b;
+        if (!a) return -1;
+        s->ep_link = a;
+        b = realloc(s->ep_k, sizeof(i64) * (size_t)nc);
+        if (!b) return -1;
+        s->ep_k = b;
+        s->ep_mcap = nc;
+    }
+    s->ep_now[s->ep_n] = now;
+    s->ep_ptr[s->ep_n + 1] = s->ep_ptr[s->ep_n] + nover;
+    s->ep_n++;
+    return 0;
+}
+
+/* reference: simulate.incast_capacity over the fluid flows, then Episodes.update and the changed links. Writes
+ * the capacities into cur, seeds the links whose capacity changed since the last evaluation. */
+static int incast_step(sim_t *s, double now, int *seeded) {
+    Py_ssize_t nf = s->nf, nl = s->nl, non = 0, nover = 0;
+    for (Py_ssize_t l = 0; l < nl; l++) s->cur[l] = s->cap[l];
+    for (Py_ssize_t f = 0; f < nf; f++) {
+        i64 op = s->ids[f];
+        if (s->rx[op] >= 0) {
+            s->ikey[non] = (s->rx[op] * s->nranks + s->src[op]) * (i64)(s->n + 1) + f; /* key, then flow order */
+            non++;
+        }
+    }
+    if (non >= 2) {
+        qsort(s->ikey, (size_t)non, sizeof(i64), cmp_i64);
+        /* pairs (link, sender) in key order, bytes summed in flow order; then per link in pair order */
+        Py_ssize_t npair = 0, nlink = 0;
+        i64 last = -1;
+        for (Py_ssize_t a = 0; a < non; a++) {
+            i64 key = s->ikey[a] / (i64)(s->n + 1), f = s->ikey[a] % (i64)(s->n + 1);
+            if (a == 0 || key != last) {
+                s->iidx[npair] = key;
+                s->pbytes[npair++] = 0.0;
+                last = key;
+            }
+            s->pbytes[npair - 1] += s->size[s->ids[f]];
+        }
+        for (Py_ssize_t p = 0; p < npair; p++) {
+            i64 link = s->iidx[p] / s->nranks;
+            if (nlink == 0 || s->plink[nlink - 1] != link) {
+                s->plink[nlink] = link;
+                s->pk[nlink] = 0;
+                s->pin[nlink++] = 0.0;
+            }
+            s->pk[nlink - 1] += 1;
+            double b = s->pbytes[p] < s->window_bytes ? s->pbytes[p] : s->window_bytes;
+            s->pin[nlink - 1] += b;
+        }
+        int any = 0;
+        for (Py_ssize_t j = 0; j < nlink; j++) any |= s->pk[j] >= 2;
+        if (any) {
+            for (Py_ssize_t w = 0; w < s->nsw; w++) s->ncong[w] = 0;
+            for (Py_ssize_t j = 0; j < nlink; j++)
+                if (s->pk[j] >= 2) s->ncong[s->rx_switch[s->plink[j]]] += 1;
+            double top = s->buffer_bytes * s->dt_alpha;
+            for (Py_ssize_t j = 0; j < nlink; j++) {
+                s->tmp1[j] = 0.0;
+                if (s->pk[j] < 2) continue;
+                i64 nc = s->ncong[s->rx_switch[s->plink[j]]];
+                double q = top / (1.0 + s->dt_alpha * (double)(nc > 1 ? nc : 1));
+                if (!(s->pin[j] > q)) continue;
+                double waste = s->retransmit * pow((double)(s->pk[j] - 1 > 1 ? s->pk[j] - 1 : 1), s->fanin_loss);
+                double eta = 1.0 / (1.0 + waste * (1.0 - q / s->pin[j]));
+                s->cur[s->plink[j]] = s->cap[s->plink[j]] * eta;
+                s->tmp1[j] = 1.0;
+                nover++;
+            }
+            if (nover || s->ep_open) {
+                if (ep_log(s, now, nover)) return -1;
+                Py_ssize_t at = (Py_ssize_t)s->ep_ptr[s->ep_n - 1];
+                for (Py_ssize_t j = 0; j < nlink; j++)
+                    if (s->tmp1[j] != 0.0) {
+                        s->ep_link[at] = s->plink[j];
+                        s->ep_k[at++] = s->pk[j];
+                    }
+                s->ep_m = at;
+            }
+        } else if (s->ep_open) {
+            if (ep_log(s, now, 0)) return -1;
+        }
+    } else if (s->ep_open) {
+        if (ep_log(s, now, 0)) return -1;
+    }
+    s->ep_open = nover > 0;
+    for (Py_ssize_t l = 0; l < nl; l++)
+        if (s->cur[l] != s->prev[l]) {
+            s->seed[l] = 1;
+            *seeded = 1;
+            s->prev[l] = s->cur[l];
+        }
+    return 0;
+}
+
 static int event_loop(sim_t *s) {
     while (s->done < s->n) {
         double t_heap = s->heap.n ? s->heap.v[0].t : INFINITY;
@@ -571,10 +707,15 @@ static int event_loop(sim_t *s) {
         else if (!retired)
             continue;
         if (!s->nf) {
+            if (s->incast && s->ep_open) { /* Episodes.update(now, none, none) closes what was open */
+                if (ep_log(s, now, 0)) return -1;
+                s->ep_open = 0;
+            }
             s->deadline = INFINITY;
             s->window = -INFINITY;
             continue;
         }
+        if (s->incast && incast_step(s, now, &seeded)) return -1;
         if (seeded) {
             int st = solve(s, now);
             if (st) return st;
@@ -592,24 +733,30 @@ static void *buf_of(Py_buffer *b, Py_ssize_t want, Py_ssize_t item, int *ok) {
 
 static PyObject *py_run(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer bb, bc, bs, bl, bso, bg, br, bp, bi, bd, bm;
+    Py_buffer bb, bc, bs, bl, bso, bg, br, bp, bi, bd, bm, brx, bsrc, bsw;
     Py_ssize_t k;
-    PyObject *dobj;
+    PyObject *dobj, *iobj;
     double tolerance, retire_window;
-    if (!PyArg_ParseTuple(args, "y*ny*y*y*y*y*y*y*y*Oy*dd", &bb, &k, &bc, &bs, &bl, &bso, &bg, &br, &bp, &bi, &dobj,
-                          &bm, &tolerance, &retire_window))
+    if (!PyArg_ParseTuple(args, "y*ny*y*y*y*y*y*y*y*Oy*ddO", &bb, &k, &bc, &bs, &bl, &bso, &bg, &br, &bp, &bi, &dobj,
+                          &bm, &tolerance, &retire_window, &iobj))
         return NULL;
-    int have_d = dobj != Py_None;
+    int have_d = dobj != Py_None, have_i = iobj != Py_None;
     memset(&bd, 0, sizeof(bd));
-    if (have_d && PyObject_GetBuffer(dobj, &bd, PyBUF_SIMPLE) < 0) {
-        Py_buffer *all[] = {&bb, &bc, &bs, &bl, &bso, &bg, &br, &bp, &bi, &bm};
-        for (size_t q = 0; q < sizeof(all) / sizeof(all[0]); q++) PyBuffer_Release(all[q]);
-        return NULL;
-    }
-    PyObject *res = NULL;
+    memset(&brx, 0, sizeof(brx));
+    memset(&bsrc, 0, sizeof(bsrc));
+    memset(&bsw, 0, sizeof(bsw));
     sim_t S;
     memset(&S, 0, sizeof(S));
     sim_t *s = &S;
+    if ((have_d && PyObject_GetBuffer(dobj, &bd, PyBUF_SIMPLE) < 0) ||
+        (have_i && !PyArg_ParseTuple(iobj, "y*y*y*Lddddd", &brx, &bsrc, &bsw, &s->nranks, &s->buffer_bytes,
+                                     &s->window_bytes, &s->dt_alpha, &s->retransmit, &s->fanin_loss))) {
+        Py_buffer *all[] = {&bb, &bc, &bs, &bl, &bso, &bg, &br, &bp, &bi, &bm};
+        for (size_t q = 0; q < sizeof(all) / sizeof(all[0]); q++) PyBuffer_Release(all[q]);
+        if (bd.obj) PyBuffer_Release(&bd);
+        return NULL;
+    }
+    PyObject *res = NULL;
     int ok = k > 0;
     Py_ssize_t n = (Py_ssize_t)(bs.len / (Py_ssize_t)sizeof(double));
     Py_ssize_t nl = (Py_ssize_t)(bc.len / (Py_ssize_t)sizeof(double));
@@ -634,6 +781,20 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     for (Py_ssize_t x = 0; ok && x < m; x++) ok = s->succ_ids[x] >= 0 && s->succ_ids[x] < n;
     for (Py_ssize_t x = 0; ok && x < n; x++) ok = s->succ_ptr[x] <= s->succ_ptr[x + 1];
     ok = ok && s->succ_ptr[0] == 0 && s->succ_ptr[n] == m;
+    if (have_i) {
+        s->incast = 1;
+        s->rx = buf_of(&brx, n, sizeof(i64), &ok);
+        s->src = buf_of(&bsrc, n, sizeof(i64), &ok);
+        s->rx_switch = buf_of(&bsw, nl, sizeof(i64), &ok);
+        ok = ok && s->nranks > 0;
+        for (Py_ssize_t x = 0; ok && x < nl; x++)
+            if (s->rx_switch[x] + 1 > s->nsw) s->nsw = s->rx_switch[x] + 1;
+        for (Py_ssize_t x = 0; ok && x < n; x++)
+            ok = s->rx[x] >= -1 && s->rx[x] < nl && (s->rx[x] < 0 || s->rx_switch[s->rx[x]] >= 0) &&
+                 s->src[x] >= 0 && s->src[x] < s->nranks;
+        /* the (link, sender, flow) sort key must fit 63 bits */
+        ok = ok && (double)nl * (double)s->nranks * (double)(n + 1) < 4.0e18;
+    }
     i64 ngrp = 0;
     for (Py_ssize_t x = 0; ok && x < n; x++) {
         ok = s->grp[x] >= -1;
@@ -692,12 +853,32 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         s->level = calloc(L, sizeof(double));
         s->tmp1 = malloc(sizeof(double) * N);
         s->tmp2 = malloc(sizeof(double) * N);
+        s->cur = malloc(sizeof(double) * L);
+        s->prev = malloc(sizeof(double) * L);
+        if (s->incast) {
+            s->ikey = malloc(sizeof(i64) * N);
+            s->iidx = malloc(sizeof(i64) * N);
+            s->pbytes = malloc(sizeof(double) * N);
+            s->pin = malloc(sizeof(double) * N);
+            s->plink = malloc(sizeof(i64) * N);
+            s->pk = malloc(sizeof(i64) * N);
+            s->ncong = malloc(sizeof(i64) * (size_t)(s->nsw + 1));
+            s->ep_ptr = malloc(sizeof(i64) * 257);
+            s->ep_now = malloc(sizeof(double) * 256);
+            s->ep_cap = 256;
+            if (!s->ikey || !s->iidx || !s->pbytes || !s->pin || !s->plink || !s->pk || !s->ncong || !s->ep_ptr ||
+                !s->ep_now) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            s->ep_ptr[0] = 0;
+        }
         if (!s->missing || !s->solo_time || !s->start || !s->ready || !s->act_t || !s->scale || !s->end ||
             !s->stack_o || !s->stack_t || !s->g_rate || !s->g_v || !s->g_t || !s->g_n || !s->g_ver || !s->g_fin ||
             !s->ids || !s->rows || !s->val || !s->bn || !s->sat || !s->seed || !s->mark || !s->lcount ||
             !s->on_at || !s->ext0 || !s->added || !s->fin || !s->comp || !s->crow || !s->order || !s->grow ||
             !s->lon || !s->cflow || !s->lptr || !s->lfill || !s->lflows || !s->lqueue || !s->hkey || !s->hval ||
-            !s->crate || !s->cw || !s->load || !s->level || !s->tmp1 || !s->tmp2) {
+            !s->crate || !s->cw || !s->load || !s->level || !s->tmp1 || !s->tmp2 || !s->cur || !s->prev) {
             PyErr_NoMemory();
             goto done;
         }
@@ -710,6 +891,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         }
         for (Py_ssize_t l = 0; l < nl; l++) s->ext0[l] = s->cap[l];
         s->ext0[nl] = INFINITY;
+        for (Py_ssize_t l = 0; l <= nl; l++) s->cur[l] = s->prev[l] = s->ext0[l];
         s->deadline = INFINITY;
         s->window = -INFINITY;
         int st = 0;
@@ -735,8 +917,13 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         else if (st == -3)
             PyErr_SetString(PyExc_ArithmeticError, "fastsim.run: simulation stalled (zero-capacity link?)");
         else
-            res = Py_BuildValue("(y#y#)", (const char *)s->start, (Py_ssize_t)(n * (Py_ssize_t)sizeof(double)),
-                                (const char *)s->end, (Py_ssize_t)(n * (Py_ssize_t)sizeof(double)));
+            res = Py_BuildValue("(y#y#y#y#y#y#)", (const char *)s->start, (Py_ssize_t)(n * (Py_ssize_t)sizeof(double)),
+                                (const char *)s->end, (Py_ssize_t)(n * (Py_ssize_t)sizeof(double)),
+                                s->ep_now ? (const char *)s->ep_now : "", (Py_ssize_t)(s->ep_n * (Py_ssize_t)sizeof(double)),
+                                s->ep_ptr ? (const char *)s->ep_ptr : "",
+                                (Py_ssize_t)(s->incast ? (s->ep_n + 1) * (Py_ssize_t)sizeof(i64) : 0),
+                                s->ep_link ? (const char *)s->ep_link : "", (Py_ssize_t)(s->ep_m * (Py_ssize_t)sizeof(i64)),
+                                s->ep_k ? (const char *)s->ep_k : "", (Py_ssize_t)(s->ep_m * (Py_ssize_t)sizeof(i64)));
     }
 done:
     free(s->missing); free(s->solo_time); free(s->start); free(s->ready); free(s->act_t); free(s->scale);
@@ -749,9 +936,16 @@ done:
     free(s->crow); free(s->order); free(s->grow); free(s->lon); free(s->cflow); free(s->lptr); free(s->lfill); free(s->lflows); free(s->lqueue);
     free(s->hkey); free(s->hval); free(s->crate); free(s->cw); free(s->load);
     free(s->level); free(s->tmp1); free(s->tmp2); free(s->heap.v);
+    free(s->cur); free(s->prev); free(s->ikey); free(s->iidx); free(s->pbytes); free(s->pin); free(s->plink);
+    free(s->pk); free(s->ncong); free(s->ep_now); free(s->ep_ptr); free(s->ep_link); free(s->ep_k);
     Py_buffer *all[] = {&bb, &bc, &bs, &bl, &bso, &bg, &br, &bp, &bi, &bm};
     for (size_t q = 0; q < sizeof(all) / sizeof(all[0]); q++) PyBuffer_Release(all[q]);
     if (have_d) PyBuffer_Release(&bd);
+    if (have_i) {
+        PyBuffer_Release(&brx);
+        PyBuffer_Release(&bsrc);
+        PyBuffer_Release(&bsw);
+    }
     return res;
 }
 
