@@ -1,5 +1,6 @@
 # Signature of the compiled event loop of the fast simulator (compiler/native/fastsim.c);
-# a2acc.analysis.fastsim's Python loop is the reference. Returns (start, end) per op as float64 bytes.
+# a2acc.analysis.fastsim's Python loop is the reference. Returns (start, end) per op as float64 bytes and the
+# overload-episode log (ep_now float64, ep_ptr / ep_link / ep_k int64).
 from typing import Any
 
 def run(
@@ -17,8 +18,9 @@ def run(
     missing: Any,
     tolerance: float,
     retire_window: float,
+    incast: tuple[Any, Any, Any, int, float, float, float, float, float] | None,
     /,
-) -> tuple[bytes, bytes]: ...
+) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes]: ...
 def clear_unreached(
     dep_ptr: Any, dep_ids: Any, a: Any, b: Any, link: Any, ok: Any, budget: int, /
 ) -> None: ...

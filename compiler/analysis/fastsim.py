@@ -649,9 +649,8 @@ def _run_native(
         )
     except ArithmeticError as e:  # pragma: no cover - a verified DAG makes progress
         raise InternalError(str(e)) from e
-    start, end, ep_now, ep_ptr, ep_link, ep_k = (
-        np.frombuffer(b, dtype=np.float64 if i < 3 else np.int64) for i, b in enumerate(raw)
-    )
+    start, end, ep_now = (np.frombuffer(b, dtype=np.float64) for b in raw[:3])
+    ep_ptr, ep_link, ep_k = (np.frombuffer(b, dtype=np.int64) for b in raw[3:])
     episodes = Episodes(inc)
     if len(ep_now):
         ptr = ep_ptr.tolist()
