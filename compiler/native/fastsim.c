@@ -385,9 +385,10 @@ static void admit(sim_t *s, double now, int *seeded) {
     if (s->nadded) *seeded = 1;
 }
 
-static Py_ssize_t g_k; /* row width for the lexicographic comparison (set before qsort; one simulation at a time
-                          under the GIL) */
-static const i64 *g_rows;
+/* the rows and their width for the lexicographic comparison, set before each qsort: per thread, since the event
+ * loop runs without the GIL (a JIT's background compile may simulate while the main thread does) */
+static _Thread_local Py_ssize_t g_k;
+static _Thread_local const i64 *g_rows;
 
 static int row_cmp(const void *pa, const void *pb) {
     i64 a = *(const i64 *)pa, b = *(const i64 *)pb;

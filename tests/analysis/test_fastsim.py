@@ -341,3 +341,33 @@ def test_compiled_dependency_searches_give_the_reference_classes(
     assert np.array_equal(c_excl, py_excl)
     assert np.array_equal(c_groups, py_groups)
     assert (c_groups >= 0).any() or algorithm != "fast"  # the searches had work to do
+
+
+def test_simulations_in_threads_give_the_sequential_results():
+    """The compiled loop runs without the GIL (a JIT's background compile simulates while the main thread may
+    too): concurrent simulations of different Programs give exactly what one thread gives."""
+    import threading
+
+    from a2acc.analysis.fastsim import simulate_setup
+    from a2acc.analysis.model import default_model
+
+    topo = load_topology("dgx-h100", 4)
+    setups = []
+    for seed, algorithm in ((1, "fast"), (2, "direct"), (3, "fast"), (4, "hierarchical")):
+        opts = {"shape": "grouped"} if algorithm == "fast" else {}  # one group: large fluid components
+        prog = plan(topo, generate("zipf", topo.nranks, 64 * MiB, seed), algorithm, **opts)
+        setups.append(prepare(prog, topo, default_model(topo)))
+    alone = [simulate_setup(s).op_end for s in setups]
+    got: dict[int, list[np.ndarray]] = {i: [] for i in range(len(setups))}
+
+    def work(i: int) -> None:
+        for _ in range(3):
+            got[i].append(simulate_setup(setups[i]).op_end)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(setups))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, ends in got.items():
+        assert all(np.array_equal(e, alone[i], equal_nan=True) for e in ends)
