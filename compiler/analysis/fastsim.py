@@ -38,7 +38,9 @@ Bounded batching (``tolerance``, default :data:`DEFAULT_TOLERANCE`):
 
 The reference engine stays the definition; ``tests/analysis/test_fastsim.py`` checks the two agree within
 1 % on random Programs, planned Programs, bursts of equal flows and the RoCE preset with incast (hypothesis),
-and exactly with ``tolerance=0``. Speed: ``benchmarks/simulator.py`` (docs/simulator.md).
+and exactly with ``tolerance=0``. The event loop below also exists compiled (``compiler/native/fastsim.c``, run
+when it was built): the same operations in the same order, so the same floats, which the same tests check
+against this Python loop. Speed: ``benchmarks/simulator.py`` (docs/simulator.md).
 """
 
 from __future__ import annotations
