@@ -25,7 +25,10 @@ what this module does about it (measured on 64-GPU tori, hypercubes and GenKautz
 :func:`list_schedule` runs the simulator's ideal model of a direct-connect link (:mod:`a2acc.analysis.fastsim`:
 an op waits ``alpha``, then streams; the ops streaming on a link share it equally), so its makespan is what the
 simulator reports for the Program built from it (tested). Each op depends on its piece's previous hop and on
-the op whose end admitted it, which reproduces the schedule exactly.
+the op whose end admitted it, which reproduces the schedule exactly. It runs in the compiled core
+``a2acc._listsched`` (``compiler/native/listsched.c``) when that was built: the same operations in the same
+order, so the same schedule as the Python loop, the reference (tested on random instances, reversed ones
+included).
 """
 
 from __future__ import annotations
@@ -36,11 +39,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.native import listsched as _native_listsched
+
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
-#: scheduling passes allowed per planned hop: 20 M hop-passes (~1 min of this module's Python at 4.5 M hops)
-PASS_BUDGET = 20_000_000
+#: scheduling hop-passes allowed in all: every window and both forward-backward rounds (7 passes) up to 9 M hops.
+#: The compiled scheduler takes ~0.4 us per hop-pass (~25 s at 64 M); the Python reference ~10x that. The
+#: passes depend only on the hop count, never on which one runs, so plans are the same with or without a C
+#: compiler.
+PASS_BUDGET = 64_000_000
 #: slot counts tried per link (the planner keeps the best), and forward-backward rounds
 WINDOWS = (2, 3, 4)
 ROUNDS = 2
@@ -155,16 +163,25 @@ def list_schedule(
     window: int,
     inflight: F64 | None = None,
     edges: I64 | None = None,
+    *,
+    native: bool | None = None,
 ) -> Timed:
     """Schedule ``pc`` (``nbytes[p]`` bytes per piece; ``edges`` replaces ``pc.hop_edge``, for the reversed
     instance) on links of ``cap`` bytes/s and ``alpha`` s latency, ``window`` slots per link, admitting beyond
-    them while fewer than ``inflight[e]`` bytes are in flight (module docstring)."""
+    them while fewer than ``inflight[e]`` bytes are in flight (module docstring).
+
+    The compiled core ``a2acc._listsched`` runs the same operations when it was built (the same schedule);
+    ``native=False`` runs this Python loop, the reference."""
     hop_edge = pc.hop_edge if edges is None else edges
     nh = pc.nhops
     ne = int(cap.shape[0])
     counts = np.diff(pc.hop_ptr)
     is_last = np.zeros(nh, dtype=bool)
     is_last[pc.hop_ptr[1:][counts > 0] - 1] = True
+    if native is None:
+        native = _native_listsched is not None
+    if native:
+        return _list_schedule_native(pc, nbytes, key, cap, alpha, window, inflight, hop_edge, is_last)
     edge: list[int] = hop_edge.tolist()
     keys: list[float] = key.tolist()
     size: list[float] = np.repeat(nbytes, counts).tolist()
@@ -242,6 +259,46 @@ def list_schedule(
         np.array(after, dtype=np.int64),
         np.array(ready_t, dtype=np.float64),
         np.array(end, dtype=np.float64),
+        window,
+    )
+
+
+def _list_schedule_native(
+    pc: Pieces,
+    nbytes: F64,
+    key: F64,
+    cap: F64,
+    alpha: F64,
+    window: int,
+    inflight: F64 | None,
+    hop_edge: I64,
+    is_last: npt.NDArray[np.bool_],
+) -> Timed:
+    """:func:`list_schedule` in the compiled core (its arguments laid out as arrays)."""
+    if _native_listsched is None:
+        raise RuntimeError("the compiled list scheduler is not built")
+    counts = np.diff(pc.hop_ptr)
+    ne = int(cap.shape[0])
+
+    def c(a: npt.ArrayLike, dtype: type) -> npt.NDArray[np.generic]:
+        return np.ascontiguousarray(a, dtype=dtype)
+
+    order, after, ready, end = _native_listsched.run(
+        c(hop_edge, np.int64),
+        c(key, np.float64),
+        c(np.repeat(nbytes, counts), np.float64),
+        c(is_last, np.uint8),
+        c(pc.hop_ptr[:-1][counts > 0], np.int64),
+        c(alpha, np.float64),
+        c(cap, np.float64),
+        c(inflight if inflight is not None else np.zeros(ne), np.float64),
+        int(window),
+    )
+    return Timed(
+        np.frombuffer(order, dtype=np.int64).copy(),
+        np.frombuffer(after, dtype=np.int64).copy(),
+        np.frombuffer(ready, dtype=np.float64).copy(),
+        np.frombuffer(end, dtype=np.float64).copy(),
         window,
     )
 

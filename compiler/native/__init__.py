@@ -13,7 +13,9 @@ signatures.
 - ``mscclpp``: the check of a2acc's own MSCCL++ execution plans (load checks, execution, races);
 - ``mscclpp_lower``: the MSCCL++ lowering, writing the reference's exact JSON text;
 - ``maxmin``: the simulator's max-min fair sharing (progressive filling);
-- ``fastsim``: the fast simulator's event loop (without incast), with the same max-min core.
+- ``fastsim``: the fast simulator's event loop (incast included) and its dependency searches, with the same
+  max-min core;
+- ``listsched``: the mcf planner's list scheduler (:func:`a2acc.flows.schedule.list_schedule`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-NAMES = ("maxmin", "fastsim", "stageplan", "verify", "xmlinterp", "mscclpp", "mscclpp_lower")
+NAMES = ("maxmin", "fastsim", "listsched", "stageplan", "verify", "xmlinterp", "mscclpp", "mscclpp_lower")
 
 
 def load(name: str) -> ModuleType | None:
@@ -40,6 +42,7 @@ def built() -> dict[str, bool]:
 
 if TYPE_CHECKING:
     from a2acc import _fastsim as fastsim
+    from a2acc import _listsched as listsched
     from a2acc import _maxmin as maxmin
     from a2acc import _mscclpp as mscclpp
     from a2acc import _mscclpp_lower as mscclpp_lower
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
 else:
     maxmin = load("maxmin")
     fastsim = load("fastsim")
+    listsched = load("listsched")
     stageplan = load("stageplan")
     verify = load("verify")
     xmlinterp = load("xmlinterp")

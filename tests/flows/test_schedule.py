@@ -95,3 +95,47 @@ def test_forward_backward_improvement_keeps_the_best():
     assert (better.ready[later] >= better.end[hop_of[later] - 1] - 1e-15).all()
     trig = better.after >= 0
     assert np.allclose(better.ready[trig], better.end[better.after[trig]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    routes=st.integers(1, 60),
+    links=st.integers(1, 8),
+    window=st.integers(1, 4),
+    mid=st.sampled_from([2, 8, 64]),
+    latency=st.sampled_from([0.0, 1e-6, 5e-6]),
+    inflight=st.booleans(),
+)
+def test_compiled_list_scheduler_gives_the_reference_schedule(
+    seed, routes, links, window, mid, latency, inflight
+):
+    """``a2acc._listsched`` and the Python loop admit the same hops in the same order, after the same ops, at
+    the same times (reversed instances included, as the forward-backward improvement runs them)."""
+    from a2acc.native import listsched
+
+    if listsched is None:
+        pytest.skip("a2acc._listsched was not built (no C compiler)")
+    rng = np.random.default_rng(seed)
+    chunks = rng.integers(1, 200, routes)
+    lens = rng.integers(1, 5, routes)
+    ptr = np.concatenate([[0], np.cumsum(lens)])
+    edges = rng.integers(0, links, int(lens.sum()))
+    pc = cut_pieces(chunks, ptr, edges, mid)
+    cap = rng.choice([1e9, 2e9, 5e10], links)
+    alpha = np.full(links, latency)
+    nbytes = pc.cnt * 4096.0
+    keys = fluid_keys(pc)
+    budget = 2 * alpha * cap if inflight else None
+    rev = np.asarray(
+        np.repeat(pc.hop_ptr[:-1], np.diff(pc.hop_ptr))
+        + np.repeat(np.diff(pc.hop_ptr), np.diff(pc.hop_ptr))
+        - 1
+        - (np.arange(pc.nhops) - np.repeat(pc.hop_ptr[:-1], np.diff(pc.hop_ptr))),
+        dtype=np.int64,
+    )
+    for k, e in ((keys, None), (-keys[rev], pc.hop_edge[rev])):
+        py = list_schedule(pc, nbytes, k, cap, alpha, window, budget, e, native=False)
+        c = list_schedule(pc, nbytes, k, cap, alpha, window, budget, e, native=True)
+        for f in ("order", "after", "ready", "end"):
+            assert np.array_equal(getattr(py, f), getattr(c, f)), f
