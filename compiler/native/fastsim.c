@@ -194,7 +194,7 @@ typedef struct {
     Py_ssize_t nadded;
     unsigned char *fin, *comp;
     i64 *crow, *order, *grow, *cflow, *lptr, *lfill, *lflows, *lqueue, *hkey, *hval;
-    Py_ssize_t hcap;
+    Py_ssize_t hcap, fcap, acap; /* capacities: hash table, per-flow arrays, the activation batch */
     double *crate, *cw, *load, *level, *tmp1, *tmp2;
     i64 *lon;
     /* incast (reference: simulate.incast_capacity, Episodes) */
@@ -213,6 +213,53 @@ typedef struct {
     Py_ssize_t ep_n, ep_cap, ep_m, ep_mcap;
     int ep_open;
 } sim_t;
+
+/* Per-flow arrays sized by the most fluid flows active at once (not by the op count: a 17 M-op Program has a
+ * few thousand concurrent flows), grown by doubling; the flow state (ids, rows, val, bn) is kept. */
+#define GROW_TO(ptr, n) \
+    do { \
+        void *np_ = realloc((ptr), (n)); \
+        if (!np_) return -1; \
+        (ptr) = np_; \
+    } while (0)
+
+static int grow_flows(sim_t *s, Py_ssize_t need) {
+    if (need <= s->fcap) return 0;
+    Py_ssize_t c = s->fcap ? s->fcap : 256;
+    while (c < need) c *= 2;
+    size_t C = (size_t)c, K = (size_t)s->k;
+    GROW_TO(s->ids, sizeof(i64) * C);
+    GROW_TO(s->rows, sizeof(i64) * C * K);
+    GROW_TO(s->val, sizeof(double) * C * NVAL);
+    GROW_TO(s->bn, C * K);
+    GROW_TO(s->fin, C);
+    GROW_TO(s->comp, C);
+    GROW_TO(s->crow, sizeof(i64) * C * K);
+    GROW_TO(s->order, sizeof(i64) * C);
+    GROW_TO(s->grow, sizeof(i64) * C * K);
+    GROW_TO(s->lon, sizeof(i64) * C);
+    GROW_TO(s->cflow, sizeof(i64) * C);
+    GROW_TO(s->lflows, sizeof(i64) * C * K);
+    GROW_TO(s->crate, sizeof(double) * C);
+    GROW_TO(s->cw, sizeof(double) * C);
+    GROW_TO(s->tmp1, sizeof(double) * C);
+    GROW_TO(s->tmp2, sizeof(double) * C);
+    Py_ssize_t hc = 16;
+    while (hc < 2 * c) hc *= 2;
+    GROW_TO(s->hkey, sizeof(i64) * (size_t)hc);
+    GROW_TO(s->hval, sizeof(i64) * (size_t)hc);
+    s->hcap = hc;
+    if (s->incast) {
+        GROW_TO(s->ikey, sizeof(i64) * C);
+        GROW_TO(s->iidx, sizeof(i64) * C);
+        GROW_TO(s->pbytes, sizeof(double) * C);
+        GROW_TO(s->pin, sizeof(double) * C);
+        GROW_TO(s->plink, sizeof(i64) * C);
+        GROW_TO(s->pk, sizeof(i64) * C);
+    }
+    s->fcap = c;
+    return 0;
+}
 
 static int finish(sim_t *s, i64 op, double t_end, double t_now) {
     s->end[op] = t_end;
@@ -298,6 +345,13 @@ static double activation_batch(sim_t *s, double t_heap) {
     double tot = 0.0;
     s->nadded = 0;
     while (s->heap.n && s->heap.v[0].t <= top && s->heap.v[0].kind == 0) {
+        if (s->nadded == s->acap) {
+            Py_ssize_t c = s->acap ? 2 * s->acap : 256;
+            i64 *a = realloc(s->added, sizeof(i64) * (size_t)c);
+            if (!a) return NAN; /* the caller reports it */
+            s->added = a;
+            s->acap = c;
+        }
         ev_t e = evpop(&s->heap);
         tot += e.t;
         s->added[s->nadded++] = e.x;
@@ -362,8 +416,9 @@ static int retire(sim_t *s, double horizon, double now, int *seeded) {
 }
 
 /* reference: _Fluid.admit */
-static void admit(sim_t *s, double now, int *seeded) {
+static int admit(sim_t *s, double now, int *seeded) {
     Py_ssize_t k = s->k;
+    if (grow_flows(s, s->nf + s->nadded)) return -1;
     for (Py_ssize_t a = 0; a < s->nadded; a++) {
         i64 op = s->added[a];
         s->on_at[op] = now;
@@ -383,6 +438,7 @@ static void admit(sim_t *s, double now, int *seeded) {
         memset(s->bn + f * k, 0, (size_t)k);
     }
     if (s->nadded) *seeded = 1;
+    return 0;
 }
 
 /* the rows and their width for the lexicographic comparison, set before each qsort: per thread, since the event
@@ -694,6 +750,7 @@ static int event_loop(sim_t *s) {
         s->nadded = 0;
         if (t_heap <= s->deadline) {
             now = activation_batch(s, t_heap);
+            if (isnan(now)) return -1;
             horizon = now;
         } else {
             now = s->deadline;
@@ -703,8 +760,9 @@ static int event_loop(sim_t *s) {
         memset(s->seed, 0, (size_t)(s->nl + 1));
         int retired = retire(s, horizon, now, &seeded);
         if (retired < 0) return -1;
-        if (s->nadded)
-            admit(s, now, &seeded);
+        if (s->nadded) {
+            if (admit(s, now, &seeded)) return -1;
+        }
         else if (!retired)
             continue;
         if (!s->nf) {
@@ -806,7 +864,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         goto done;
     }
     {
-        size_t N = (size_t)(n ? n : 1), L = (size_t)(nl + 1), NK = N * (size_t)k;
+        size_t N = (size_t)(n ? n : 1), L = (size_t)(nl + 1);
         s->ngrp = ngrp;
         s->missing = malloc(sizeof(i64) * N);
         s->solo_time = malloc(sizeof(double) * N);
@@ -823,52 +881,25 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         s->g_n = calloc((size_t)ngrp + 1, sizeof(i64));
         s->g_ver = calloc((size_t)ngrp + 1, sizeof(i64));
         s->g_fin = calloc((size_t)ngrp + 1, sizeof(finheap_t));
-        s->ids = malloc(sizeof(i64) * N);
-        s->rows = malloc(sizeof(i64) * NK);
-        s->val = malloc(sizeof(double) * N * NVAL);
-        s->bn = malloc(NK);
         s->sat = calloc(L, 1);
         s->seed = calloc(L, 1);
         s->mark = calloc(L, 1);
         s->lcount = calloc(L, sizeof(i64));
         s->on_at = calloc(N, sizeof(double));
         s->ext0 = malloc(sizeof(double) * L);
-        s->added = malloc(sizeof(i64) * N);
-        s->fin = malloc(N);
-        s->comp = malloc(N);
-        s->crow = malloc(sizeof(i64) * NK);
-        s->order = malloc(sizeof(i64) * N);
-        s->grow = malloc(sizeof(i64) * NK);
-        s->lon = malloc(sizeof(i64) * N);
-        s->cflow = malloc(sizeof(i64) * N);
         s->lptr = malloc(sizeof(i64) * (L + 1));
         s->lfill = malloc(sizeof(i64) * L);
-        s->lflows = malloc(sizeof(i64) * NK);
         s->lqueue = malloc(sizeof(i64) * L);
-        for (s->hcap = 16; s->hcap < 2 * (Py_ssize_t)N; s->hcap *= 2) {}
-        s->hkey = malloc(sizeof(i64) * (size_t)s->hcap);
-        s->hval = malloc(sizeof(i64) * (size_t)s->hcap);
-        s->crate = malloc(sizeof(double) * N);
-        s->cw = malloc(sizeof(double) * N);
         s->load = calloc(L, sizeof(double));
         s->level = calloc(L, sizeof(double));
-        s->tmp1 = malloc(sizeof(double) * N);
-        s->tmp2 = malloc(sizeof(double) * N);
         s->cur = malloc(sizeof(double) * L);
         s->prev = malloc(sizeof(double) * L);
         if (s->incast) {
-            s->ikey = malloc(sizeof(i64) * N);
-            s->iidx = malloc(sizeof(i64) * N);
-            s->pbytes = malloc(sizeof(double) * N);
-            s->pin = malloc(sizeof(double) * N);
-            s->plink = malloc(sizeof(i64) * N);
-            s->pk = malloc(sizeof(i64) * N);
             s->ncong = malloc(sizeof(i64) * (size_t)(s->nsw + 1));
             s->ep_ptr = malloc(sizeof(i64) * 257);
             s->ep_now = malloc(sizeof(double) * 256);
             s->ep_cap = 256;
-            if (!s->ikey || !s->iidx || !s->pbytes || !s->pin || !s->plink || !s->pk || !s->ncong || !s->ep_ptr ||
-                !s->ep_now) {
+            if (!s->ncong || !s->ep_ptr || !s->ep_now) {
                 PyErr_NoMemory();
                 goto done;
             }
@@ -876,10 +907,8 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         }
         if (!s->missing || !s->solo_time || !s->start || !s->ready || !s->act_t || !s->scale || !s->end ||
             !s->stack_o || !s->stack_t || !s->g_rate || !s->g_v || !s->g_t || !s->g_n || !s->g_ver || !s->g_fin ||
-            !s->ids || !s->rows || !s->val || !s->bn || !s->sat || !s->seed || !s->mark || !s->lcount ||
-            !s->on_at || !s->ext0 || !s->added || !s->fin || !s->comp || !s->crow || !s->order || !s->grow ||
-            !s->lon || !s->cflow || !s->lptr || !s->lfill || !s->lflows || !s->lqueue || !s->hkey || !s->hval ||
-            !s->crate || !s->cw || !s->load || !s->level || !s->tmp1 || !s->tmp2 || !s->cur || !s->prev) {
+            !s->sat || !s->seed || !s->mark || !s->lcount || !s->on_at || !s->ext0 || !s->lptr || !s->lfill ||
+            !s->lqueue || !s->load || !s->level || !s->cur || !s->prev) {
             PyErr_NoMemory();
             goto done;
         }
