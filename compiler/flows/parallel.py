@@ -118,10 +118,17 @@ def _abandon(ex: cf.ProcessPoolExecutor) -> None:
     # the pool's worker processes (a private attribute of concurrent.futures, read defensively and before
     # shutdown(), which drops it)
     procs = list((getattr(ex, "_processes", None) or {}).values())
+    manager = getattr(ex, "_executor_manager_thread", None)
     ex.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         with suppress(OSError, AttributeError):
             proc.terminate()
+    # let the pool's manager thread see its workers gone and close its wake-up pipe now: left running, it can
+    # close the pipe while the interpreter's exit hook writes to it (concurrent.futures.process._python_exit in
+    # Python 3.11, unlocked), which prints an "Exception ignored ... Bad file descriptor" traceback
+    if manager is not None:
+        with suppress(RuntimeError):
+            manager.join(timeout=10.0)
 
 
 def run_all(
