@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -442,21 +443,24 @@ def simulate_fast(
     total = payload_bytes if payload_bytes is not None else int(prog.counts.sum()) * prog.unit_bytes
     digest = _program_digest(prog)
     key = (digest, topo.fingerprint, repr(mdl), float(tolerance), total)
-    hit = _MEMO.get(key)
-    if hit is not None:
-        _MEMO.move_to_end(key)
-        return hit
+    with _MEMO_LOCK:
+        hit = _MEMO.get(key)
+        if hit is not None:
+            _MEMO.move_to_end(key)
+            return hit
     res = simulate_setup(_routes_of(prog, topo, digest).setup(mdl), tolerance=tolerance, payload_bytes=total)
-    _MEMO[key] = res
-    if len(_MEMO) > _MEMO_SIZE:
-        _MEMO.popitem(last=False)
+    with _MEMO_LOCK:
+        _MEMO[key] = res
+        if len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
     return res
 
 
 def forget() -> None:
     """Drop every remembered simulation (benchmarks that time cold planning call it between runs)."""
-    _MEMO.clear()
-    _ROUTES.clear()
+    with _MEMO_LOCK:
+        _MEMO.clear()
+        _ROUTES.clear()
 
 
 def _routes_of(prog: Program, topo: Topology, digest: str) -> Routes:
@@ -464,17 +468,22 @@ def _routes_of(prog: Program, topo: Topology, digest: str) -> Routes:
     Programs: a planner times its finalists twice (two tolerances) and a comparison re-times its rows under
     another model, and both reuse the routes and the derived op classes."""
     key = (digest, topo.fingerprint)
-    got = _ROUTES.get(key)
-    if got is None:
-        got = _ROUTES[key] = routes(prog, topo)
+    with _MEMO_LOCK:
+        got = _ROUTES.get(key)
+        if got is not None:
+            _ROUTES.move_to_end(key)
+            return got
+    got = routes(prog, topo)
+    with _MEMO_LOCK:
+        _ROUTES[key] = got
         if len(_ROUTES) > _ROUTES_SIZE:
             _ROUTES.popitem(last=False)
-    else:
-        _ROUTES.move_to_end(key)
     return got
 
 
-#: simulations remembered per process (a comparison's rows, a planner's candidates)
+#: simulations remembered per process (a comparison's rows, a planner's candidates); the lock guards both
+#: memos (a JIT's background compiles may simulate in several threads)
+_MEMO_LOCK = threading.Lock()
 _MEMO_SIZE = 64
 _MEMO: OrderedDict[tuple[str, str, str, float, int], SimResult] = OrderedDict()
 #: prepared routes remembered per process (a planner's candidates: fast simulates up to five)

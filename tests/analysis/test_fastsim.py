@@ -371,3 +371,34 @@ def test_simulations_in_threads_give_the_sequential_results():
         t.join()
     for i, ends in got.items():
         assert all(np.array_equal(e, alone[i], equal_nan=True) for e in ends)
+
+
+def test_remembered_simulations_are_shared_safely_between_threads():
+    """Background compiles simulate in several threads: the memo of simulations and routes is locked, and every
+    thread gets the result one thread alone gets (memo hits, misses and evictions interleaved)."""
+    import threading
+
+    from a2acc.analysis.fastsim import forget
+
+    topo = load_topology("dgx-h100", 2)
+    progs = [plan(topo, generate("zipf", topo.nranks, 16 * MiB, seed), "direct") for seed in range(1, 9)]
+    forget()
+    alone = [simulate_fast(p, topo).time_s for p in progs]
+    errors: list[BaseException] = []
+
+    def work(offset: int) -> None:
+        try:
+            for i in range(40):
+                k = (i + offset) % len(progs)
+                if i % 13 == 0:
+                    forget()
+                assert simulate_fast(progs[k], topo).time_s == alone[k]
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(o,)) for o in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
