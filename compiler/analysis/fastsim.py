@@ -51,7 +51,6 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -70,6 +69,7 @@ from a2acc.analysis.simulate import (
 from a2acc.errors import InternalError
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
+from a2acc.native import carray
 from a2acc.native import fastsim as _native_fastsim
 from a2acc.native import maxmin as _native_maxmin
 
@@ -146,13 +146,13 @@ def _search_pairs(
     links already cleared are skipped). The compiled core runs the same searches when it was built; ``memo``
     answers ops with the same dependencies alike in the Python loop (the same answers, fewer searches)."""
     if _native_fastsim is not None:
-        ok = np.ascontiguousarray(ok_link, dtype=np.uint8)
+        ok = carray(ok_link, np.uint8)
         _native_fastsim.clear_unreached(
-            np.ascontiguousarray(st.dep_ptr, dtype=np.int64),
-            np.ascontiguousarray(st.dep_ids, dtype=np.int64),
-            np.ascontiguousarray(a, dtype=np.int64),
-            np.ascontiguousarray(b, dtype=np.int64),
-            np.ascontiguousarray(plink, dtype=np.int64),
+            carray(st.dep_ptr, np.int64),
+            carray(st.dep_ids, np.int64),
+            carray(a, np.int64),
+            carray(b, np.int64),
+            carray(plink, np.int64),
             ok,
             _DFS_BUDGET,
         )
@@ -363,9 +363,8 @@ def max_min(
     The compiled core ``a2acc._maxmin`` runs the same arithmetic (the same floats) when it was built;
     :func:`max_min_py` is the reference."""
     if _native_maxmin is not None and bind.shape[0] and bind.shape[1]:
-        rows = np.ascontiguousarray(bind, dtype=np.int64)
-        w = None if weight is None else np.ascontiguousarray(weight, dtype=np.float64)
-        raw = _native_maxmin.max_min(rows, bind.shape[1], np.ascontiguousarray(cap, dtype=np.float64), w)
+        w = None if weight is None else carray(weight, np.float64)
+        raw = _native_maxmin.max_min(carray(bind, np.int64), bind.shape[1], carray(cap, np.float64), w)
         return np.frombuffer(raw, dtype=np.float64).copy()
     return max_min_py(bind, cap, weight)
 
@@ -623,16 +622,13 @@ def _run_native(
     if _native_fastsim is None:  # pragma: no cover - the caller checked
         raise InternalError("the compiled event loop is not built")
 
-    def c(a: npt.NDArray[Any], dtype: type) -> npt.NDArray[Any]:
-        return np.ascontiguousarray(a, dtype=dtype)
-
     inc = st.model.incast
     incast = None
     if inc.enabled:
         incast = (
-            c(st.rx, np.int64),
-            c(st.src, np.int64),
-            c(st.rx_switch, np.int64),
+            carray(st.rx, np.int64),
+            carray(st.src, np.int64),
+            carray(st.rx_switch, np.int64),
             int(st.nranks),
             float(inc.buffer_bytes),
             float(inc.window_bytes),
@@ -642,18 +638,18 @@ def _run_native(
         )
     try:
         raw = _native_fastsim.run(
-            c(st.bind, np.int64),
+            carray(st.bind, np.int64),
             st.bind.shape[1],
-            c(st.cap, np.float64),
-            c(st.size, np.float64),
-            c(st.lat, np.float64),
-            c(solo, np.uint8),
-            c(grp, np.int64),
-            c(route_rate, np.float64),
-            c(st.succ_ptr, np.int64),
-            c(st.succ_ids, np.int64),
-            None if st.succ_delay is None else c(st.succ_delay, np.float64),
-            c(np.diff(st.dep_ptr), np.int64),
+            carray(st.cap, np.float64),
+            carray(st.size, np.float64),
+            carray(st.lat, np.float64),
+            carray(solo, np.uint8),
+            carray(grp, np.int64),
+            carray(route_rate, np.float64),
+            carray(st.succ_ptr, np.int64),
+            carray(st.succ_ids, np.int64),
+            None if st.succ_delay is None else carray(st.succ_delay, np.float64),
+            carray(np.diff(st.dep_ptr), np.int64),
             float(tolerance),
             float(tolerance) * (1.0 if inc.enabled else _RETIRE_WINDOW),
             incast,

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.native import carray
 from a2acc.native import listsched as _native_listsched
 
 I64 = npt.NDArray[np.int64]
@@ -181,7 +182,7 @@ def list_schedule(
     if native is None:
         native = _native_listsched is not None
     if native:
-        return _list_schedule_native(pc, nbytes, key, cap, alpha, window, inflight, hop_edge, is_last)
+        return _list_schedule_native(pc, nbytes, key, cap, alpha, window, inflight, hop_edge, is_last, counts)
     edge: list[int] = hop_edge.tolist()
     keys: list[float] = key.tolist()
     size: list[float] = np.repeat(nbytes, counts).tolist()
@@ -273,25 +274,23 @@ def _list_schedule_native(
     inflight: F64 | None,
     hop_edge: I64,
     is_last: npt.NDArray[np.bool_],
+    counts: I64,
 ) -> Timed:
-    """:func:`list_schedule` in the compiled core (its arguments laid out as arrays)."""
+    """:func:`list_schedule` in the compiled core (its arguments laid out as arrays; ``counts``: hops per
+    piece)."""
     if _native_listsched is None:
         raise RuntimeError("the compiled list scheduler is not built")
-    counts = np.diff(pc.hop_ptr)
     ne = int(cap.shape[0])
 
-    def c(a: npt.ArrayLike, dtype: type) -> npt.NDArray[np.generic]:
-        return np.ascontiguousarray(a, dtype=dtype)
-
     order, after, ready, end = _native_listsched.run(
-        c(hop_edge, np.int64),
-        c(key, np.float64),
-        c(np.repeat(nbytes, counts), np.float64),
-        c(is_last, np.uint8),
-        c(pc.hop_ptr[:-1][counts > 0], np.int64),
-        c(alpha, np.float64),
-        c(cap, np.float64),
-        c(inflight if inflight is not None else np.zeros(ne), np.float64),
+        carray(hop_edge, np.int64),
+        carray(key, np.float64),
+        carray(np.repeat(nbytes, counts), np.float64),
+        carray(is_last, np.uint8),
+        carray(pc.hop_ptr[:-1][counts > 0], np.int64),
+        carray(alpha, np.float64),
+        carray(cap, np.float64),
+        carray(inflight if inflight is not None else np.zeros(ne), np.float64),
         int(window),
     )
     return Timed(

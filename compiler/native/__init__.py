@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
 
 NAMES = ("maxmin", "fastsim", "listsched", "stageplan", "verify", "xmlinterp", "mscclpp", "mscclpp_lower")
 
@@ -33,6 +36,11 @@ def load(name: str) -> ModuleType | None:
         return importlib.import_module(f"a2acc._{name}")
     except ImportError:
         return None
+
+
+def carray(a: npt.ArrayLike, dtype: type) -> npt.NDArray[Any]:
+    """``a`` as the cores take their buffers: C-contiguous, of ``dtype`` (no copy when it already is)."""
+    return np.ascontiguousarray(a, dtype=dtype)
 
 
 def built() -> dict[str, bool]:

@@ -28,111 +28,12 @@
 #include <string.h>
 
 #include "maxmin_core.h"
+#include "tuple_heap.h"
 
 typedef int64_t i64;
 
 #define SAT_RTOL 1e-9
 #define GROUP_MIN 64
-
-/* ------------------------------------------------------------------------------------------------ heaps */
-typedef struct {
-    double t;
-    int kind;
-    i64 x, ver;
-} ev_t;
-
-static int ev_less(const ev_t *a, const ev_t *b) { /* Python tuple order (t, kind, x, ver) */
-    if (a->t != b->t) return a->t < b->t;
-    if (a->kind != b->kind) return a->kind < b->kind;
-    if (a->x != b->x) return a->x < b->x;
-    return a->ver < b->ver;
-}
-
-typedef struct {
-    ev_t *v;
-    Py_ssize_t n, cap;
-} evheap_t;
-
-static int evpush(evheap_t *h, ev_t e) {
-    if (h->n == h->cap) {
-        Py_ssize_t nc = h->cap ? 2 * h->cap : 64;
-        ev_t *nv = realloc(h->v, sizeof(ev_t) * (size_t)nc);
-        if (!nv) return -1;
-        h->v = nv;
-        h->cap = nc;
-    }
-    Py_ssize_t i = h->n++;
-    while (i > 0) {
-        Py_ssize_t p = (i - 1) / 2;
-        if (!ev_less(&e, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = e;
-    return 0;
-}
-
-static ev_t evpop(evheap_t *h) {
-    ev_t top = h->v[0], last = h->v[--h->n];
-    Py_ssize_t i = 0, n = h->n;
-    for (;;) {
-        Py_ssize_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && ev_less(&h->v[c + 1], &h->v[c])) c++;
-        if (!ev_less(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (n) h->v[i] = last;
-    return top;
-}
-
-/* a route group's finishing virtual times: (vtime, op) in tuple order */
-typedef struct {
-    double v;
-    i64 op;
-} fin_t;
-
-typedef struct {
-    fin_t *v;
-    Py_ssize_t n, cap;
-} finheap_t;
-
-static int fin_less(const fin_t *a, const fin_t *b) { return a->v != b->v ? a->v < b->v : a->op < b->op; }
-
-static int finpush(finheap_t *h, fin_t e) {
-    if (h->n == h->cap) {
-        Py_ssize_t nc = h->cap ? 2 * h->cap : 8;
-        fin_t *nv = realloc(h->v, sizeof(fin_t) * (size_t)nc);
-        if (!nv) return -1;
-        h->v = nv;
-        h->cap = nc;
-    }
-    Py_ssize_t i = h->n++;
-    while (i > 0) {
-        Py_ssize_t p = (i - 1) / 2;
-        if (!fin_less(&e, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = e;
-    return 0;
-}
-
-static fin_t finpop(finheap_t *h) {
-    fin_t top = h->v[0], last = h->v[--h->n];
-    Py_ssize_t i = 0, n = h->n;
-    for (;;) {
-        Py_ssize_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && fin_less(&h->v[c + 1], &h->v[c])) c++;
-        if (!fin_less(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (n) h->v[i] = last;
-    return top;
-}
 
 /* numpy's float64 add reduction (ndarray.sum): 0.0 + pairwise sum, blocks of 8 accumulators up to 128 */
 static double pairwise(const double *a, Py_ssize_t n) {
@@ -171,7 +72,7 @@ typedef struct {
     /* the DAG (reference: _Dag) */
     i64 *missing;
     double *solo_time, *start, *ready, *act_t, *scale, *end;
-    evheap_t heap;
+    theap_t heap;
     i64 done;
     i64 *stack_o;
     double *stack_t;
@@ -179,7 +80,7 @@ typedef struct {
     Py_ssize_t ngrp;
     double *g_rate, *g_v, *g_t;
     i64 *g_n, *g_ver;
-    finheap_t *g_fin;
+    theap_t *g_fin; /* per group: (finishing virtual time, op) */
     /* fluid flows (reference: _Fluid), in admission order */
     Py_ssize_t nf;
     i64 *ids, *rows;
@@ -292,8 +193,8 @@ static int finish(sim_t *s, i64 op, double t_end, double t_now) {
                     s->stack_t[sp++] = e;
                 } else {
                     double a = t_ready + s->lat[x];
-                    ev_t ev = {t_now > a ? t_now : a, s->grp[x] < 0 ? 0 : 1, x, 0};
-                    if (evpush(&s->heap, ev)) return -1;
+                    tent_t ev = {t_now > a ? t_now : a, s->grp[x] < 0 ? 0 : 1, x, 0};
+                    if (theap_push(&s->heap, ev)) return -1;
                 }
             }
         }
@@ -301,31 +202,31 @@ static int finish(sim_t *s, i64 op, double t_end, double t_now) {
     return 0;
 }
 
-static int group_event(sim_t *s, ev_t ev) {
+static int group_event(sim_t *s, tent_t ev) {
     i64 g = ev.kind == 1 ? s->grp[ev.x] : ev.x;
     if (ev.kind == 2 && ev.ver != s->g_ver[g]) return 0;
     double t_ev = ev.t > s->g_t[g] ? ev.t : s->g_t[g];
     if (s->g_n[g]) s->g_v[g] += (t_ev - s->g_t[g]) * s->g_rate[g] / (double)s->g_n[g];
     s->g_t[g] = t_ev;
-    finheap_t *fins = &s->g_fin[g];
+    theap_t *fins = &s->g_fin[g];
     if (ev.kind == 1) {
         s->act_t[ev.x] = t_ev;
-        fin_t f = {s->g_v[g] + s->size[ev.x], ev.x};
-        if (finpush(fins, f)) return -1;
+        tent_t f = {s->g_v[g] + s->size[ev.x], 0, ev.x, 0};
+        if (theap_push(fins, f)) return -1;
         s->g_n[g] += 1;
     } else {
-        if (fins->v[0].v > s->g_v[g]) s->g_v[g] = fins->v[0].v;
-        while (fins->n && fins->v[0].v <= s->g_v[g] * (1.0 + 1e-12) + 1e-9) {
-            i64 op = finpop(fins).op;
+        if (fins->v[0].t > s->g_v[g]) s->g_v[g] = fins->v[0].t;
+        while (fins->n && fins->v[0].t <= s->g_v[g] * (1.0 + 1e-12) + 1e-9) {
+            i64 op = theap_pop(fins).x;
             s->g_n[g] -= 1;
             if (finish(s, op, t_ev, t_ev)) return -1;
         }
     }
     if (fins->n) {
         s->g_ver[g] += 1;
-        double t_next = t_ev + (fins->v[0].v - s->g_v[g]) * (double)s->g_n[g] / s->g_rate[g];
-        ev_t e = {t_next, 2, g, s->g_ver[g]};
-        if (evpush(&s->heap, e)) return -1;
+        double t_next = t_ev + (fins->v[0].t - s->g_v[g]) * (double)s->g_n[g] / s->g_rate[g];
+        tent_t e = {t_next, 2, g, s->g_ver[g]};
+        if (theap_push(&s->heap, e)) return -1;
     }
     return 0;
 }
@@ -352,7 +253,7 @@ static double activation_batch(sim_t *s, double t_heap) {
             s->added = a;
             s->acap = c;
         }
-        ev_t e = evpop(&s->heap);
+        tent_t e = theap_pop(&s->heap);
         tot += e.t;
         s->added[s->nadded++] = e.x;
     }
@@ -743,7 +644,7 @@ static int event_loop(sim_t *s) {
         double t_heap = s->heap.n ? s->heap.v[0].t : INFINITY;
         if (t_heap == INFINITY && s->deadline == INFINITY) return -3;
         if (t_heap <= s->deadline && s->heap.v[0].kind != 0) {
-            if (group_event(s, evpop(&s->heap))) return -1;
+            if (group_event(s, theap_pop(&s->heap))) return -1;
             continue;
         }
         double now, horizon;
@@ -880,7 +781,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         s->g_t = calloc((size_t)ngrp + 1, sizeof(double));
         s->g_n = calloc((size_t)ngrp + 1, sizeof(i64));
         s->g_ver = calloc((size_t)ngrp + 1, sizeof(i64));
-        s->g_fin = calloc((size_t)ngrp + 1, sizeof(finheap_t));
+        s->g_fin = calloc((size_t)ngrp + 1, sizeof(theap_t));
         s->sat = calloc(L, 1);
         s->seed = calloc(L, 1);
         s->mark = calloc(L, 1);
@@ -934,8 +835,8 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
                 s->act_t[x] = s->lat[x];
                 st = finish(s, x, s->lat[x] + s->solo_time[x], 0.0);
             } else {
-                ev_t e = {s->lat[x], s->grp[x] < 0 ? 0 : 1, x, 0};
-                st = evpush(&s->heap, e);
+                tent_t e = {s->lat[x], s->grp[x] < 0 ? 0 : 1, x, 0};
+                st = theap_push(&s->heap, e);
             }
         }
         if (!st) st = event_loop(s);

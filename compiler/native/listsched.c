@@ -14,60 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tuple_heap.h"
+
 typedef int64_t i64;
-
-/* a (value, id[, kind, ver]) heap entry; Python's tuple order: value, then kind, then id, then ver */
-typedef struct {
-    double t;
-    int kind;
-    i64 x, ver;
-} ent_t;
-
-static int ent_less(const ent_t *a, const ent_t *b) {
-    if (a->t != b->t) return a->t < b->t;
-    if (a->kind != b->kind) return a->kind < b->kind;
-    if (a->x != b->x) return a->x < b->x;
-    return a->ver < b->ver;
-}
-
-typedef struct {
-    ent_t *v;
-    i64 n, cap;
-} heap_t;
-
-static int hpush(heap_t *h, ent_t e) {
-    if (h->n == h->cap) {
-        i64 nc = h->cap ? 2 * h->cap : 4;
-        ent_t *nv = realloc(h->v, sizeof(ent_t) * (size_t)nc);
-        if (!nv) return -1;
-        h->v = nv;
-        h->cap = nc;
-    }
-    i64 i = h->n++;
-    while (i > 0) {
-        i64 p = (i - 1) / 2;
-        if (!ent_less(&e, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = e;
-    return 0;
-}
-
-static ent_t hpop(heap_t *h) {
-    ent_t top = h->v[0], last = h->v[--h->n];
-    i64 i = 0, n = h->n;
-    for (;;) {
-        i64 c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && ent_less(&h->v[c + 1], &h->v[c])) c++;
-        if (!ent_less(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (n) h->v[i] = last;
-    return top;
-}
 
 typedef struct {
     i64 nh, ne, window;
@@ -75,32 +24,32 @@ typedef struct {
     const double *key, *size, *lat, *rate, *budget;
     const unsigned char *last;
     /* per link (reference: _Links) */
-    heap_t *waiting, *fins;
+    theap_t *waiting, *fins; /* per link: (key, hop) ready to admit; (finishing virtual time, hop) */
     i64 *count, *n, *ver;
     double *pend, *v, *t, *sumfin;
     /* per hop */
     i64 *after, *order, norder;
     double *ready, *end;
-    heap_t events;
+    theap_t events; /* (time, 0: hop starts streaming | 1: link departure, hop or link, version) */
 } ls_t;
 
 /* reference: list_schedule.admit */
 static int admit(ls_t *s, i64 e, double now, i64 trigger) {
-    heap_t *q = &s->waiting[e];
+    theap_t *q = &s->waiting[e];
     while (q->n) {
         if (s->count[e] >= s->window) {
             double busy = s->pend[e] + s->sumfin[e];
             if (s->n[e]) busy -= (double)s->n[e] * (s->v[e] + (now - s->t[e]) * s->rate[e] / (double)s->n[e]);
             if (busy >= s->budget[e]) return 0;
         }
-        i64 j = hpop(q).x;
+        i64 j = theap_pop(q).x;
         s->after[j] = trigger;
         s->ready[j] = now;
         s->order[s->norder++] = j;
         s->count[e] += 1;
         s->pend[e] += s->size[j];
-        ent_t ev = {now + s->lat[e], 0, j, 0};
-        if (hpush(&s->events, ev)) return -1;
+        tent_t ev = {now + s->lat[e], 0, j, 0};
+        if (theap_push(&s->events, ev)) return -1;
     }
     return 0;
 }
@@ -108,22 +57,22 @@ static int admit(ls_t *s, i64 e, double now, i64 trigger) {
 static int schedule(ls_t *s, const i64 *first, i64 nfirst) {
     for (i64 a = 0; a < nfirst; a++) {
         i64 j = first[a];
-        ent_t w = {s->key[j], 0, j, 0};
-        if (hpush(&s->waiting[s->edge[j]], w)) return -1;
+        tent_t w = {s->key[j], 0, j, 0};
+        if (theap_push(&s->waiting[s->edge[j]], w)) return -1;
     }
     for (i64 e = 0; e < s->ne; e++)
         if (admit(s, e, 0.0, -1)) return -1;
     while (s->events.n) {
-        ent_t ev = hpop(&s->events);
+        tent_t ev = theap_pop(&s->events);
         double now = ev.t;
         i64 x = ev.x, e = ev.kind == 0 ? s->edge[x] : x;
         if (ev.kind == 1 && ev.ver != s->ver[e]) continue;
         if (s->n[e]) s->v[e] += (now - s->t[e]) * s->rate[e] / (double)s->n[e];
         s->t[e] = now;
-        heap_t *fe = &s->fins[e];
+        theap_t *fe = &s->fins[e];
         if (ev.kind == 0) {
-            ent_t f = {s->v[e] + s->size[x], 0, x, 0};
-            if (hpush(fe, f)) return -1;
+            tent_t f = {s->v[e] + s->size[x], 0, x, 0};
+            if (theap_push(fe, f)) return -1;
             s->sumfin[e] += s->v[e] + s->size[x];
             s->pend[e] -= s->size[x];
             s->n[e] += 1;
@@ -131,7 +80,7 @@ static int schedule(ls_t *s, const i64 *first, i64 nfirst) {
             if (fe->v[0].t > s->v[e]) s->v[e] = fe->v[0].t;
             i64 trig = -1;
             while (fe->n && fe->v[0].t <= s->v[e] * (1.0 + 1e-12) + 1e-9) {
-                ent_t f = hpop(fe);
+                tent_t f = theap_pop(fe);
                 i64 j = f.x;
                 s->sumfin[e] -= f.t;
                 s->n[e] -= 1;
@@ -140,8 +89,8 @@ static int schedule(ls_t *s, const i64 *first, i64 nfirst) {
                 trig = j;
                 if (!s->last[j]) {
                     i64 e2 = s->edge[j + 1];
-                    ent_t w = {s->key[j + 1], 0, j + 1, 0};
-                    if (hpush(&s->waiting[e2], w)) return -1;
+                    tent_t w = {s->key[j + 1], 0, j + 1, 0};
+                    if (theap_push(&s->waiting[e2], w)) return -1;
                     if (admit(s, e2, now, j)) return -1;
                 }
             }
@@ -150,8 +99,8 @@ static int schedule(ls_t *s, const i64 *first, i64 nfirst) {
         if (fe->n) {
             s->ver[e] += 1;
             double t_next = now + (fe->v[0].t - s->v[e]) * (double)s->n[e] / s->rate[e];
-            ent_t d = {t_next, 1, e, s->ver[e]};
-            if (hpush(&s->events, d)) return -1;
+            tent_t d = {t_next, 1, e, s->ver[e]};
+            if (theap_push(&s->events, d)) return -1;
         }
     }
     return s->norder == s->nh ? 0 : -2;
@@ -189,8 +138,8 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     }
     {
         size_t H = (size_t)(nh ? nh : 1), E = (size_t)(ne ? ne : 1);
-        s->waiting = calloc(E, sizeof(heap_t));
-        s->fins = calloc(E, sizeof(heap_t));
+        s->waiting = calloc(E, sizeof(theap_t));
+        s->fins = calloc(E, sizeof(theap_t));
         s->count = calloc(E, sizeof(i64));
         s->n = calloc(E, sizeof(i64));
         s->ver = calloc(E, sizeof(i64));

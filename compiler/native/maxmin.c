@@ -6,10 +6,8 @@
  *   cap:    float64 [nl], link capacities;
  *   weight: float64 [nf] or None: a row with weight w stands for w identical flows.
  *
- * Each round: count flows per link (weighted), share = remaining / count; a flow's fair share is the smallest
- * share on its links; a link on which every crossing flow has its minimum there is a local bottleneck and fixes
- * all its flows at that share. The arithmetic follows the Python reference operation by operation (sums in flow
- * order, the same comparisons), so the rates are the same floats. */
+ * The algorithm and its arithmetic live in maxmin_core.h (shared with the simulator's compiled event loop); this
+ * file checks the arguments and returns the rates. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
