@@ -107,16 +107,7 @@ def exclusive_links(st: Setup) -> npt.NDArray[np.bool_]:
     plink = links[1:][same]
     if not len(a):
         return excl
-    # direct dependency: is a among b's deps?
-    n = np.int64(max(n_ops, 1))
-    dep_op = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(st.dep_ptr))
-    edges = np.sort(st.dep_ids * n + dep_op)
-    keys = a * n + b
-    if len(edges):
-        pos = np.searchsorted(edges, keys)
-        direct = (pos < len(edges)) & (edges[np.minimum(pos, len(edges) - 1)] == keys)
-    else:
-        direct = np.zeros(len(keys), dtype=bool)
+    edges, direct = _direct_deps(st, a, b)
     bad = ~direct
     no_deps = np.diff(st.dep_ptr)[b] == 0
     excl[np.unique(plink[bad & no_deps])] = False
@@ -131,6 +122,22 @@ def exclusive_links(st: Setup) -> npt.NDArray[np.bool_]:
         _search_pairs(st, a[todo], b[todo], plink[todo], excl, memo=False)
     excl[nl] = True
     return excl
+
+
+def _direct_deps(
+    st: Setup, a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """The DAG's edges as sorted keys ``dep * n_ops + op`` (what :func:`_two_hop` searches), and per pair
+    whether op ``a[i]`` is a direct dependency of op ``b[i]``."""
+    n_ops = st.n_ops
+    n = np.int64(max(n_ops, 1))
+    dep_op = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(st.dep_ptr))
+    edges = np.sort(st.dep_ids * n + dep_op)
+    keys = a * n + b
+    if not len(edges):
+        return edges, np.zeros(len(keys), dtype=bool)
+    pos = np.minimum(np.searchsorted(edges, keys), len(edges) - 1)
+    return edges, edges[pos] == keys
 
 
 def _search_pairs(
@@ -315,16 +322,7 @@ def _clear_unordered(
     depend on op ``a[i]``: a direct dependency or two hops settle most pairs at array speed; the rest are
     graph searches (memoised: ops with the same dependencies answer alike), and past
     :data:`_GROUP_SEARCHES` of them their links are cleared unsearched (always safe: not group-exclusive)."""
-    n_ops = st.n_ops
-    n = np.int64(max(n_ops, 1))
-    dep_op = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(st.dep_ptr))
-    edges = np.sort(st.dep_ids * n + dep_op)
-    keys = a * n + b
-    if len(edges):
-        pos = np.minimum(np.searchsorted(edges, keys), len(edges) - 1)
-        direct = edges[pos] == keys
-    else:
-        direct = np.zeros(len(keys), dtype=bool)
+    edges, direct = _direct_deps(st, a, b)
     bad = ~direct
     ok_link[np.unique(plink[bad & (np.diff(st.dep_ptr)[b] == 0)])] = False
     todo = np.flatnonzero(bad & (np.diff(st.dep_ptr)[b] > 0))
