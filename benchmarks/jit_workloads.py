@@ -15,8 +15,11 @@ Workloads: ``benchmarks/moe_workloads.py`` (balanced, Zipf 0.8, rotating and jum
 Reported per workload: calls served by a2acc plans (all calls, and after the first two), padding and residual
 (% of payload), per-call time stock and a2acc (median [min-max] over served calls), bytes each rank sends
 (stock: its payload to other ranks; a2acc: everything its messages carry, relays and padding included),
-messages per rank per call against (stages x peers), and whether every output was byte-identical. With
-``--python-time`` also the engine's Python time per served call: the CPU time of the calling thread
+messages per rank per call against (stages x peers), and whether every output was byte-identical.
+``--announce`` has every rank announce each call's matrix first (:func:`a2acc.runtime.announce`, what an MoE
+dispatcher that all-gathers its token counts, as Megatron-LM's does, knows): a call whose plan every rank already
+has then skips the split-size exchange. With ``--python-time`` also the engine's Python time per served call:
+the CPU time of the calling thread
 (``time.thread_time``: the engine's and the executor's Python and the copies it runs, nothing spent waiting for
 transfers or for the exchange; a busy machine does not inflate it), mean over ranks and served calls. This
 machine is shared and small: give ``uptime`` with the figures and repeat runs.
@@ -56,7 +59,9 @@ import torch.distributed as dist
 
 rank, world, port, calls, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 workloads, dtypes, cache_root = sys.argv[6].split(","), sys.argv[7].split(","), sys.argv[8]
+announce = sys.argv[9] == "1"
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+import a2acc.runtime
 from a2acc.runtime import stats, torch_patch
 from a2acc.runtime.settings import JitSettings
 from moe_workloads import WORKLOADS, rows_of  # benchmarks/ is on PYTHONPATH (_launch)
@@ -89,6 +94,8 @@ for dtype_name in dtypes:
             t = {}
             order = (("stock", stock, y_stock), ("a2acc", dist.all_to_all_single, y_a2acc))
             for label, fn, y in order if i % 2 == 0 else order[::-1]:
+                if label == "a2acc" and announce:
+                    a2acc.runtime.announce(rows)  # what an MoE dispatcher that gathers its counts knows
                 dist.barrier()
                 t0 = time.perf_counter()
                 fn(y, x, recv, send)
@@ -147,6 +154,7 @@ def _launch(world: int, topo: str, args: argparse.Namespace, tmp: str) -> list[l
                 ",".join(args.workloads),
                 ",".join(args.dtypes),
                 cache,
+                "1" if args.announce else "0",
             ],
             env=env,
         )
@@ -205,6 +213,7 @@ def _summarise(world: int, topo: str, ranks: list[list[dict]], python_time: bool
             "msgs_within_bound": msgs_ok,
             "msgs_vs_bound": worst,
             "identical": same,
+            "exchanges_skipped": sum(s.get("exchanges_skipped", 0) for s in st) / max(len(st), 1),
         }
         if python_time:
             handled = max(sum(s["handled"] for s in st), 1)
@@ -253,6 +262,9 @@ def _print_summary(rows: list[dict]) -> None:
         )
         if "python_ms" in rs[0]:
             line += f", CPU per served call {rng('python_ms', 1, '.1f')} ms"
+        skipped = sum(r["exchanges_skipped"] for r in rs)
+        if skipped:
+            line += f", calls without the exchange {skipped:.0f} of {sum(r['calls'] for r in rs)}"
         print(line)
 
 
@@ -274,6 +286,12 @@ def main() -> None:
         help="A2ACC_TOPOLOGY for a process count (repeatable; default 4=alps:1, 4=2x2, 8=dgx-h100:1, 8=alps:2)",
     )
     ap.add_argument("--python-time", action="store_true", help="also the engine's Python time per call")
+    ap.add_argument(
+        "--announce",
+        action="store_true",
+        help="every rank announces each call's matrix first (a2acc.runtime.announce, as an MoE dispatcher that "
+        "all-gathers its counts can): a call whose plan every rank has skips the split-size exchange",
+    )
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
     chosen: dict[int, list[str]] = {}

@@ -70,3 +70,9 @@ class InternalError(A2accError):
 
 class RuntimeHookError(A2accError):
     """The JIT/runtime integration cannot serve a call; callers fall back to the stock collective."""
+
+
+class AnnounceError(A2accError, ValueError):
+    """A matrix announced to the JIT (``a2acc.runtime.announce``) is malformed or disagrees with the call's own
+    split sizes on this rank. Raised, never hidden: a rank cannot take the stock call alone while the others
+    run the plan without an exchange."""

@@ -2,7 +2,8 @@
 
 Activation without code changes: ``A2ACC_JIT=1`` (read by the ``a2acc-jit.pth`` hook at interpreter start; the
 patch happens when the process imports ``torch.distributed``). Explicit use:
-:func:`a2acc.runtime.torch_patch.install` / :func:`uninstall`. Counters: :func:`stats`. See ``docs/runtime.md``.
+:func:`a2acc.runtime.torch_patch.install` / :func:`uninstall`. Counters: :func:`stats`. Skipping the per-call exchange when the caller already knows the whole matrix:
+:func:`announce`. See ``docs/runtime.md``.
 """
 
 from __future__ import annotations
@@ -20,3 +21,24 @@ def stats() -> dict[str, object]:
     patch = sys.modules.get("a2acc.runtime.torch_patch")
     eng = patch.engine() if patch is not None else None
     return {} if eng is None else dict(eng.stats.as_dict())
+
+
+def announce(rows: object, group: object = None) -> bool:
+    """Tell the JIT the whole matrix of the next ``all_to_all_single`` on ``group``: ``rows[s][d]`` rows
+    (first-dimension slices) from group rank ``s`` to ``d``; a ``world x world`` array or tensor. False (and
+    nothing done) when the JIT is not active.
+
+    Every rank of the group must announce the same matrix for the same call (an MoE dispatcher that
+    all-gathers its token counts, as Megatron-LM's does, knows it). When the matrix's plan is one every rank
+    already has, the call then runs **without the split-size exchange** (no extra collective, no host sync);
+    otherwise the exchange happens as usual. A rank whose own split sizes (its row and column) disagree with the
+    announced matrix raises :class:`a2acc.errors.AnnounceError` (a ``ValueError``): it cannot fall back alone
+    while the others run the plan. ``group=None`` means the next call of a group of that size."""
+    import sys
+
+    patch = sys.modules.get("a2acc.runtime.torch_patch")
+    eng = patch.engine() if patch is not None else None
+    if eng is None:
+        return False
+    eng.announce(rows, group)
+    return True

@@ -20,7 +20,8 @@ class EngineStats:
     sent through the plans' messages: relays and the padding of arena messages included, direct messages and the
     residual at their actual size), ``p2p_sends``/``p2p_recvs`` (messages
     posted) and ``p2p_steps`` (transfer steps) of the ``p2p`` executor; ``host_syncs`` (device-to-host copies
-    the engine made: one per exchanged call on a GPU group, none on a CPU group); ``phase_s`` (seconds per phase
+    the engine made: one per exchanged call on a GPU group, none on a CPU group); ``exchanges_skipped`` (handled
+    calls that needed no exchange: the matrix was announced and its plan already agreed); ``phase_s`` (seconds per phase
     of handled calls, see the field); ``cpu_s`` (CPU time of the handled calls in the calling thread: the
     engine's and executor's Python and copies, no waiting);
     ``overhead_us_median``/``overhead_us_mean`` (the hook's decision time per call, exchanges and data
@@ -41,6 +42,7 @@ class EngineStats:
     p2p_recvs: int = 0
     p2p_steps: int = 0
     host_syncs: int = 0
+    exchanges_skipped: int = 0
     # seconds spent per phase by handled calls: exchange (the split-size collective), decide (bucket lookup and
     # plan state), pack, start (copies and posts of all steps but the last), wait (blocked in Work.wait inside
     # the executor), tail (the last step and the unpack, waits included)
@@ -69,6 +71,7 @@ class EngineStats:
             "p2p_recvs": self.p2p_recvs,
             "p2p_steps": self.p2p_steps,
             "host_syncs": self.host_syncs,
+            "exchanges_skipped": self.exchanges_skipped,
             "phase_s": dict(self.phase_s),
             "cpu_s": self.cpu_s,
             "overhead_us_median": float(np.median(over) * 1e6),

@@ -8,7 +8,8 @@ Per call (all ranks of the call's process group do the same, in the same order):
    it, or ``A2ACC_TOPOLOGY`` describing the group itself); plans, buckets and buffers are per group.
 3. **Exchange** (:mod:`a2acc.runtime.collectives`): one all-gather of every rank's input and output split
    sizes, an eligibility flag, the row size and the plan state (:mod:`a2acc.runtime.plans`), on the CPU when
-   the group accepts it, else on the data's device (NCCL/RCCL): the call's one host sync.
+   the group accepts it, else on the data's device (NCCL/RCCL): the call's one host sync. A matrix the caller
+   announced (:meth:`Engine.announce`) whose plan every rank settled at an earlier exchange skips it.
 4. **Bucket** (:mod:`a2acc.jit.bucket`): a cached layout serving the matrix (in canonical form under the
    topology's symmetries, ``A2ACC_BUCKETS=symmetric``), or a new one; the index evolves from the matrix
    sequence only, so every rank picks the same bucket.
@@ -36,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from a2acc.errors import AnnounceError
 from a2acc.ir import program_from_json
 from a2acc.ir.quantize import UnitPolicy
 from a2acc.jit.bucket import Bucket, BucketIndex, variant
@@ -103,6 +105,7 @@ class _Group:
     side: Any = None  # the second process group of the p2p executor's overlap option
     arenas: dict[str, list[Any]] = field(default_factory=dict)  # free arenas per device
     disabled: str = ""  # why a2acc stopped serving this group (set on every rank at the same call)
+    prefix: int = 0  # jobs every rank had settled at the last exchange (their statuses are agreed)
 
 
 @dataclass
@@ -146,7 +149,8 @@ class Engine:
         self._warned: set[str] = set()
         self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a2acc-compile")
         self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a2acc-finish")
-        self.known_matrix_rows: np.ndarray | None = None  # set by the Megatron helper for the next call
+        # the next call's matrix per group (or group size), see announce
+        self._announce: dict[tuple[int, ...] | int, np.ndarray] = {}
         atexit.register(self.summary)
 
     # ------------------------------------------------------------------ messages
@@ -306,6 +310,7 @@ class Engine:
             world = dist.get_world_size(group)
             rank = dist.get_rank(group)
             g = self._group(group, world, input.device)
+            known = self._take_announced(g.ranks if not isinstance(g, str) else ())
             if isinstance(g, str):
                 self.warn_once(f"group:{world}", g, speak=rank == 0)
                 self.stats.fallback("unmapped group")
@@ -318,14 +323,31 @@ class Engine:
                 self.stats.fallback("tensors on a device the group does not accept")
                 return None
             t0 = time.perf_counter()
-            got = self._exchange(g, call)
-            if got is None:
-                return None
-            rows, prefix = got
-            t1 = time.perf_counter()
-            bucket = g.index.lookup(rows * call.row_bytes)
-            j = g.table.job(bucket.key, lambda: self._submit(g, bucket, group))
-            status = self._status(g, call, j, bucket, prefix)
+            known = self._announced(known, call)
+            pre = None if known is None else self._lookup(g, known, call, group)
+            rows: np.ndarray
+            if (
+                known is not None
+                and pre is not None
+                and pre[1] < g.prefix
+                and g.table.agreed(pre[1]) != FAILED
+            ):
+                # an announced matrix whose plan every rank already has: no exchange (see announce)
+                rows, (bucket, j) = known, pre
+                g.table.settle()
+                status: int | None = g.table.agreed(j)
+                self.stats.exchanges_skipped += 1
+                t1 = t0
+            else:
+                got = self._exchange(g, call, known)
+                if got is None:
+                    return None
+                rows, g.prefix = got
+                t1 = time.perf_counter()
+                if pre is None or known is None or not np.array_equal(rows, known):
+                    pre = self._lookup(g, rows, call, group)
+                bucket, j = pre
+                status = self._status(g, call, j, bucket, g.prefix)
             t2 = time.perf_counter()
             self.stats.overhead_s.append(t2 - t1)
             if status is None:
@@ -364,7 +386,53 @@ class Engine:
             ins, outs = [0] * world, [0] * world
         return _Call(output, input, group, rank, world, ins, outs, row_bytes_of(input), eligible, stock)
 
-    def _exchange(self, g: _Group, call: _Call) -> tuple[np.ndarray, int] | None:
+    def announce(self, rows: Any, group: Any = None) -> None:
+        """The matrix (rows per pair, ``world x world``) of the next call on ``group`` (None: the next call of
+        a group of that size), the same on every rank of the group; see :func:`a2acc.runtime.announce`."""
+        import torch.distributed as dist
+
+        m = np.asarray(rows.cpu() if hasattr(rows, "cpu") else rows)
+        if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] == 0:
+            raise AnnounceError(f"announce: the matrix must be square (world x world), got shape {m.shape}")
+        if not np.issubdtype(m.dtype, np.integer) or int(m.min()) < 0:
+            raise AnnounceError("announce: the matrix must hold non-negative integers (rows per pair)")
+        n = m.shape[0]
+        key: tuple[int, ...] | int = n if group is None else tuple(dist.get_process_group_ranks(group))
+        if isinstance(key, tuple) and len(key) != n:
+            raise AnnounceError(f"announce: a {n}x{n} matrix for a group of {len(key)} ranks")
+        with self._lock:
+            self._announce[key] = m.astype(np.int64, copy=True)
+
+    def _take_announced(self, ranks: tuple[int, ...]) -> np.ndarray | None:
+        """The matrix announced for this call (for its group, else for the next call of its size), consumed."""
+        if not self._announce:
+            return None
+        m = self._announce.pop(ranks, None)
+        return self._announce.pop(len(ranks), None) if m is None else m
+
+    def _announced(self, m: np.ndarray | None, call: _Call) -> np.ndarray | None:
+        """The announced matrix checked against what this rank knows of it (its row and column are the call's
+        split sizes). Every rank of the group announced the same matrix, so every rank skips the exchange or
+        none does; a rank whose own view disagrees cannot fall back alone (the others would wait for it), so it
+        raises."""
+        if m is None:
+            return None
+        r = call.rank
+        if not call.eligible or m[r].tolist() != call.in_splits or m[:, r].tolist() != call.out_splits:
+            why = "tensors a2acc cannot serve in place" if not call.eligible else "other split sizes"
+            raise AnnounceError(
+                f"a2acc.runtime.announce: rank {r} was told a matrix whose row/column {r} do not match the "
+                f"call's split sizes, or the call has {why}; announce the exact matrix of the next call "
+                "(contiguous tensors of one dtype) on every rank of the group"
+            )
+        return m
+
+    def _lookup(self, g: _Group, rows: np.ndarray, call: _Call, group: Any) -> tuple[Bucket, int]:
+        """The matrix's bucket and its job number (submitting its plan the first time)."""
+        bucket = g.index.lookup(rows * call.row_bytes)
+        return bucket, g.table.job(bucket.key, lambda: self._submit(g, bucket, group))
+
+    def _exchange(self, g: _Group, call: _Call, known: np.ndarray | None) -> tuple[np.ndarray, int] | None:
         """The call's one exchange: the rows matrix and the jobs every rank has settled, when every rank can
         take the a2acc path, else None (the same answer on every rank)."""
         n = call.world
@@ -393,12 +461,8 @@ class Engine:
             extra = all_gather_ints(g.table.my_exceptions(call.rank, width), call.group, dev, n, call.stock)
             self.stats.host_syncs += int(dev.type != "cpu")
             g.table.merge(extra, nexc)
-        known = self.known_matrix_rows
-        self.known_matrix_rows = None
-        if known is not None and not np.array_equal(np.asarray(known), rows):
-            self.warn_once(
-                "announce", "the announced matrix differs from the split sizes; using the split sizes"
-            )
+        if known is not None and not np.array_equal(known, rows):
+            self.warn_once("announce", "ranks announced different matrices; using the exchanged split sizes")
         return np.asarray(rows, dtype=np.int64), int(prefix.min())
 
     def _status(self, g: _Group, call: _Call, j: int, bucket: Bucket, prefix: int) -> int | None:

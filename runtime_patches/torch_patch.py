@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from a2acc.errors import RuntimeHookError
+from a2acc.errors import AnnounceError, RuntimeHookError
 from a2acc.runtime.settings import JitSettings
 
 log = logging.getLogger("a2acc.runtime")
@@ -101,6 +101,8 @@ def all_to_all_single(
         return original(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
     try:
         handled = eng.run(output, input, output_split_sizes, input_split_sizes, group, original, async_op)
+    except AnnounceError:  # the caller's announced matrix is wrong on this rank: its own message says so
+        raise
     except Exception as exc:
         # failures before the cross-rank agreement already returned None on every rank; an error during the
         # data exchange cannot be undone consistently across ranks, so it is raised, not hidden

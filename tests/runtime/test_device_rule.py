@@ -19,10 +19,11 @@ inter: {nics_per_server: 2, bandwidth: 25}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["p2p"])  # reference shares the engine's exchange, arena and packing
-def test_every_tensor_is_on_the_groups_device_and_one_host_sync_per_call(tmp_path, executor):
+def test_every_tensor_is_on_the_groups_device_and_at_most_one_host_sync_per_call(tmp_path, executor):
     """Data on ``fakegpu`` behind a group that accepts nothing else: every call a2acc serves hands only
     ``fakegpu`` tensors to collectives (the double raises otherwise), results equal the stock call's, and a
-    served call makes exactly one host sync (the split-size exchange)."""
+    served call makes exactly one host sync (the split-size exchange); with each matrix announced, a call whose
+    plan every rank has makes none, and a rank whose splits contradict the announcement raises."""
     topo = tmp_path / "t.yaml"
     topo.write_text(TWO_BY_TWO)
     env = _env(tmp_path, A2ACC_TOPOLOGY=str(topo), A2ACC_EXECUTOR=executor, A2ACC_LOG="error")
@@ -37,7 +38,14 @@ def test_every_tensor_is_on_the_groups_device_and_one_host_sync_per_call(tmp_pat
         served = [c for c in calls if c["served"]]
         assert len(served) >= len(calls) // 2  # a rotating hot expert: one canonical bucket
         assert all(c["syncs"] == 1 for c in calls), [c["syncs"] for c in calls]
-        assert res["stats"]["host_syncs"] == res["stats"]["calls"]
+        # announced matrices: plans every rank has run with no exchange and no host sync
+        ann = got["announced"]
+        assert all(c["same"] for c in ann)
+        assert sum(c["skipped"] for c in ann) >= len(ann) // 2, ann  # new buckets still exchange
+        assert all(c["syncs"] == (0 if c["skipped"] else 1) for c in ann), ann
+        assert res["stats"]["exchanges_skipped"] == sum(c["skipped"] for c in ann)
+        assert res["stats"]["host_syncs"] == res["stats"]["calls"] - res["stats"]["exchanges_skipped"] - 1
+        assert "do not match the call's split sizes" in got["mismatch"]
         assert "DeviceRuleError" not in err
 
 

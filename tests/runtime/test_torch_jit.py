@@ -219,3 +219,26 @@ def test_a_plan_that_fails_on_one_rank_sends_every_rank_to_the_stock_call(tmp_pa
         assert not any(c["served"] for c in calls if c["phase"] == 0)  # the failed bucket never runs
         assert any(c["served"] for c in calls if c["phase"] == 1)  # the next one does
         assert r["checks"]["fallbacks"].get("plan failed on a rank", 0) >= 1
+
+
+def test_announce_refuses_malformed_matrices_and_is_a_no_op_without_the_jit(tmp_path):
+    import numpy as np
+
+    import a2acc.runtime
+    from a2acc.errors import AnnounceError
+    from a2acc.runtime.engine import Engine
+    from a2acc.runtime.settings import JitSettings
+
+    assert a2acc.runtime.announce(np.ones((2, 2), dtype=np.int64)) is False  # not active: nothing done
+    eng = Engine(JitSettings(topology="alps:1", cache_dir=str(tmp_path)))
+    for bad, what in (
+        (np.ones((2, 3), dtype=np.int64), "square"),
+        (np.ones((2, 2)), "non-negative integers"),
+        (-np.ones((2, 2), dtype=np.int64), "non-negative integers"),
+    ):
+        with pytest.raises(AnnounceError, match=what):
+            eng.announce(bad)
+    good = torch.tensor([[1, 2], [3, 4]])
+    eng.announce(good)
+    assert eng._take_announced((5, 6)) is not None  # no group named: the next call of a 2-rank group
+    assert eng._take_announced((5, 6)) is None  # consumed

@@ -149,7 +149,50 @@ def nccl(rank, world, seed, original, eng):
             {"i": i, "same": bool(torch.equal(a, b)), "served": eng.stats.handled > handled, "syncs": syncs}
         )
         time.sleep(0.02)
+    # the same rotating hot expert, each call's matrix announced first (what Megatron's dispatcher knows):
+    # plans every rank has run without the exchange, so without a host sync
+    import a2acc.runtime
+    from a2acc.errors import AnnounceError
+
+    announced = []
+    for i in range(12):
+        rows = base.clone()
+        rows[:, i % world] *= 3
+        send = [int(x) for x in rows[rank]]
+        recv = [int(x) for x in rows[:, rank]]
+        x = nd.fake(torch.arange(sum(send) * 3, dtype=torch.float32).reshape(-1, 3) + 1000 * rank + i)
+        out_a = nd.fake(torch.full((sum(recv), 3), -1, dtype=torch.float32))
+        out_b = nd.fake(torch.full((sum(recv), 3), -2, dtype=torch.float32))
+        d2h, skipped = nd.STATS["d2h"], eng.stats.exchanges_skipped
+        assert a2acc.runtime.announce(rows)
+        dist.all_to_all_single(out_a, x, recv, send)
+        syncs = nd.STATS["d2h"] - d2h
+        original(out_b, x, recv, send)
+        a, b = nd.host(out_a).view(torch.uint8), nd.host(out_b).view(torch.uint8)
+        announced.append(
+            {
+                "same": bool(torch.equal(a, b)),
+                "skipped": eng.stats.exchanges_skipped > skipped,
+                "syncs": syncs,
+            }
+        )
+    # every rank announces a matrix its own split sizes contradict: every rank raises, nothing is exchanged
+    rows = base.clone()
+    wrong = rows.clone()
+    wrong[rank, (rank + 1) % world] += 1
+    send = [int(x) for x in rows[rank]]
+    recv = [int(x) for x in rows[:, rank]]
+    x = nd.fake(torch.zeros(sum(send), 3))
+    out_a = nd.fake(torch.zeros(sum(recv), 3))
+    a2acc.runtime.announce(wrong)
+    try:
+        dist.all_to_all_single(out_a, x, recv, send)
+        mismatch = ""
+    except AnnounceError as exc:
+        mismatch = str(exc)
     return {
+        "announced": announced,
+        "mismatch": mismatch,
         "refused": refused,
         "rejected": nd.STATS["rejected"],
         "calls": checks,
