@@ -197,6 +197,7 @@ class Engine:
         if why is not None:
             from a2acc.runtime.activate import job_rank0
 
+            self._announce.clear()  # an announcement for a captured call must not reach a later one
             self.stats.fallback("capture")
             self.warn_once(
                 "capture", f"{why}: a2acc does not exchange, allocate or sync inside it", speak=job_rank0()
@@ -310,7 +311,7 @@ class Engine:
             world = dist.get_world_size(group)
             rank = dist.get_rank(group)
             g = self._group(group, world, input.device)
-            known = self._take_announced(g.ranks if not isinstance(g, str) else ())
+            known = self._take_announced(group, world)  # consumed by this call, whatever serves it
             if isinstance(g, str):
                 self.warn_once(f"group:{world}", g, speak=rank == 0)
                 self.stats.fallback("unmapped group")
@@ -403,12 +404,16 @@ class Engine:
         with self._lock:
             self._announce[key] = m.astype(np.int64, copy=True)
 
-    def _take_announced(self, ranks: tuple[int, ...]) -> np.ndarray | None:
-        """The matrix announced for this call (for its group, else for the next call of its size), consumed."""
+    def _take_announced(self, group: Any, world: int) -> np.ndarray | None:
+        """The matrix announced for this call (for its group, else for the next call of its size), consumed:
+        every call on the group takes it, served or not, so it never outlives the call it was meant for."""
         if not self._announce:
             return None
+        import torch.distributed as dist
+
+        ranks = tuple(range(world)) if group is None else tuple(dist.get_process_group_ranks(group))
         m = self._announce.pop(ranks, None)
-        return self._announce.pop(len(ranks), None) if m is None else m
+        return self._announce.pop(world, None) if m is None else m
 
     def _announced(self, m: np.ndarray | None, call: _Call) -> np.ndarray | None:
         """The announced matrix checked against what this rank knows of it (its row and column are the call's

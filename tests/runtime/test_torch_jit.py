@@ -240,5 +240,6 @@ def test_announce_refuses_malformed_matrices_and_is_a_no_op_without_the_jit(tmp_
             eng.announce(bad)
     good = torch.tensor([[1, 2], [3, 4]])
     eng.announce(good)
-    assert eng._take_announced((5, 6)) is not None  # no group named: the next call of a 2-rank group
-    assert eng._take_announced((5, 6)) is None  # consumed
+    assert eng._take_announced(None, 3) is None  # a 3-rank call does not take a 2-rank matrix
+    assert eng._take_announced(None, 2) is not None  # no group named: the next call of a 2-rank group
+    assert eng._take_announced(None, 2) is None  # consumed
