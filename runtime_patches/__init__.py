@@ -15,7 +15,8 @@ def stats() -> dict[str, object]:
     ``calls`` reaching the engine; ``handled`` by a2acc plans; ``stock_while_compiling`` (served by the stock
     call while a plan compiled in the background); ``fallbacks`` by reason; ``bucket_hits``; ``cache`` (plans
     taken from memory, disk, or compiled); ``payload_bytes``, ``padding_bytes``, ``residual_bytes``;
-    ``overhead_us_median``/``overhead_us_mean`` (the hook's decision time per call, data movement excluded)."""
+    ``overhead_us_median``/``overhead_us_mean`` (the hook's decision time per call, data movement excluded);
+    ``host_syncs`` and ``exchanges_skipped`` (calls that needed no exchange, see :func:`announce`)."""
     import sys
 
     patch = sys.modules.get("a2acc.runtime.torch_patch")
@@ -29,11 +30,16 @@ def announce(rows: object, group: object = None) -> bool:
     nothing done) when the JIT is not active.
 
     Every rank of the group must announce the same matrix for the same call (an MoE dispatcher that
-    all-gathers its token counts, as Megatron-LM's does, knows it). When the matrix's plan is one every rank
-    already has, the call then runs **without the split-size exchange** (no extra collective, no host sync);
-    otherwise the exchange happens as usual. A rank whose own split sizes (its row and column) disagree with the
-    announced matrix raises :class:`a2acc.errors.AnnounceError` (a ``ValueError``): it cannot fall back alone
-    while the others run the plan. ``group=None`` means the next call of a group of that size."""
+    all-gathers its token counts, as Megatron-LM's does, knows it): ranks that announce different matrices may
+    choose different plans, which no rank can detect without the exchange this skips. When the matrix's plan
+    is one every rank had settled at an earlier exchange (and the executor carries rows beyond a plan's layout
+    itself, as ``p2p`` does), the call runs **without the split-size exchange** (no extra collective, no host
+    sync); otherwise the exchange happens as usual. The plan follows the announcement; what each rank sends and
+    receives follows its own split sizes, so an announcement that is stale but the same everywhere costs
+    residual, never data (said once). A call whose tensors a2acc cannot serve in place raises
+    :class:`a2acc.errors.AnnounceError` (a ``ValueError``): it cannot take the stock call alone while its peers
+    run the plan. ``rows`` is read on the host (a CUDA tensor is copied: a sync). ``group=None`` means the next
+    call of a group of that size."""
     import sys
 
     patch = sys.modules.get("a2acc.runtime.torch_patch")

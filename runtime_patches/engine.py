@@ -9,7 +9,8 @@ Per call (all ranks of the call's process group do the same, in the same order):
 3. **Exchange** (:mod:`a2acc.runtime.collectives`): one all-gather of every rank's input and output split
    sizes, an eligibility flag, the row size and the plan state (:mod:`a2acc.runtime.plans`), on the CPU when
    the group accepts it, else on the data's device (NCCL/RCCL): the call's one host sync. A matrix the caller
-   announced (:meth:`Engine.announce`) whose plan every rank settled at an earlier exchange skips it.
+   announced (:meth:`Engine.announce`) whose plan every rank settled at an earlier exchange skips it (the plan
+   follows the announcement, the data each rank's own split sizes).
 4. **Bucket** (:mod:`a2acc.jit.bucket`): a cached layout serving the matrix (in canonical form under the
    topology's symmetries, ``A2ACC_BUCKETS=symmetric``), or a new one; the index evolves from the matrix
    sequence only, so every rank picks the same bucket.
@@ -324,17 +325,18 @@ class Engine:
                 self.stats.fallback("tensors on a device the group does not accept")
                 return None
             t0 = time.perf_counter()
-            known = self._announced(known, call)
+            self._check_announced(known, call)
             pre = None if known is None else self._lookup(g, known, call, group)
             rows: np.ndarray
-            if (
-                known is not None
-                and pre is not None
-                and pre[1] < g.prefix
-                and g.table.agreed(pre[1]) != FAILED
-            ):
-                # an announced matrix whose plan every rank already has: no exchange (see announce)
-                rows, (bucket, j) = known, pre
+            if known is not None and pre is not None and self._agreed_without_exchange(g, pre[1]):
+                # an announced matrix whose plan every rank already has: no exchange (see announce). The plan
+                # is the announced matrix's on every rank; what this rank sends and receives is its own split
+                # sizes (the same as its peers' view of them in any valid call), so a wrong announcement costs
+                # residual, never data or a hang
+                rows = known.copy()
+                rows[call.rank] = call.in_splits
+                rows[:, call.rank] = call.out_splits
+                bucket, j = pre
                 g.table.settle()
                 status: int | None = g.table.agreed(j)
                 self.stats.exchanges_skipped += 1
@@ -415,22 +417,38 @@ class Engine:
         m = self._announce.pop(ranks, None)
         return self._announce.pop(world, None) if m is None else m
 
-    def _announced(self, m: np.ndarray | None, call: _Call) -> np.ndarray | None:
-        """The announced matrix checked against what this rank knows of it (its row and column are the call's
-        split sizes). Every rank of the group announced the same matrix, so every rank skips the exchange or
-        none does; a rank whose own view disagrees cannot fall back alone (the others would wait for it), so it
-        raises."""
+    def _check_announced(self, m: np.ndarray | None, call: _Call) -> None:
+        """Rank-local checks of an announced call. Tensors a2acc cannot serve in place (non-contiguous, input and
+        output of different dtypes, devices or row shapes; the stock call refuses most of these too) raise
+        :class:`~a2acc.errors.AnnounceError`: the rank cannot take the stock call alone while its peers may run
+        the plan. An announcement whose row or column for this rank differs from the call's split sizes is
+        said once; the call runs from the split sizes (see :meth:`run`)."""
         if m is None:
-            return None
+            return
         r = call.rank
-        if not call.eligible or m[r].tolist() != call.in_splits or m[:, r].tolist() != call.out_splits:
-            why = "tensors a2acc cannot serve in place" if not call.eligible else "other split sizes"
+        if not call.eligible:
             raise AnnounceError(
-                f"a2acc.runtime.announce: rank {r} was told a matrix whose row/column {r} do not match the "
-                f"call's split sizes, or the call has {why}; announce the exact matrix of the next call "
-                "(contiguous tensors of one dtype) on every rank of the group"
+                f"a2acc.runtime.announce: rank {r}'s call has tensors a2acc cannot serve in place (they must be "
+                "contiguous, of one dtype, device and row shape, with split sizes that add up to their first "
+                "dimensions); an announced call cannot fall back to the stock call on one rank alone"
             )
-        return m
+        if m[r].tolist() != call.in_splits or m[:, r].tolist() != call.out_splits:
+            self.warn_once(
+                "announce-splits",
+                f"rank {r}: the announced matrix's row/column {r} differ from the call's split sizes (a stale or "
+                "wrong announcement); the plan follows the announcement, the data the split sizes",
+                tail="rows beyond the plan's layout travel as residual",
+            )
+
+    def _agreed_without_exchange(self, g: _Group, j: int) -> bool:
+        """Whether job ``j`` runs with no exchange: every rank had settled it at the last exchange, it did not
+        fail anywhere, and whichever executor runs it carries rows beyond the layout in its own messages (a
+        residual exchanged by a stock collective would need every rank to agree that there is one)."""
+        if j >= g.prefix:
+            return False
+        status = g.table.agreed(j)
+        ex = self.executor if status == OK else self.fallback
+        return status != FAILED and bool(getattr(ex, "carries_residual", False))
 
     def _lookup(self, g: _Group, rows: np.ndarray, call: _Call, group: Any) -> tuple[Bucket, int]:
         """The matrix's bucket and its job number (submitting its plan the first time)."""
@@ -522,14 +540,15 @@ class Engine:
         waited = float(getattr(ex, "wait_s", 0.0))
         groups = (call.group, g.side or call.group)
         fit = _fitting(lay.counts, rows, rb, unit, ranks)
-        resid = bool((rows > fit).any())
         extra: list[tuple[bool, Any, int]] = []
-        if getattr(ex, "carries_residual", False):
-            extra = _residual_messages(call, rows, fit, g.ranks, direct) if resid else []
+        if getattr(ex, "carries_residual", False):  # decided from this rank's own row and column only
+            r = call.rank
+            mine = bool((rows[r] > fit[r]).any() or (rows[:, r] > fit[:, r]).any())
+            extra = _residual_messages(call, rows, fit, g.ranks, direct) if mine else []
             tail = ex.start(prepared, c, arena, peers, groups, stock, extra, direct.views)
         else:
             tail = ex.start(prepared, c, arena, peers, groups, stock)
-            if resid:
+            if bool((rows > fit).any()):  # every rank has the exchanged matrix: the same answer everywhere
                 _residual(call, rows, fit, stock)
         segs = lay.unpack_segments(rows, rb, unit, call.rank, ranks, direct.unpack)
         self._count(ex, prepared, c, plan, bucket, extra, direct.sent)

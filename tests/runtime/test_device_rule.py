@@ -23,7 +23,8 @@ def test_every_tensor_is_on_the_groups_device_and_at_most_one_host_sync_per_call
     """Data on ``fakegpu`` behind a group that accepts nothing else: every call a2acc serves hands only
     ``fakegpu`` tensors to collectives (the double raises otherwise), results equal the stock call's, and a
     served call makes exactly one host sync (the split-size exchange); with each matrix announced, a call whose
-    plan every rank has makes none, and a rank whose splits contradict the announcement raises."""
+    plan every rank has makes none, a stale announcement (the same on every rank) still gives the stock call's
+    result, and tensors a2acc cannot serve in place raise on an announced call."""
     topo = tmp_path / "t.yaml"
     topo.write_text(TWO_BY_TWO)
     env = _env(tmp_path, A2ACC_TOPOLOGY=str(topo), A2ACC_EXECUTOR=executor, A2ACC_LOG="error")
@@ -43,9 +44,10 @@ def test_every_tensor_is_on_the_groups_device_and_at_most_one_host_sync_per_call
         assert all(c["same"] for c in ann)
         assert sum(c["skipped"] for c in ann) >= len(ann) // 2, ann  # new buckets still exchange
         assert all(c["syncs"] == (0 if c["skipped"] else 1) for c in ann), ann
-        assert res["stats"]["exchanges_skipped"] == sum(c["skipped"] for c in ann)
+        assert got["stale"]["same"] and got["stale"]["skipped"], got["stale"]
+        assert res["stats"]["exchanges_skipped"] == sum(c["skipped"] for c in ann) + 1
         assert res["stats"]["host_syncs"] == res["stats"]["calls"] - res["stats"]["exchanges_skipped"] - 1
-        assert "do not match the call's split sizes" in got["mismatch"]
+        assert "cannot serve in place" in got["mismatch"]
         assert "DeviceRuleError" not in err
 
 

@@ -176,22 +176,35 @@ def nccl(rank, world, seed, original, eng):
                 "syncs": syncs,
             }
         )
-    # every rank announces a matrix its own split sizes contradict: every rank raises, nothing is exchanged
+    # a stale announcement, the same on every rank (the last call's matrix, the hot expert has moved on): the plan
+    # follows the announcement, the data the call's split sizes; the result is still the stock call's
     rows = base.clone()
-    wrong = rows.clone()
-    wrong[rank, (rank + 1) % world] += 1
+    rows[:, 0] *= 3
+    stale = base.clone()
+    stale[:, (12 - 1) % world] *= 3
     send = [int(x) for x in rows[rank]]
     recv = [int(x) for x in rows[:, rank]]
-    x = nd.fake(torch.zeros(sum(send), 3))
-    out_a = nd.fake(torch.zeros(sum(recv), 3))
-    a2acc.runtime.announce(wrong)
+    x = nd.fake(torch.arange(sum(send) * 3, dtype=torch.float32).reshape(-1, 3) + 7 * rank)
+    out_a = nd.fake(torch.full((sum(recv), 3), -1, dtype=torch.float32))
+    out_b = nd.fake(torch.full((sum(recv), 3), -2, dtype=torch.float32))
+    skipped = eng.stats.exchanges_skipped
+    a2acc.runtime.announce(stale)
+    dist.all_to_all_single(out_a, x, recv, send)
+    original(out_b, x, recv, send)
+    stale_call = {
+        "same": bool(torch.equal(nd.host(out_a).view(torch.uint8), nd.host(out_b).view(torch.uint8))),
+        "skipped": eng.stats.exchanges_skipped > skipped,
+    }
+    # tensors a2acc cannot serve in place (output of another dtype) on every rank: every rank raises
+    a2acc.runtime.announce(rows)
     try:
-        dist.all_to_all_single(out_a, x, recv, send)
+        dist.all_to_all_single(nd.fake(torch.zeros(sum(recv), 3, dtype=torch.bfloat16)), x, recv, send)
         mismatch = ""
     except AnnounceError as exc:
         mismatch = str(exc)
     return {
         "announced": announced,
+        "stale": stale_call,
         "mismatch": mismatch,
         "refused": refused,
         "rejected": nd.STATS["rejected"],
