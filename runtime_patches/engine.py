@@ -702,30 +702,38 @@ class _Direct:
         if io is None:
             return d
         r, rb = call.rank, call.row_bytes
-        real = ranks if ranks is not None else np.arange(call.world)
+        real = ranks.tolist() if ranks is not None else range(call.world)
         src, dst = byte_view(call.input), byte_view(call.output)
-        in_off = np.cumsum(rows[r]) - rows[r]
-        out_off = np.cumsum(rows[:, r]) - rows[:, r]
+        # this rank's row and column as Python ints (a few peers: list arithmetic beats numpy scalars here)
+        row, col = rows[r].tolist(), rows[:, r].tolist()
+        in_off, out_off = _starts(row), _starts(col)
         for m in io.messages:
             if not m.direct:
                 continue
-            p = int(real[m.peer])
-            k = int(rows[r, p] if m.send else rows[p, r])
-            lo = int(in_off[p] if m.send else out_off[p]) * rb
+            p = real[m.peer]
+            k = row[p] if m.send else col[p]
+            lo = (in_off[p] if m.send else out_off[p]) * rb
             d.views[(m.send, m.peer)] = (src if m.send else dst)[lo : lo + k * rb] if k else None
             (d.sends if m.send else d.recvs).add(p)
             d.sent += k * rb if m.send else 0
         if io.self_direct:  # this rank's own rows: one copy, input to output, residual included
-            k = int(rows[r, r]) * rb
+            k = row[r] * rb
             if k:
-                dst[int(out_off[r]) * rb : int(out_off[r]) * rb + k].copy_(
-                    src[int(in_off[r]) * rb : int(in_off[r]) * rb + k]
-                )
+                dst[out_off[r] * rb : out_off[r] * rb + k].copy_(src[in_off[r] * rb : in_off[r] * rb + k])
             d.sends.add(r)
             d.recvs.add(r)
-        d.pack = [int(real[q]) for q in io.packed]
-        d.unpack = [int(real[q]) for q in io.unpacked]
+        d.pack = [real[q] for q in io.packed]
+        d.unpack = [real[q] for q in io.unpacked]
         return d
+
+
+def _starts(counts: list[int]) -> list[int]:
+    """Exclusive prefix sums: where each peer's rows start."""
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out
 
 
 def _residual_messages(

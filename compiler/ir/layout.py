@@ -104,6 +104,8 @@ class ChunkLayout:
         ranks, the regions in the layout's. Rows beyond a peer's region (the residual of a skew bucket) are
         left out; see :func:`fitting_rows`. Empty segments are dropped; ``peers`` (the caller's ranks) keeps
         only those peers' segments."""
+        if peers is not None and len(peers) == 0:  # every peer's rows travel in direct messages
+            return _NO_SEGMENTS
         inv = _inverse(self.nranks, ranks)
         c = int(inv[rank])
         mine = np.asarray(rows[rank], dtype=np.int64)
@@ -122,6 +124,8 @@ class ChunkLayout:
     ) -> Segments:
         """Copies from the layout's output to rank ``rank``'s contiguous output: ``(src byte, dst byte, n)``
         (``ranks`` and ``peers``, the sources kept, as in :meth:`pack_segments`)."""
+        if peers is not None and len(peers) == 0:
+            return _NO_SEGMENTS
         inv = _inverse(self.nranks, ranks)
         c = int(inv[rank])
         theirs = np.asarray(rows[:, rank], dtype=np.int64)
@@ -148,6 +152,9 @@ class Segments:
     @property
     def total(self) -> int:
         return int(self.nbytes.sum())
+
+
+_NO_SEGMENTS = Segments(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
 def _segments(src: Any, dst: Any, nbytes: Any) -> Segments:
