@@ -16,7 +16,8 @@ Per call (all ranks of the call's process group do the same, in the same order):
    sequence only, so every rank picks the same bucket.
 5. **Plan.** A bucket's plan is loaded from the disk cache or compiled (:func:`a2acc.pipeline.compile`) by a
    background thread while the stock collective serves (``A2ACC_MISS=wait``: in the call); it runs once every
-   rank has it (the exchanged plan state says so), so all ranks switch at the same call.
+   rank has it and the ranks' Programs for it were compared equal (the exchanged plan state says so), so all
+   ranks switch at the same call.
 6. **Execute** (:mod:`a2acc.runtime.executors`): pack the caller's rows into the executor's arena on the data's
    device (:mod:`a2acc.runtime.packing`, the layout every manifest describes; the arena is pooled), run the
    plan, send rows beyond the layout (residual) with the stock call, unpack. With ``async_op=True`` the tail
@@ -52,7 +53,7 @@ from a2acc.runtime.counters import EngineStats
 from a2acc.runtime.executors import FALLBACK, Executor, get_executor, info, options_type
 from a2acc.runtime.groups import slice_topology
 from a2acc.runtime.packing import byte_view, copy_segments, row_bytes_of
-from a2acc.runtime.plans import FAILED, OK, Plan, PlanTable
+from a2acc.runtime.plans import FAILED, OK, Plan, PlanTable, content_digest
 from a2acc.runtime.plans import FALLBACK as STATUS_FALLBACK
 from a2acc.runtime.settings import JitSettings, parse_topology_spec
 
@@ -106,7 +107,6 @@ class _Group:
     side: Any = None  # the second process group of the p2p executor's overlap option
     arenas: dict[str, list[Any]] = field(default_factory=dict)  # free arenas per device
     disabled: str = ""  # why a2acc stopped serving this group (set on every rank at the same call)
-    prefix: int = 0  # jobs every rank had settled at the last exchange (their statuses are agreed)
 
 
 @dataclass
@@ -273,7 +273,8 @@ class Engine:
                 self.backend_options,
             ),
         )
-        plan = Plan(key, entry, program_from_json(entry.program_json, f"cache entry {key}"), where)
+        prog = program_from_json(entry.program_json, f"cache entry {key}")
+        plan = Plan(key, entry, prog, where, content=content_digest(entry.program_json))
         why = self.executor.unavailable(entry, group)
         ex = self.executor
         if why is not None:
@@ -345,12 +346,12 @@ class Engine:
                 got = self._exchange(g, call, known)
                 if got is None:
                     return None
-                rows, g.prefix = got
+                rows = got
                 t1 = time.perf_counter()
                 if pre is None or known is None or not np.array_equal(rows, known):
                     pre = self._lookup(g, rows, call, group)
                 bucket, j = pre
-                status = self._status(g, call, j, bucket, g.prefix)
+                status = self._status(g, call, j, bucket)
             t2 = time.perf_counter()
             self.stats.overhead_s.append(t2 - t1)
             if status is None:
@@ -444,7 +445,7 @@ class Engine:
         """Whether job ``j`` runs with no exchange: every rank had settled it at the last exchange, it did not
         fail anywhere, and whichever executor runs it carries rows beyond the layout in its own messages (a
         residual exchanged by a stock collective would need every rank to agree that there is one)."""
-        if j >= g.prefix:
+        if not g.table.runnable(j):
             return False
         status = g.table.agreed(j)
         ex = self.executor if status == OK else self.fallback
@@ -455,16 +456,16 @@ class Engine:
         bucket = g.index.lookup(rows * call.row_bytes)
         return bucket, g.table.job(bucket.key, lambda: self._submit(g, bucket, group))
 
-    def _exchange(self, g: _Group, call: _Call, known: np.ndarray | None) -> tuple[np.ndarray, int] | None:
-        """The call's one exchange: the rows matrix and the jobs every rank has settled, when every rank can
-        take the a2acc path, else None (the same answer on every rank)."""
+    def _exchange(self, g: _Group, call: _Call, known: np.ndarray | None) -> np.ndarray | None:
+        """The call's one exchange: the rows matrix (the plan table learns what every rank has settled and
+        holds), when every rank can take the a2acc path, else None (the same answer on every rank)."""
         n = call.world
         dev = metadata_device(call.group, call.input.device)
         mine = [*call.in_splits, *call.out_splits, int(call.eligible), call.row_bytes, *g.table.report()]
         gm = all_gather_ints(mine, call.group, dev, n, call.stock)
         self.stats.host_syncs += int(dev.type != "cpu")
         rows, outs = gm[:, :n], gm[:, n : 2 * n]
-        eligible, row_bytes, prefix, nexc, digest = (gm[:, 2 * n + k] for k in range(5))
+        eligible, row_bytes, prefix, nexc, digest, chain = (gm[:, 2 * n + k] for k in range(6))
         if int(eligible.min()) == 0:
             self.stats.fallback("ineligible tensors")
             return None
@@ -479,6 +480,16 @@ class Engine:
             self.stats.fallback(g.disabled)
             self.warn_once("agree", "ranks disagree on the plan history of a group", speak=call.rank == 0)
             return None
+        if not g.table.agree(chain, int(prefix.min())):
+            g.disabled = "ranks hold different plans"  # another a2acc, numpy or CPU somewhere: stop for good
+            self.stats.fallback(g.disabled)
+            self.warn_once(
+                "content",
+                "ranks hold different Programs for the same bucket (different a2acc or numpy versions, or "
+                "CPUs whose floating point differs)",
+                speak=call.rank == 0,
+            )
+            return None
         width = g.table.pending_width(nexc)
         if width:  # a rank reported new exceptions: one more small exchange says which jobs
             extra = all_gather_ints(g.table.my_exceptions(call.rank, width), call.group, dev, n, call.stock)
@@ -486,19 +497,31 @@ class Engine:
             g.table.merge(extra, nexc)
         if known is not None and not np.array_equal(known, rows):
             self.warn_once("announce", "ranks announced different matrices; using the exchanged split sizes")
-        return np.asarray(rows, dtype=np.int64), int(prefix.min())
+        return np.asarray(rows, dtype=np.int64)
 
-    def _status(self, g: _Group, call: _Call, j: int, bucket: Bucket, prefix: int) -> int | None:
+    def _status(self, g: _Group, call: _Call, j: int, bucket: Bucket) -> int | None:
         """The agreed status of job ``j`` (OK or FALLBACK), or None when the stock call serves (the plan is
-        still compiling somewhere, or failed)."""
-        if j < prefix:
+        still compiling somewhere, not yet compared, or failed)."""
+        if g.table.runnable(j):
             status = g.table.agreed(j)
-        elif self.settings.miss == "wait":  # compiled in this call on every rank: agree on the outcome
+        elif (
+            self.settings.miss == "wait"
+        ):  # compiled in this call on every rank: agree on outcome and content
             g.table.settle(block_until=j)
             dev = metadata_device(call.group, call.input.device)
-            got = all_gather_ints([g.table.status[j]], call.group, dev, call.world, call.stock)
+            mine = [g.table.status[j], g.table.content.get(j, -1)]
+            got = all_gather_ints(mine, call.group, dev, call.world, call.stock)
             self.stats.host_syncs += int(dev.type != "cpu")
-            status = int(got.max())
+            status = int(got[:, 0].max())
+            held = got[got[:, 0] != FAILED, 1]
+            if status != FAILED and int(held.min()) != int(held.max()):
+                g.disabled = "ranks hold different plans"
+                self.stats.fallback(g.disabled)
+                self.warn_once(
+                    "content", "ranks hold different Programs for the same bucket", speak=call.rank == 0
+                )
+                return None
+            g.table.checked[j] = status
         else:
             g.table.settle()
             self.stats.stock_while_compiling += 1

@@ -9,6 +9,14 @@ job every rank has settled runs on the call that needs it with no further exchan
 somewhere makes every rank take the stock call, together. Only when a rank reports new exceptions does one more
 small exchange tell everyone which jobs they concern (rare: a failure, or an executor that cannot run here).
 With ``A2ACC_MISS=wait`` a new bucket is compiled in the call and its status is agreed by one extra exchange.
+
+**Same bucket, same Program?** Ranks plan each bucket on their own. Deterministic planners give byte-identical
+Programs on identical stacks, but ranks whose a2acc, numpy or CPU differ (a mixed cluster, a half-upgraded
+environment, a shared cache written by another version) could hold different Programs for one bucket, and
+running them together would hang or mix up data. So the exchange also carries a chained digest of the Programs of
+the jobs every rank had settled at the previous exchange; a job runs only once that digest covered it and agreed
+(one exchange after every rank settled it; ``A2ACC_MISS=wait`` compares the new job's digest in its own exchange).
+Different digests stop a2acc for the group, on every rank at the same call.
 """
 
 from __future__ import annotations
@@ -41,6 +49,14 @@ class Plan:
     why: str = ""  # why the chosen executor cannot run it here (status FALLBACK)
     used: int = 0  # calls it served
     prepared: dict[str, Any] = field(default_factory=dict)
+    content: int = (
+        0  # 56-bit digest of the Program's JSON (see PlanTable: ranks compare them before a plan runs)
+    )
+
+
+def content_digest(program_json: str) -> int:
+    """A Program's content as a 56-bit integer (fits the exchange's int64)."""
+    return int.from_bytes(hashlib.sha256(program_json.encode()).digest()[:7], "little")
 
 
 @dataclass
@@ -58,6 +74,13 @@ class PlanTable:
     known: list[int] = field(default_factory=list)  # per rank: exceptions merged so far
     worst: dict[int, int] = field(default_factory=dict)  # job -> worst status any rank reported
     digest: int = 0  # of the job sequence: equal on every rank unless their histories diverged
+    content: dict[int, int] = field(default_factory=dict)  # job -> its Program's digest (plans held here)
+    agreed_prefix: int = 0  # jobs every rank had settled at the last exchange (their statuses are merged)
+    verified: int = 0  # jobs 0..verified-1 hold the same Program on every rank (or failed): runnable
+    _chain: tuple[int, int] = (0, 0)  # (jobs covered, chained content digest), extended as the prefix grows
+    checked: dict[int, int] = field(
+        default_factory=dict
+    )  # job -> status agreed in its own exchange (miss=wait)
 
     def __post_init__(self) -> None:
         self.known = [0] * self.world
@@ -90,12 +113,35 @@ class PlanTable:
                 continue
             self.status.append(plan.status)
             self.plans[j] = plan
+            self.content[j] = plan.content
             if plan.status != OK:
                 self.exceptions.append((j, plan.status))
 
     def report(self) -> list[int]:
-        """What this rank adds to the call's exchange: settled prefix, exceptions, digest."""
-        return [len(self.status), len(self.exceptions), self.digest]
+        """What this rank adds to the call's exchange: settled prefix, exceptions, digest, and the chained
+        digest of the Programs of jobs ``0..agreed_prefix-1`` (every rank has settled them and knows which
+        failed somewhere, so every rank chains the same jobs)."""
+        return [len(self.status), len(self.exceptions), self.digest, self.content_chain()]
+
+    def content_chain(self) -> int:
+        """Chained digest of the Programs of jobs below :attr:`agreed_prefix` that failed nowhere."""
+        upto, h = self._chain
+        for j in range(upto, self.agreed_prefix):
+            if self.worst.get(j, OK) != FAILED:
+                d = hashlib.sha256(f"{h}/{j}/{self.content.get(j, -1)}".encode()).digest()
+                h = int.from_bytes(d[:7], "little")
+        self._chain = (max(upto, self.agreed_prefix), h)
+        return h
+
+    def agree(self, chains: npt.NDArray[np.int64], prefix: int) -> bool:
+        """After an exchange: False when the ranks' Programs differ (their chains do); else the jobs the chains
+        covered become runnable and ``prefix`` (every rank's settled jobs, exceptions merged) the next range
+        to cover."""
+        if int(chains.min()) != int(chains.max()):
+            return False
+        self.verified = self.agreed_prefix
+        self.agreed_prefix = max(self.agreed_prefix, prefix)
+        return True
 
     # ------------------------------------------------------------------ every rank
     def pending_width(self, nexc: npt.NDArray[np.int64]) -> int:
@@ -117,6 +163,12 @@ class PlanTable:
                     self.worst[j] = max(self.worst.get(j, OK), s)
         self.known = [int(x) for x in nexc]
 
+    def runnable(self, j: int) -> bool:
+        """Every rank has settled job ``j`` and holds the same Program for it (or it failed somewhere)."""
+        return j < self.verified or j in self.checked
+
     def agreed(self, j: int) -> int:
         """The job's status on every rank (every rank has settled it and its exceptions are merged)."""
+        if j >= self.verified and j in self.checked:
+            return self.checked[j]
         return self.worst.get(j, OK)

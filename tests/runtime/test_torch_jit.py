@@ -243,3 +243,19 @@ def test_announce_refuses_malformed_matrices_and_is_a_no_op_without_the_jit(tmp_
     assert eng._take_announced(None, 3) is None  # a 3-rank call does not take a 2-rank matrix
     assert eng._take_announced(None, 2) is not None  # no group named: the next call of a 2-rank group
     assert eng._take_announced(None, 2) is None  # consumed
+
+
+@pytest.mark.slow
+def test_ranks_holding_different_programs_for_a_bucket_all_take_the_stock_call(tmp_path):
+    """Rank 1 plans with another planner: without the comparison of Programs the ranks would run mismatched
+    plans (a hang or mixed-up data); with it, every rank stops a2acc for the group at the same call."""
+    topo = tmp_path / "t.yaml"
+    topo.write_text(TWO_BY_TWO)
+    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY=str(topo))
+    results, errs = _run_world(tmp_path, 4, env, mode="content")
+    for res in results:
+        got = res["checks"]
+        assert all(c["same"] for c in got["calls"])
+        assert not any(c["served"] for c in got["calls"])
+        assert got["fallbacks"].get("ranks hold different plans", 0) >= 1
+    assert "ranks hold different Programs" in errs[0]

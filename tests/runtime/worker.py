@@ -9,6 +9,7 @@ argv: rank world port out_json seed [mode]. Modes:
 - ``groups``: two 2-rank subgroups [0, 1] and [2, 3] run different matrices at the same time;
 - ``nccl``: the data on ``fakegpu`` behind the NCCL test double (:mod:`tests.runtime.nccl_double`), which
   rejects tensors on any other device and counts host syncs; a2acc's patch is installed after the double;
+- ``content``: rank 1 plans with another planner: every rank must stop before running mismatched Programs;
 - ``capture``: CUDA-graph capture / torch.compile tracing reported by patched checks: the stock call serves,
   nothing is exchanged, one warning.
 """
@@ -239,6 +240,32 @@ def failrank(rank, world, seed, original, eng):
     return {"calls": out, "fallbacks": dict(eng.stats.fallbacks)}
 
 
+def content(rank, world, seed, original, eng):
+    """Rank 1 plans every bucket with another planner (as a rank with another a2acc or numpy could): its
+    Programs differ from the others' for the same buckets. Every rank must find out before running one, and take
+    the stock call, together."""
+    if rank == 1:
+        import tempfile
+
+        from a2acc.jit.cache import PlanCache
+        from a2acc.runtime import engine as engine_mod
+
+        eng.cache = PlanCache(tempfile.mkdtemp())  # its own cache: the others must not load its entries
+        real = engine_mod.compile_entry
+        engine_mod.compile_entry = lambda topo, layout, unit, _alg, *rest: real(
+            topo, layout, unit, "spreadout", *rest
+        )
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randint(20, 60, (world, world), generator=g)
+    out = []
+    for i in range(10):
+        before = eng.stats.handled
+        same, _ = _call(rows, rank, i, torch.float32, False, original)
+        out.append({"same": same, "served": eng.stats.handled > before})
+        time.sleep(0.05)
+    return {"calls": out, "fallbacks": dict(eng.stats.fallbacks)}
+
+
 def capture(rank, world, seed, original, eng):
     """CUDA-graph capture (``torch.cuda.is_available``/``is_current_stream_capturing`` patched to say so) and
     torch.compile tracing (``torch.compiler.is_compiling`` patched): the hook must not reach the engine."""
@@ -311,6 +338,7 @@ def main() -> None:
             "nccl": nccl,
             "capture": capture,
             "failrank": failrank,
+            "content": content,
         }[mode](rank, world, seed, original, eng)
         result["stats"] = stats()
     dist.barrier()
