@@ -465,7 +465,8 @@ class Engine:
         gm = all_gather_ints(mine, call.group, dev, n, call.stock)
         self.stats.host_syncs += int(dev.type != "cpu")
         rows, outs = gm[:, :n], gm[:, n : 2 * n]
-        eligible, row_bytes, prefix, nexc, digest, chain = (gm[:, 2 * n + k] for k in range(6))
+        eligible, row_bytes, prefix, nexc, digest = (gm[:, 2 * n + k] for k in range(5))
+        contents = gm[:, 2 * n + 5 :]
         if int(eligible.min()) == 0:
             self.stats.fallback("ineligible tensors")
             return None
@@ -480,7 +481,12 @@ class Engine:
             self.stats.fallback(g.disabled)
             self.warn_once("agree", "ranks disagree on the plan history of a group", speak=call.rank == 0)
             return None
-        if not g.table.agree(chain, int(prefix.min())):
+        width = g.table.pending_width(nexc)
+        if width:  # a rank reported new exceptions: one more small exchange says which jobs
+            extra = all_gather_ints(g.table.my_exceptions(call.rank, width), call.group, dev, n, call.stock)
+            self.stats.host_syncs += int(dev.type != "cpu")
+            g.table.merge(extra, nexc)
+        if not g.table.agree(contents, int(prefix.min())):
             g.disabled = "ranks hold different plans"  # another a2acc, numpy or CPU somewhere: stop for good
             self.stats.fallback(g.disabled)
             self.warn_once(
@@ -490,11 +496,6 @@ class Engine:
                 speak=call.rank == 0,
             )
             return None
-        width = g.table.pending_width(nexc)
-        if width:  # a rank reported new exceptions: one more small exchange says which jobs
-            extra = all_gather_ints(g.table.my_exceptions(call.rank, width), call.group, dev, n, call.stock)
-            self.stats.host_syncs += int(dev.type != "cpu")
-            g.table.merge(extra, nexc)
         if known is not None and not np.array_equal(known, rows):
             self.warn_once("announce", "ranks announced different matrices; using the exchanged split sizes")
         return np.asarray(rows, dtype=np.int64)

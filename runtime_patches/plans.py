@@ -14,9 +14,9 @@ With ``A2ACC_MISS=wait`` a new bucket is compiled in the call and its status is 
 Programs on identical stacks, but ranks whose a2acc, numpy or CPU differ (a mixed cluster, a half-upgraded
 environment, a shared cache written by another version) could hold different Programs for one bucket, and
 running them together would hang or mix up data. So the exchange also carries a chained digest of the Programs of
-the jobs every rank had settled at the previous exchange; a job runs only once that digest covered it and agreed
-(one exchange after every rank settled it; ``A2ACC_MISS=wait`` compares the new job's digest in its own exchange).
-Different digests stop a2acc for the group, on every rank at the same call.
+the jobs compared so far and the digests of the next few jobs; a job runs only once every rank's digest for it
+was compared equal, in the exchange where every rank first reports it settled (``A2ACC_MISS=wait``: the one that
+agrees its status). Different digests stop a2acc for the group, on every rank at the same call.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ import numpy.typing as npt
 from a2acc.ir.program import Program
 from a2acc.jit.cache import CacheEntry
 
+#: jobs beyond the compared prefix whose Program digests each exchange carries (a new bucket is compared, and
+#: runs, in the exchange where every rank first reports it settled)
+WINDOW = 4
 OK, FALLBACK, FAILED = 0, 1, 2  # a job's status: the chosen executor runs it, the fallback does, nobody does
 STATUS_NAMES = {OK: "ok", FALLBACK: "fallback executor", FAILED: "failed"}
 
@@ -118,10 +121,18 @@ class PlanTable:
                 self.exceptions.append((j, plan.status))
 
     def report(self) -> list[int]:
-        """What this rank adds to the call's exchange: settled prefix, exceptions, digest, and the chained
-        digest of the Programs of jobs ``0..agreed_prefix-1`` (every rank has settled them and knows which
-        failed somewhere, so every rank chains the same jobs)."""
-        return [len(self.status), len(self.exceptions), self.digest, self.content_chain()]
+        """What this rank adds to the call's exchange: settled prefix, exceptions, digest, the chained digest
+        of the Programs of jobs ``0..agreed_prefix-1`` (every rank has settled them and knows which failed
+        somewhere, so every rank chains the same jobs), and the digests of the next :data:`WINDOW` jobs (-1:
+        not settled here, -2: failed here), so a job every rank settled since the last exchange is compared,
+        and can run, in this one."""
+        nxt = []
+        for j in range(self.agreed_prefix, self.agreed_prefix + WINDOW):
+            if j >= len(self.status):
+                nxt.append(-1)
+            else:
+                nxt.append(-2 if self.status[j] == FAILED else self.content.get(j, -2))
+        return [len(self.status), len(self.exceptions), self.digest, self.content_chain(), *nxt]
 
     def content_chain(self) -> int:
         """Chained digest of the Programs of jobs below :attr:`agreed_prefix` that failed nowhere."""
@@ -133,14 +144,26 @@ class PlanTable:
         self._chain = (max(upto, self.agreed_prefix), h)
         return h
 
-    def agree(self, chains: npt.NDArray[np.int64], prefix: int) -> bool:
-        """After an exchange: False when the ranks' Programs differ (their chains do); else the jobs the chains
-        covered become runnable and ``prefix`` (every rank's settled jobs, exceptions merged) the next range
-        to cover."""
+    def agree(self, reports: npt.NDArray[np.int64], prefix: int) -> bool:
+        """After an exchange (its exceptions merged): False when the ranks' Programs differ; else the jobs
+        compared equal become runnable: those the chains covered, then those of the window every rank has
+        settled (``prefix``: every rank's settled jobs), up to the first that is not. ``reports`` are the ranks'
+        :meth:`report` columns from the chain on (``world x (1 + WINDOW)``)."""
+        chains, window = reports[:, 0], reports[:, 1:]
         if int(chains.min()) != int(chains.max()):
             return False
-        self.verified = self.agreed_prefix
-        self.agreed_prefix = max(self.agreed_prefix, prefix)
+        old = self.agreed_prefix
+        top = max(old, prefix)
+        verified = old
+        for k, j in enumerate(range(old, min(top, old + WINDOW))):
+            col = window[:, k]
+            # a job that failed anywhere never runs: nothing to compare
+            failed = self.worst.get(j, OK) == FAILED
+            if not failed and (int(col.min()) < 0 or int(col.min()) != int(col.max())):
+                return False
+            verified = j + 1
+        self.verified = verified
+        self.agreed_prefix = top
         return True
 
     # ------------------------------------------------------------------ every rank

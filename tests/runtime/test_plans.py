@@ -6,7 +6,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from a2acc.runtime.plans import FAILED, FALLBACK, OK, Plan, PlanTable
+from a2acc.runtime.plans import FAILED, FALLBACK, OK, WINDOW, Plan, PlanTable
 
 
 def _done(status: int | None, content: int = 1) -> Future:
@@ -24,18 +24,18 @@ def _exchange(tables: list[PlanTable]) -> tuple[int, np.ndarray]:
     """One call's exchange as the engine does it: reports gathered, Programs compared, new exceptions merged on
     every rank. Returns the runnable prefix (jobs compared and agreed)."""
     reports = np.array([t.report() for t in tables])
-    prefix, nexc, digest, chain = reports[:, 0], reports[:, 1], reports[:, 2], reports[:, 3]
+    prefix, nexc, digest = reports[:, 0], reports[:, 1], reports[:, 2]
     assert len(set(digest.tolist())) == 1
-    agreed = [t.agree(chain, int(prefix.min())) for t in tables]
-    assert len(set(agreed)) == 1  # every rank decides alike
-    if not agreed[0]:
-        return -1, nexc
     width = tables[0].pending_width(nexc)
     assert all(t.pending_width(nexc) == width for t in tables)  # every rank decides alike
     if width:
         extra = np.array([t.my_exceptions(r, width) for r, t in enumerate(tables)])
         for t in tables:
             t.merge(extra, nexc)
+    agreed = [t.agree(reports[:, 3:], int(prefix.min())) for t in tables]
+    assert len(set(agreed)) == 1  # every rank decides alike
+    if not agreed[0]:
+        return -1, nexc
     assert len({t.verified for t in tables}) == 1
     return tables[0].verified, nexc
 
@@ -50,10 +50,9 @@ def test_a_job_runs_once_every_rank_settled_it_and_exceptions_reach_everyone():
         for r, t in enumerate(tables):
             assert t.job(f"key{j}", lambda s=status[j][r]: _done(s)) == j  # same job numbers everywhere
             t.settle()
-    assert _exchange(tables)[0] == 0  # settled everywhere, not yet compared: nothing runs
-    assert not any(t.runnable(0) for t in tables)
     runnable, _ = _exchange(tables)
-    assert runnable == 3  # job 3 is not settled on rank 0: its calls take the stock collective, together
+    assert runnable == 3  # compared and runnable at once; job 3 is not settled on rank 0: its calls take the
+    # stock collective, together
     assert all(t.runnable(2) and not t.runnable(3) for t in tables)
     assert [t.agreed(0) for t in tables] == [OK] * 3
     assert [t.agreed(1) for t in tables] == [FALLBACK] * 3  # every rank runs the fallback executor
@@ -87,25 +86,31 @@ def test_prefix_stops_at_the_first_unfinished_job():
 
 
 def test_different_programs_for_one_bucket_stop_every_rank_before_they_run():
-    """Rank 1 holds another Program for job 1 (another a2acc or numpy, another CPU): job 0 still runs, the
-    exchange that would make job 1 runnable tells every rank instead; a job that failed on a rank (no Program
-    there) is left out of the comparison."""
+    """Rank 1 holds another Program for job 1 (another a2acc or numpy, another CPU): job 0 runs, and the
+    exchange where every rank first reports job 1 settled tells every rank instead of letting it run; past the
+    window, the chain catches it."""
     world = 3
     tables = [PlanTable(world) for _ in range(world)]
-    plans = {0: [(OK, 7)] * 3, 1: [(OK, 8), (OK, 9), (OK, 8)], 2: [(OK, 5), (FAILED, 0), (OK, 5)]}
-    for j in range(3):
-        for r, t in enumerate(tables):
-            st, c = plans[j][r]
-            t.job(f"key{j}", lambda st=st, c=c: _done(st, c))
-            t.settle()
-    first = np.array([t.report() for t in tables])
-    assert all(t.agree(first[:, 3], 1) for t in tables)  # as if only job 0 were settled everywhere
-    second = np.array([t.report() for t in tables])
-    assert all(t.agree(second[:, 3], 3) for t in tables) and all(t.runnable(0) for t in tables)
-    third = np.array([t.report() for t in tables])
-    assert len(set(third[:, 3].tolist())) > 1  # job 1 differs on rank 1
-    assert not any(t.agree(third[:, 3], 3) for t in tables)
+    plans = {0: [(OK, 7)] * 3, 1: [(OK, 8), (OK, 9), (OK, 8)]}
+    for r, t in enumerate(tables):
+        st, c = plans[0][r]
+        t.job("key0", lambda st=st, c=c: _done(st, c))
+        t.settle()
+    assert _exchange(tables)[0] == 1 and all(t.runnable(0) for t in tables)
+    for r, t in enumerate(tables):
+        st, c = plans[1][r]
+        t.job("key1", lambda st=st, c=c: _done(st, c))
+        t.settle()
+    assert _exchange(tables)[0] == -1  # every rank: different Programs
     assert not any(t.runnable(1) for t in tables)
+    # beyond the window (many jobs settled at once): the chain of the next exchange compares them
+    tables = [PlanTable(1 + 1) for _ in range(2)]
+    for r, t in enumerate(tables):
+        for j in range(WINDOW + 2):
+            t.job(f"k{j}", lambda j=j, r=r: _done(OK, 100 + j + (r if j == WINDOW + 1 else 0)))
+        t.settle()
+    assert _exchange(tables)[0] == WINDOW  # the window's jobs, equal
+    assert _exchange(tables)[0] == -1  # the chain over all settled jobs differs on the last one
 
 
 def test_a_job_that_failed_somewhere_is_left_out_of_the_comparison():
@@ -115,6 +120,5 @@ def test_a_job_that_failed_somewhere_is_left_out_of_the_comparison():
         t.job("a", lambda r=r: _done(FAILED if r == 1 else OK, 3))
         t.job("b", lambda: _done(OK, 4))
         t.settle()
-    assert _exchange(tables)[0] == 0
     assert _exchange(tables)[0] == 2  # rank 1 holds no Program for job 0: compared without it, agreed
     assert [t.agreed(0) for t in tables] == [FAILED, FAILED]
