@@ -73,6 +73,6 @@ class RuntimeHookError(A2accError):
 
 
 class AnnounceError(A2accError, ValueError):
-    """A matrix announced to the JIT (``a2acc.runtime.announce``) is malformed or disagrees with the call's own
-    split sizes on this rank. Raised, never hidden: a rank cannot take the stock call alone while the others
-    run the plan without an exchange."""
+    """A matrix announced to the JIT (``a2acc.runtime.announce``) is malformed, or an announced call has tensors
+    a2acc cannot serve in place on this rank. Raised, never hidden: a rank cannot take the stock call alone
+    while the others run the plan without an exchange."""

@@ -2,11 +2,13 @@
 
 Activation without code changes: ``A2ACC_JIT=1`` (read by the ``a2acc-jit.pth`` hook at interpreter start; the
 patch happens when the process imports ``torch.distributed``). Explicit use:
-:func:`a2acc.runtime.torch_patch.install` / :func:`uninstall`. Counters: :func:`stats`. Skipping the per-call exchange when the caller already knows the whole matrix:
-:func:`announce`. See ``docs/runtime.md``.
+:func:`a2acc.runtime.torch_patch.install` / :func:`uninstall`. Counters: :func:`stats`. Skipping the per-call
+exchange when the caller already knows the whole matrix: :func:`announce`. See ``docs/runtime.md``.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 def stats() -> dict[str, object]:
@@ -17,10 +19,7 @@ def stats() -> dict[str, object]:
     taken from memory, disk, or compiled); ``payload_bytes``, ``padding_bytes``, ``residual_bytes``;
     ``overhead_us_median``/``overhead_us_mean`` (the hook's decision time per call, data movement excluded);
     ``host_syncs`` and ``exchanges_skipped`` (calls that needed no exchange, see :func:`announce`)."""
-    import sys
-
-    patch = sys.modules.get("a2acc.runtime.torch_patch")
-    eng = patch.engine() if patch is not None else None
+    eng = _engine()
     return {} if eng is None else dict(eng.stats.as_dict())
 
 
@@ -40,11 +39,16 @@ def announce(rows: object, group: object = None) -> bool:
     :class:`a2acc.errors.AnnounceError` (a ``ValueError``): it cannot take the stock call alone while its peers
     run the plan. ``rows`` is read on the host (a CUDA tensor is copied: a sync). ``group=None`` means the next
     call of a group of that size."""
-    import sys
-
-    patch = sys.modules.get("a2acc.runtime.torch_patch")
-    eng = patch.engine() if patch is not None else None
+    eng = _engine()
     if eng is None:
         return False
     eng.announce(rows, group)
     return True
+
+
+def _engine() -> Any:
+    """The JIT engine of this process, or None (without importing torch when the patch never loaded)."""
+    import sys
+
+    patch = sys.modules.get("a2acc.runtime.torch_patch")
+    return patch.engine() if patch is not None else None

@@ -487,18 +487,23 @@ class Engine:
             self.stats.host_syncs += int(dev.type != "cpu")
             g.table.merge(extra, nexc)
         if not g.table.agree(contents, int(prefix.min())):
-            g.disabled = "ranks hold different plans"  # another a2acc, numpy or CPU somewhere: stop for good
-            self.stats.fallback(g.disabled)
-            self.warn_once(
-                "content",
-                "ranks hold different Programs for the same bucket (different a2acc or numpy versions, or "
-                "CPUs whose floating point differs)",
-                speak=call.rank == 0,
-            )
+            self._plans_differ(g, call)
             return None
         if known is not None and not np.array_equal(known, rows):
             self.warn_once("announce", "ranks announced different matrices; using the exchanged split sizes")
         return np.asarray(rows, dtype=np.int64)
+
+    def _plans_differ(self, g: _Group, call: _Call) -> None:
+        """Ranks hold different Programs for one bucket (another a2acc, numpy or CPU somewhere): a2acc stops for
+        the group, on every rank at this call (the comparison's inputs are the same everywhere)."""
+        g.disabled = "ranks hold different plans"
+        self.stats.fallback(g.disabled)
+        self.warn_once(
+            "content",
+            "ranks hold different Programs for the same bucket (different a2acc or numpy versions, or "
+            "CPUs whose floating point differs)",
+            speak=call.rank == 0,
+        )
 
     def _status(self, g: _Group, call: _Call, j: int, bucket: Bucket) -> int | None:
         """The agreed status of job ``j`` (OK or FALLBACK), or None when the stock call serves (the plan is
@@ -516,11 +521,7 @@ class Engine:
             status = int(got[:, 0].max())
             held = got[got[:, 0] != FAILED, 1]
             if status != FAILED and int(held.min()) != int(held.max()):
-                g.disabled = "ranks hold different plans"
-                self.stats.fallback(g.disabled)
-                self.warn_once(
-                    "content", "ranks hold different Programs for the same bucket", speak=call.rank == 0
-                )
+                self._plans_differ(g, call)
                 return None
             g.table.checked[j] = status
         else:

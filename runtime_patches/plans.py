@@ -52,14 +52,18 @@ class Plan:
     why: str = ""  # why the chosen executor cannot run it here (status FALLBACK)
     used: int = 0  # calls it served
     prepared: dict[str, Any] = field(default_factory=dict)
-    content: int = (
-        0  # 56-bit digest of the Program's JSON (see PlanTable: ranks compare them before a plan runs)
-    )
+    # digest of the Program's JSON (content_digest): ranks compare them before a plan runs (PlanTable)
+    content: int = 0
+
+
+def digest56(text: str) -> int:
+    """``text``'s SHA-256 as a 56-bit integer: fits the exchange's int64 with room to spare."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "little")
 
 
 def content_digest(program_json: str) -> int:
-    """A Program's content as a 56-bit integer (fits the exchange's int64)."""
-    return int.from_bytes(hashlib.sha256(program_json.encode()).digest()[:7], "little")
+    """A Program's content as exchanged between ranks."""
+    return digest56(program_json)
 
 
 @dataclass
@@ -81,9 +85,8 @@ class PlanTable:
     agreed_prefix: int = 0  # jobs every rank had settled at the last exchange (their statuses are merged)
     verified: int = 0  # jobs 0..verified-1 hold the same Program on every rank (or failed): runnable
     _chain: tuple[int, int] = (0, 0)  # (jobs covered, chained content digest), extended as the prefix grows
-    checked: dict[int, int] = field(
-        default_factory=dict
-    )  # job -> status agreed in its own exchange (miss=wait)
+    # job -> status agreed, Programs compared, in the job's own exchange (A2ACC_MISS=wait)
+    checked: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.known = [0] * self.world
@@ -96,8 +99,7 @@ class PlanTable:
             j = self.number[key] = len(self.jobs)
             self.jobs.append(key)
             self.futures.append(submit())
-            h = hashlib.sha256(f"{self.digest}/{key}".encode()).digest()
-            self.digest = int.from_bytes(h[:7], "little")
+            self.digest = digest56(f"{self.digest}/{key}")
         return j
 
     def settle(self, block_until: int = -1) -> None:
@@ -139,8 +141,7 @@ class PlanTable:
         upto, h = self._chain
         for j in range(upto, self.agreed_prefix):
             if self.worst.get(j, OK) != FAILED:
-                d = hashlib.sha256(f"{h}/{j}/{self.content.get(j, -1)}".encode()).digest()
-                h = int.from_bytes(d[:7], "little")
+                h = digest56(f"{h}/{j}/{self.content.get(j, -1)}")
         self._chain = (max(upto, self.agreed_prefix), h)
         return h
 

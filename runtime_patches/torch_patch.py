@@ -101,7 +101,7 @@ def all_to_all_single(
         return original(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
     try:
         handled = eng.run(output, input, output_split_sizes, input_split_sizes, group, original, async_op)
-    except AnnounceError:  # the caller's announced matrix is wrong on this rank: its own message says so
+    except AnnounceError:  # an announced call this rank cannot serve: its own message says what to fix
         raise
     except Exception as exc:
         # failures before the cross-rank agreement already returned None on every rank; an error during the

@@ -46,6 +46,13 @@ def _call(rows, rank, i, dtype, async_op, original, group=None):
     return _same(out_a, out_b), is_work
 
 
+def _served(rows, rank, i, original, eng):
+    """One float32 call of ``rows`` through the patched and the stock function: (byte-identical?, served by a2acc?)."""
+    before = eng.stats.handled
+    same, _ = _call(rows, rank, i, torch.float32, False, original)
+    return same, eng.stats.handled > before
+
+
 def full(rank, world, seed, original, eng):
     g = torch.Generator().manual_seed(seed)  # same on every rank: every rank knows every split
     calls = []
@@ -90,10 +97,9 @@ def miss(rank, world, seed, original, eng):
     rows = torch.randint(20, 60, (world, world), generator=g)
     served = []
     for i in range(40):
-        before = eng.stats.handled
-        same, _ = _call(rows, rank, i, torch.float32, False, original)
+        same, was_served = _served(rows, rank, i, original, eng)
         assert same
-        served.append(eng.stats.handled > before)
+        served.append(was_served)
         if sum(served) >= 3:
             break
         time.sleep(0.05)
@@ -124,82 +130,64 @@ def nccl(rank, world, seed, original, eng):
     except nd.DeviceRuleError:
         refused = True
     g = torch.Generator().manual_seed(seed)
-    checks = []
     base = torch.randint(20, 60, (world, world), generator=g)
-    for i in range(12):
-        hot = i % world
+
+    def hot(h):  # a hot expert at h: the rotating-hotspot matrix
         rows = base.clone()
-        rows[:, hot] *= 3  # a rotating hot expert
+        rows[:, h] *= 3
+        return rows
+
+    def fake_call(rows, i, dtype, async_op=False, announce=None):
+        """One call on ``fakegpu`` tensors, patched then stock: (byte-identical?, host syncs of the patched)."""
         send = [int(x) for x in rows[rank]]
         recv = [int(x) for x in rows[:, rank]]
-        dtype = (torch.float32, torch.bfloat16)[i % 2]
         x = nd.fake(
             (torch.arange(sum(send) * 3, dtype=torch.float64).reshape(-1, 3) + 1000 * rank + i).to(dtype)
         )
         out_a = nd.fake(torch.full((sum(recv), 3), -1, dtype=dtype))
         out_b = nd.fake(torch.full((sum(recv), 3), -2, dtype=dtype))
         d2h = nd.STATS["d2h"]
-        handled = eng.stats.handled
-        w = dist.all_to_all_single(out_a, x, recv, send, async_op=bool(i % 3 == 2))
+        if announce is not None:
+            assert a2acc.runtime.announce(announce)
+        w = dist.all_to_all_single(out_a, x, recv, send, async_op=async_op)
         if w is not None:
             w.wait()
         syncs = nd.STATS["d2h"] - d2h
         original(out_b, x, recv, send)
         a, b = nd.host(out_a).view(torch.uint8), nd.host(out_b).view(torch.uint8)
-        checks.append(
-            {"i": i, "same": bool(torch.equal(a, b)), "served": eng.stats.handled > handled, "syncs": syncs}
-        )
-        time.sleep(0.02)
-    # the same rotating hot expert, each call's matrix announced first (what Megatron's dispatcher knows):
-    # plans every rank has run without the exchange, so without a host sync
+        return bool(torch.equal(a, b)), syncs
+
     import a2acc.runtime
     from a2acc.errors import AnnounceError
 
+    checks = []
+    for i in range(12):
+        handled = eng.stats.handled
+        dtype = (torch.float32, torch.bfloat16)[i % 2]
+        same, syncs = fake_call(hot(i % world), i, dtype, async_op=bool(i % 3 == 2))
+        checks.append({"i": i, "same": same, "served": eng.stats.handled > handled, "syncs": syncs})
+        time.sleep(0.02)
+    # the same rotating hot expert, each call's matrix announced first (what Megatron's dispatcher knows):
+    # plans every rank has run without the exchange, so without a host sync
     announced = []
     for i in range(12):
-        rows = base.clone()
-        rows[:, i % world] *= 3
-        send = [int(x) for x in rows[rank]]
-        recv = [int(x) for x in rows[:, rank]]
-        x = nd.fake(torch.arange(sum(send) * 3, dtype=torch.float32).reshape(-1, 3) + 1000 * rank + i)
-        out_a = nd.fake(torch.full((sum(recv), 3), -1, dtype=torch.float32))
-        out_b = nd.fake(torch.full((sum(recv), 3), -2, dtype=torch.float32))
-        d2h, skipped = nd.STATS["d2h"], eng.stats.exchanges_skipped
-        assert a2acc.runtime.announce(rows)
-        dist.all_to_all_single(out_a, x, recv, send)
-        syncs = nd.STATS["d2h"] - d2h
-        original(out_b, x, recv, send)
-        a, b = nd.host(out_a).view(torch.uint8), nd.host(out_b).view(torch.uint8)
-        announced.append(
-            {
-                "same": bool(torch.equal(a, b)),
-                "skipped": eng.stats.exchanges_skipped > skipped,
-                "syncs": syncs,
-            }
-        )
+        skipped = eng.stats.exchanges_skipped
+        rows = hot(i % world)
+        same, syncs = fake_call(rows, i, torch.float32, announce=rows)
+        announced.append({"same": same, "skipped": eng.stats.exchanges_skipped > skipped, "syncs": syncs})
     # a stale announcement, the same on every rank (the last call's matrix, the hot expert has moved on): the plan
     # follows the announcement, the data the call's split sizes; the result is still the stock call's
-    rows = base.clone()
-    rows[:, 0] *= 3
-    stale = base.clone()
-    stale[:, (12 - 1) % world] *= 3
+    skipped = eng.stats.exchanges_skipped
+    same, _ = fake_call(hot(0), 12, torch.float32, announce=hot((12 - 1) % world))
+    stale_call = {"same": same, "skipped": eng.stats.exchanges_skipped > skipped}
+    # tensors a2acc cannot serve in place (output of another dtype) on every rank: every rank raises
+    rows = hot(0)
     send = [int(x) for x in rows[rank]]
     recv = [int(x) for x in rows[:, rank]]
-    x = nd.fake(torch.arange(sum(send) * 3, dtype=torch.float32).reshape(-1, 3) + 7 * rank)
-    out_a = nd.fake(torch.full((sum(recv), 3), -1, dtype=torch.float32))
-    out_b = nd.fake(torch.full((sum(recv), 3), -2, dtype=torch.float32))
-    skipped = eng.stats.exchanges_skipped
-    a2acc.runtime.announce(stale)
-    dist.all_to_all_single(out_a, x, recv, send)
-    original(out_b, x, recv, send)
-    stale_call = {
-        "same": bool(torch.equal(nd.host(out_a).view(torch.uint8), nd.host(out_b).view(torch.uint8))),
-        "skipped": eng.stats.exchanges_skipped > skipped,
-    }
-    # tensors a2acc cannot serve in place (output of another dtype) on every rank: every rank raises
     a2acc.runtime.announce(rows)
+    out_a = nd.fake(torch.zeros(sum(recv), 3, dtype=torch.bfloat16))
     try:
-        dist.all_to_all_single(nd.fake(torch.zeros(sum(recv), 3, dtype=torch.bfloat16)), x, recv, send)
+        dist.all_to_all_single(out_a, nd.fake(torch.zeros(sum(send), 3)), recv, send)
         mismatch = ""
     except AnnounceError as exc:
         mismatch = str(exc)
@@ -233,9 +221,8 @@ def failrank(rank, world, seed, original, eng):
     for phase in range(2):
         rows = torch.randint(20, 60, (world, world), generator=g) * (1 + 3 * phase)  # another bucket
         for i in range(8):
-            before = eng.stats.handled
-            same, _ = _call(rows, rank, i, torch.float32, False, original)
-            out.append({"phase": phase, "same": same, "served": eng.stats.handled > before})
+            same, served = _served(rows, rank, i, original, eng)
+            out.append({"phase": phase, "same": same, "served": served})
             time.sleep(0.05)
     return {"calls": out, "fallbacks": dict(eng.stats.fallbacks)}
 
@@ -259,9 +246,8 @@ def content(rank, world, seed, original, eng):
     rows = torch.randint(20, 60, (world, world), generator=g)
     out = []
     for i in range(10):
-        before = eng.stats.handled
-        same, _ = _call(rows, rank, i, torch.float32, False, original)
-        out.append({"same": same, "served": eng.stats.handled > before})
+        same, served = _served(rows, rank, i, original, eng)
+        out.append({"same": same, "served": served})
         time.sleep(0.05)
     return {"calls": out, "fallbacks": dict(eng.stats.fallbacks)}
 
