@@ -46,5 +46,6 @@ def fast_steps(
     base: int,
     scratch: Any,
     ends: Any,
+    split: bool,
     /,
 ) -> tuple[tuple[bytes, bytes, bytes], bytes, int, int]: ...

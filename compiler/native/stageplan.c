@@ -351,8 +351,9 @@ static PyObject *plan_counts(const i64 *C, int N, int m, int method, int balance
  *   every GPU's bundle in send order, queue q = (A*n + B)*m + i owning pieces[queue_ptr[q]:queue_ptr[q+1]];
  *   biggest: n*n int64, the largest bundle of each server pair (equals the stage plan's server matrix);
  *   own/whole: n*n*m int64 per queue, chunks of the GPU's own input and all chunks.
- * fast_steps(pieces, queue_ptr, out_off, N, m, perms, caps, group_ptr, groups, base, scratch)
- *   the network steps (perms/caps: S*n int64 each; GPU r's NIC group is groups[group_ptr[r]:group_ptr[r+1]]).
+ * fast_steps(pieces, queue_ptr, out_off, N, m, perms, caps, group_ptr, groups, base, scratch, ends, split)
+ *   the network steps (perms/caps: S*n int64 each; GPU r's NIC group is groups[group_ptr[r]:group_ptr[r+1]];
+ *   ends: S int64, a group's last step; split: forwarded pieces of a queue's share first, aligned ones after).
  *   returns (ops, scratch, real_steps, leftover_pieces)
  */
 typedef struct { i64 src, dst, off, cnt, rank, buf, at, dep; } piece_t;
@@ -614,14 +615,39 @@ static int merge_into(vec_t *acc, vec_t *tmp, const i64 *v, size_t k) {
     return 0;
 }
 
+/* one piece of a queue as a transfer (and, when it lands on the wrong GPU, a forward over the scale-up fabric);
+ * its dependencies: wait, the piece's balancing op and, for split queues' aligned pieces, the queue's transfers
+ * that need a forward (extra, ascending and above every other id). Returns the transfer's id in *oid. */
+static int emit_piece(emit_t *e, piece_t p, i64 d_rank, i64 stage_no, const vec_t *wait, vec_t *deps,
+                      const vec_t *extra, const i64 *OUT, i64 N, i64 *scratch, i64 *oid) {
+    deps->n = 0;
+    if (vec_reserve(deps, wait->n + 1 + (extra ? extra->n : 0))) return -1;
+    size_t x = 0;
+    if (p.dep >= 0) {
+        while (x < wait->n && wait->v[x] < p.dep) deps->v[deps->n++] = wait->v[x++];
+        if (x == wait->n || wait->v[x] != p.dep) deps->v[deps->n++] = p.dep;
+    }
+    while (x < wait->n) deps->v[deps->n++] = wait->v[x++];
+    if (extra)
+        for (size_t k = 0; k < extra->n; k++) deps->v[deps->n++] = extra->v[k];
+    i64 out_at = OUT[(size_t)p.dst * N + (size_t)p.src] + p.off;
+    *oid = e->next;
+    if (p.dst == d_rank) return emit_op(e, p.rank, p.buf, p.at, d_rank, 1, out_at, p.cnt, stage_no, deps->v, deps->n);
+    i64 land = scratch[d_rank];
+    scratch[d_rank] += p.cnt;
+    if (emit_op(e, p.rank, p.buf, p.at, d_rank, 2, land, p.cnt, stage_no, deps->v, deps->n)) return -1;
+    return emit_op(e, d_rank, 2, land, p.dst, 1, out_at, p.cnt, stage_no, oid, 1);
+}
+
 static PyObject *fast_steps(PyObject *self, PyObject *args) {
     Py_buffer bp, bq, bo, bperm, bcap, bgp, bg, bs, bend;
-    int N, m;
+    int N, m, split;
     long long base;
     /* ends[st] != 0: step st closes a group; steps of one group run concurrently (they wait only for the sends
-     * and receives of the groups before), so a group is one network step of several permutations */
-    if (!PyArg_ParseTuple(args, "y*y*y*iiy*y*y*y*Ly*y*", &bp, &bq, &bo, &N, &m, &bperm, &bcap, &bgp, &bg, &base, &bs,
-                          &bend))
+     * and receives of the groups before), so a group is one network step of several permutations. split != 0:
+     * each queue's share of a step sends the pieces needing a forward first and its aligned pieces after them */
+    if (!PyArg_ParseTuple(args, "y*y*y*iiy*y*y*y*Ly*y*p", &bp, &bq, &bo, &N, &m, &bperm, &bcap, &bgp, &bg, &base, &bs,
+                          &bend, &split))
         return NULL;
     PyObject *res = NULL;
     int n = m >= 1 ? N / m : 0;
@@ -646,7 +672,8 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
     i64 *scratch = malloc(sizeof(i64) * ((size_t)N + 1));
     vec_t *last_send = calloc((size_t)N, sizeof(vec_t)), *last_recv = calloc((size_t)N, sizeof(vec_t));
     vec_t *sent = calloc((size_t)N, sizeof(vec_t)), *recvd = calloc((size_t)N, sizeof(vec_t));
-    vec_t wait = {0}, tmp = {0}, deps = {0};
+    vec_t wait = {0}, tmp = {0}, deps = {0}, fwd = {0};
+    pvec_t took = {0};
     i64 real = 0, left = 0;
     int err = !pc || !head || !scratch || !last_send || !last_recv || !sent || !recvd;
     /* room for the usual output (a transfer and a forward per piece, a few dependencies each): no regrowth */
@@ -680,6 +707,7 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
                 for (i64 g = gp[d_rank]; g < gp[d_rank + 1] && !err; g++)
                     err = merge_into(&wait, &tmp, last_recv[grp[g]].v, last_recv[grp[g]].n) != 0;
                 if (err) break;
+                took.n = 0;
                 while (cap > 0 && head[q] < qp[q + 1] && !err) {
                     piece_t p = pc[head[q]];
                     if (p.cnt > cap) {
@@ -691,31 +719,23 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
                         head[q]++;
                     }
                     cap -= p.cnt;
-                    const i64 *dv = wait.v;
-                    size_t nd = wait.n;
-                    if (p.dep >= 0) {
-                        deps.n = 0;
-                        err = vec_reserve(&deps, wait.n + 1) != 0;
-                        if (err) break;
-                        size_t x = 0;
-                        while (x < wait.n && wait.v[x] < p.dep) deps.v[deps.n++] = wait.v[x++];
-                        if (x == wait.n || wait.v[x] != p.dep) deps.v[deps.n++] = p.dep;
-                        while (x < wait.n) deps.v[deps.n++] = wait.v[x++];
-                        dv = deps.v;
-                        nd = deps.n;
+                    err = pvec_push(&took, p) != 0;
+                }
+                /* without split one pass in send order; with it, forwarded pieces first, then the aligned ones
+                 * after every forwarded transfer of the queue */
+                fwd.n = 0;
+                for (int pass = 0; pass < (split ? 2 : 1) && !err; pass++) {
+                    for (size_t k = 0; k < took.n && !err; k++) {
+                        piece_t p = took.v[k];
+                        int aligned = p.dst == d_rank;
+                        if (split && aligned != pass) continue;
+                        i64 oid;
+                        err = emit_piece(&e, p, d_rank, stage_no, &wait, &deps, split && pass ? &fwd : NULL, OUT, N,
+                                         scratch, &oid) != 0;
+                        if (split && !aligned) err = err || vec_push(&fwd, oid) != 0;
+                        err = err || vec_push(&sent[s_rank], oid) != 0 || vec_push(&recvd[d_rank], oid) != 0;
+                        any = 1;
                     }
-                    i64 out_at = OUT[(size_t)p.dst * N + (size_t)p.src] + p.off;
-                    i64 oid = e.next;
-                    if (p.dst == d_rank) {
-                        err = emit_op(&e, p.rank, p.buf, p.at, d_rank, 1, out_at, p.cnt, stage_no, dv, nd) != 0;
-                    } else {
-                        i64 land = scratch[d_rank];
-                        scratch[d_rank] += p.cnt;
-                        err = emit_op(&e, p.rank, p.buf, p.at, d_rank, 2, land, p.cnt, stage_no, dv, nd) != 0;
-                        err = err || emit_op(&e, d_rank, 2, land, p.dst, 1, out_at, p.cnt, stage_no, &oid, 1) != 0;
-                    }
-                    err = err || vec_push(&sent[s_rank], oid) != 0 || vec_push(&recvd[d_rank], oid) != 0;
-                    any = 1;
                 }
             }
         }
@@ -749,6 +769,7 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
         if (recvd) free(recvd[r].v);
     }
     free(last_send); free(last_recv); free(sent); free(recvd); free(wait.v); free(tmp.v); free(deps.v);
+    free(fwd.v); free(took.v);
     free(pc); free(head); free(scratch);
     PyBuffer_Release(&bp); PyBuffer_Release(&bq); PyBuffer_Release(&bo); PyBuffer_Release(&bperm);
     PyBuffer_Release(&bcap); PyBuffer_Release(&bgp); PyBuffer_Release(&bg); PyBuffer_Release(&bs);

@@ -44,6 +44,8 @@ OPTIONS = [
     Options(shape="grouped", groups=1, balance="never"),
     Options(shape="grouped", groups=2, birkhoff="kuhn"),
     Options(shape="grouped", groups=3),
+    Options(shape="grouped", groups=1, split=True),
+    Options(shape="grouped", groups=2, split=True, balance="always"),
 ]
 
 

@@ -93,6 +93,13 @@ class Options:
     groups: int = bounded(
         1, 1, 64, "shape=grouped: concurrent groups of steps", "at most one per step anyway"
     )
+    split: bool = field(
+        default=False,
+        metadata={
+            "help": "shape=grouped: each GPU's share of a group to a peer as two messages, the data the receiver "
+            "forwards first (shape=auto tries both)"
+        },
+    )
     phases: Literal["pipelined", "sequential"] = field(
         default="pipelined",
         metadata={
@@ -118,7 +125,7 @@ def plan(req: PlanRequest, *, native: bool | None = None) -> Program:
     if opts.shape == "staged":
         return emit.build(req, opts, native=native)
     if opts.shape == "grouped":
-        return emit.build(req, opts, native=native, groups=opts.groups)
+        return emit.build(req, opts, native=native, groups=opts.groups, split=opts.split)
     if opts.shape == "direct":
         return search.direct(req)
     return search.choose(req, opts, native=native)

@@ -10,13 +10,14 @@ first among fast's shapes.
 
 Candidates, in this order (ties keep the earlier one): FAST's sequence (``staged``), the steps in 1, 2 and 4
 concurrent groups (``grouped:G``, only where G is below the step count), one direct step (``direct``: no
-balancing, no relays). Candidates are simulated while their ops total at most ``search_ops``; the first one is
-always built, so a large request keeps FAST's sequence. They are ranked at a coarse simulator tolerance; the two
-best, FAST's sequence and the direct step are timed again at the default one and the fastest of those wins - so
-fast is never behind the direct planner nor FAST's sequence under the model (when the direct step was within the
-search budget). A request
-that carries its target's peer limit (``max_peers``: RCCL's MSCCL runs at most 63 peers per GPU) never gets a
-shape past it when FAST's sequence keeps within it; the shapes left out are named in ``meta``.
+balancing, no relays); then the winner's twins: the other balancing choice, and for a grouped winner its
+``+split`` form (each GPU's share to a peer in two messages, forwarded data first). Candidates are simulated
+while their ops total at most ``search_ops``; the first one is always built, so a large request keeps FAST's
+sequence. They are ranked at a coarse simulator tolerance; the two best, FAST's sequence and the direct step are
+timed again at the default one (the twins too) and the fastest of those wins - so fast is never behind the direct
+planner nor FAST's sequence under the model (when the direct step was within the search budget). A request that
+carries its target's peer limit (``max_peers``: RCCL's MSCCL runs at most 63 peers per GPU) never gets a shape
+past it when FAST's sequence keeps within it; the shapes left out are named in ``meta``.
 """
 
 from __future__ import annotations
@@ -107,6 +108,13 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
         exact[label] = _time(prog, req, model, DEFAULT_TOLERANCE)
         if exact[label] < exact[best]:
             best = label
+    split = _split_twin(req, opts, progs[best], best, budget, native)
+    if split is not None and over_peer_limit(split[1], req.max_peers) is None:
+        label, prog = split
+        progs[label] = prog
+        exact[label] = _time(prog, req, model, DEFAULT_TOLERANCE)
+        if exact[label] < exact[best]:
+            best = label
     times = {**rough, **exact}
     meta = dict(progs[best].meta)
     meta.update(
@@ -135,6 +143,24 @@ def _balance_twin(
     if flip == "always" and _balanced_tiles(twin) == 0:
         return None  # nothing to balance: the same plan
     name = f"{label}+balance={flip}"
+    return name, replace(twin, meta={**twin.meta, "shape": name})
+
+
+def _split_twin(
+    req: PlanRequest, opts: Options, prog: Program, label: str, budget: int, native: bool | None
+) -> tuple[str, Program] | None:
+    """The winning grouped shape (balancing twin included) with each GPU's share to a peer split in two
+    messages, forwarded data first (:func:`a2acc.planners.fast.emit._send_queue`), or None (FAST's sequence,
+    whose steps already pipeline their forwards, the direct step, or past the op budget). Whether the
+    overlap it buys is worth a message and a latency per peer is the model's call: on dgx-h100 4x8 under the
+    InfiniBand defaults it wins for MoE at 1-4 MiB/GPU and loses for Zipf at 1 MiB/GPU."""
+    if not label.startswith("grouped:") or len(prog.table) > budget:
+        return None
+    shape, _, bal = label.partition("+balance=")
+    g = int(shape.split(":")[1])
+    twin_opts = replace(opts, balance=bal) if bal in ("always", "never") else opts
+    twin = emit.build(req, twin_opts, native=native, groups=g, split=True)
+    name = f"{label}+split"
     return name, replace(twin, meta={**twin.meta, "shape": name})
 
 
