@@ -19,7 +19,7 @@ The model, per scale-out receive port, re-evaluated whenever the set of active t
 ``F``
     bytes they can have in flight: per sender ``min(bytes it still sends here, window_bytes)``, where
     ``window_bytes`` is what one connection may have outstanding (the collective library's per-peer FIFO,
-    NCCL/RCCL ``NCCL_BUFFSIZE``, 4 MiB by default);
+    :data:`DEFAULT_WINDOW_BYTES`, 2 MiB with NCCL/RCCL's defaults);
 ``Q``
     the port's share of the switch's shared packet buffer under the dynamic-threshold policy (Choudhury and
     Hahne, "Dynamic queue length thresholds for shared-memory packet switches", IEEE/ACM ToN 1998): with
@@ -46,8 +46,12 @@ from typing import NamedTuple
 
 MiB = 1 << 20
 
-#: NCCL/RCCL's default per-connection buffer (``NCCL_BUFFSIZE``, src/include/comm.h DEFAULT_BUFFSIZE: 4 MiB)
-DEFAULT_WINDOW_BYTES = 4 * MiB
+#: the bytes a send may have in flight to a peer over the network before the receiver frees FIFO slots, from
+#: NCCL/RCCL's defaults: a point-to-point connection over the network moves ``NCCL_P2P_NET_CHUNKSIZE`` (128 KiB)
+#: chunks through a FIFO of ``NCCL_STEPS`` (8) slots (src/init.cc ``computeBuffSizes``: p2p chunk x NCCL_STEPS
+#: within ``NCCL_BUFFSIZE``), on ``NCCL_NCHANNELS_PER_NET_PEER`` (2) channels per peer: 2 MiB. (Collectives'
+#: connections use the whole 4 MiB ``NCCL_BUFFSIZE``; the all-to-alls modelled here are point-to-point sends.)
+DEFAULT_WINDOW_BYTES = 8 * (128 << 10) * 2
 #: dynamic-threshold factor of shared-buffer switches (Choudhury and Hahne 1998; alpha = 1 is the common default)
 DEFAULT_DT_ALPHA = 1.0
 #: the RoCE local ACK timeout seen in FAST's fan-out logs: 4.096 us x 2^19 (IB spec "Local ACK Timeout")

@@ -9,8 +9,9 @@ Two phases, each on the rows that identify its parameters (docs/simulator.md):
 
 1. **staged** rows (SpreadOut, and FAST's FLASH column, planned as FAST runs it): goodput of the NIC and of
    the scale-up links, per-message cost, the rendezvous cost beyond the eager window and the pipeline fill
-   (:mod:`a2acc.analysis.model`). The eager window stays at the collective library's per-connection buffer
-   (``NCCL_BUFFSIZE``, 4 MiB) unless asked for: it is a threshold, which the logs only bracket.
+   (:mod:`a2acc.analysis.model`). The eager window stays at what a point-to-point send may have in flight to a network peer
+   (:data:`~a2acc.analysis.incast.DEFAULT_WINDOW_BYTES`, 2 MiB from NCCL/RCCL's defaults) unless asked for: it
+   is a threshold, which the logs only bracket.
 2. **fan-out** rows (lossy transports only): the incast parameters. The timeout hazard (``storm_ms``,
    ``fanin_power``) only re-weighs the overload episodes a simulation records, so it is solved for every
    simulation in closed form (no new simulation, :class:`FluidRun`); only the switch buffer and the
@@ -155,11 +156,14 @@ class Batch:
 #: from draw to draw (a few %), its simulation is cheap; FLASH balances the traffic and fan-out's time is a sum
 #: over many entries: both vary little and cost more to simulate
 RANDOM_DRAWS = {"spreadout": 5, "fast": 1, "direct": 1}
-#: how each logged algorithm is planned: FAST's FLASH column is FAST's own implementation - its stage sequence in
-#: FAST's (ascending) order, with balancing, steps and the last redistribution one after another (its logs time
-#: the three phases separately and they add up to the total)
+#: how each logged algorithm is planned: FAST's FLASH column is FAST's own implementation - its stages in the
+#: order its implementation runs them (heaviest first: ``run_scheduler`` in FAST's
+#: ``amd/src/fast_alltoall/alltoall_global_scheduler.cc`` walks its ascending list from the end, and its logs
+#: agree: on random traffic, where the lightest step comes last, the last redistribution takes 0.4-3 % of the
+#: total), with balancing, steps and the last redistribution one after another (its logs time the three phases
+#: separately and they add up to the total)
 PLANNED_AS: dict[str, dict[str, str]] = {
-    "fast": {"shape": "staged", "order": "ascending", "phases": "sequential"}
+    "fast": {"shape": "staged", "order": "descending", "phases": "sequential"}
 }
 
 
@@ -212,8 +216,9 @@ class Fit:
 
 def start_model(transport: str) -> SimModel:
     """Where every fit starts (fixed neutral values, so a fit is reproducible): line-rate-ish goodput, tens of
-    microseconds of software cost, a 1 MiB pipeline fill, NCCL's 4 MiB per-connection buffer (``NCCL_BUFFSIZE``)
-    as the eager window; for RoCE a 64 MiB switch buffer."""
+    microseconds of software cost, a 1 MiB pipeline fill, a point-to-point connection's bytes in flight
+    (:data:`~a2acc.analysis.incast.DEFAULT_WINDOW_BYTES`, 2 MiB) as the eager window and the incast window; for
+    RoCE a 64 MiB switch buffer."""
     lossy = transport == "roce"
     inc = (
         IncastModel(

@@ -37,7 +37,9 @@ Options (:class:`Options`, ``--opt KEY=VALUE``): ``birkhoff`` = ``bottleneck`` (
 method); ``balance`` = ``auto`` (default) | ``always`` | ``never``; ``compare_kuhn=true`` also records how many
 stages FAST's own Kuhn method would need (``meta["birkhoff_stages_kuhn"]``), next to ``meta["stage_bound"]``;
 ``order`` = ``tail`` (default, :func:`order_steps`; direct-connect graphs keep FAST's order) | ``ascending``
-(FAST's order, every stage its own step); ``shape`` = ``auto`` | ``staged`` (FAST's sequence) | ``grouped``
+(the FLASH paper's order, §4.3 Theorem 2, every stage its own step) | ``descending`` (the order FAST's own
+implementation runs: its ``run_scheduler`` walks the stages sorted by ascending weight from the last, heaviest
+first; every stage its own step); ``shape`` = ``auto`` | ``staged`` (FAST's sequence) | ``grouped``
 (``groups`` concurrent groups) | ``direct``; ``search_ops`` bounds the simulated ops of the search.
 ``meta["stages"]`` counts the network steps run, ``meta["birkhoff_stages"]`` the decomposition's stages.
 
@@ -76,11 +78,11 @@ class Options:
     compare_kuhn: bool = field(
         default=False, metadata={"help": "also count the stages FAST's Kuhn method needs (report only)"}
     )
-    order: Literal["tail", "ascending"] = field(
+    order: Literal["tail", "ascending", "descending"] = field(
         default="tail",
         metadata={
-            "help": "network step order: tail (heavy first, tiny stages folded, last step split) "
-            "or ascending (FAST's)"
+            "help": "network step order: tail (heavy first, tiny stages folded, last step split), "
+            "ascending (the FLASH paper's) or descending (FAST's implementation's: heaviest first, unfolded)"
         },
     )
     shape: Literal["auto", "staged", "grouped", "direct"] = field(

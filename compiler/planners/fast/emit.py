@@ -80,7 +80,7 @@ def build(
     use_native = _native_emit is not None if native is None else native and _native_emit is not None
     bal = _balance(b, counts, sp.balanced, server, n, m, use_native=use_native, tail=tail)
     # ---- 2. Birkhoff stages of the server matrix -> network steps (order, folding, tail split)
-    steps = _network_steps(req, stages, server, bal, tail=tail)
+    steps = _network_steps(req, stages, server, bal, tail=tail, descending=opts.order == "descending")
     # ---- 3. stage transfers + pipelined redistribution, steps grouped as asked
     ends = group_ends(steps, groups)
     real_stages = _emit_steps(b, bal, steps, ends, _nic_groups(req), n, m, split)
@@ -153,14 +153,25 @@ def _balance(
 
 
 def _network_steps(
-    req: PlanRequest, stages: list[Stage], server: _I64, bal: _Balanced, *, tail: bool
+    req: PlanRequest,
+    stages: list[Stage],
+    server: _I64,
+    bal: _Balanced,
+    *,
+    tail: bool,
+    descending: bool = False,
 ) -> list[Step]:
     """The Birkhoff stages as network steps: the tail order (:func:`order_steps`: heavy first, tiny stages
-    folded, the last step split, the first step one the GPUs can serve from their own input) or FAST's
-    ascending order (Theorem 2), every server sending the stage's weight."""
-    if not tail:  # FAST's order (Theorem 2)
+    folded, the last step split, the first step one the GPUs can serve from their own input), or every stage
+    its own step, every server sending the stage's weight, in the FLASH paper's ascending order (Theorem 2) or,
+    ``descending``, in the order FAST's implementation runs them (heaviest first: ``run_scheduler`` in FAST's
+    ``alltoall_global_scheduler.cc`` walks its ascending list from the end)."""
+    if not tail:
         n = req.topology.servers
-        return [Step(st.perm, (st.weight,) * n) for st in sorted(stages, key=lambda st: st.weight)]
+        ordered = sorted(stages, key=lambda st: st.weight)
+        if descending:  # FAST's walk from the end: equal weights too come in reverse
+            ordered.reverse()
+        return [Step(st.perm, (st.weight,) * n) for st in ordered]
     summary = req.topology.summary()
     alpha_inter, r_redist = _step_costs(req.topology)
     t_chunk = req.unit_bytes / (summary.b_inter * 1e9) if summary.b_inter > 0 else 0.0
@@ -398,7 +409,9 @@ def _steps_py(
                 # what every transfer of this queue waits for (last_send/last_recv change only between groups)
                 wait = {x for r in nic_group[s_rank] for x in last_send[r]}
                 wait.update(x for r in nic_group[d_rank] for x in last_recv[r])
-                _send_queue(b, bundles[a][bb][i], st.caps[a], wait, s_rank, d_rank, stage_no, sent, recvd, split)
+                _send_queue(
+                    b, bundles[a][bb][i], st.caps[a], wait, s_rank, d_rank, stage_no, sent, recvd, split
+                )
         if not ends[k]:
             continue
         if sent:
