@@ -120,10 +120,16 @@ def _candidates(topo: Topology, opts: Options, skipped: dict[str, str]) -> list[
     for name in ORDER:
         if name not in PLANNERS:
             continue
-        why = PLANNERS.applies(name, topo)
         if name in opts.excluded():
             skipped[name] = "excluded"
-        elif why is not None:
+            continue
+        if name in SEARCHING and opts.budget_s <= 0:
+            # said before the planner's module is imported (syccl's takes ~0.1 s: a fresh process's quick
+            # auto would spend it on a planner it cannot run)
+            skipped[name] = f"budget of {opts.budget_s:g} s spent"
+            continue
+        why = PLANNERS.applies(name, topo)
+        if why is not None:
             skipped[name] = why
         else:
             out.append(name)

@@ -53,8 +53,11 @@ def test_auto_is_deterministic_and_reports_why():
 
 def test_auto_skips_planners_that_do_not_apply_and_refuses_unknown_exclusions():
     torus = parse_topology({"version": 1, "direct": {"kind": "torus", "dims": [2, 3], "bandwidth": 10}}, "t")
-    prog = a2acc.plan(torus, generate("zipf", 6, 1 << 20, seed=1), "auto", budget_s="0")
+    prog = a2acc.plan(torus, generate("zipf", 6, 1 << 20, seed=1), "auto", budget_s="30", exclude="mcf")
     assert "direct-connect" in prog.meta["auto"]["skipped"]["syccl"]
+    # with no budget the searching planners are skipped before their modules are even looked at
+    quick = a2acc.plan(torus, generate("zipf", 6, 1 << 20, seed=1), "auto", budget_s="0")
+    assert quick.meta["auto"]["skipped"] == {"syccl": "budget of 0 s spent", "mcf": "budget of 0 s spent"}
     with pytest.raises(InputError, match="exclude"):
         a2acc.plan(torus, generate("zipf", 6, 1 << 20, seed=1), "auto", exclude="nope")
 
