@@ -8,6 +8,7 @@ goes to a temporary file in the destination directory, is flushed and fsync'ed, 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -45,6 +46,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     nothing behind."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
+    if target.exists() and not target.is_file():  # never replace a device, FIFO or socket
+        raise _about(OSError(errno.EEXIST, "not a regular file"), target)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
@@ -135,6 +138,12 @@ def check_outputs(outputs: Sequence[Output], inputs: Sequence[str] = (), *, forc
         if k in seen:
             raise InputError("", out.flag, p, f"a path of its own: {seen[k]} writes there too")
         seen[k] = out.flag
+        if target.exists() and not target.is_file():
+            # a device, FIFO or socket: opening it to look would block (FIFO), and replacing it destroys
+            # something that is not a file (``/dev/null`` as root), even with --force
+            raise InputError(
+                "", out.flag, p, "a regular file or a new path (this is a device, FIFO or socket)"
+            )
         if target.exists() and not force:
             try:
                 with open(target, "rb") as fh:

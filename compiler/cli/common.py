@@ -11,6 +11,17 @@ from a2acc.model.topology import PRESETS, Topology, load_topology
 from a2acc.model.traffic import load_matrix
 
 
+def seed(text: str) -> int:
+    """A generator seed: a whole number >= 0 (numpy's generators refuse negative ones)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seed '{text}': a whole number >= 0") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"invalid seed '{text}': a whole number >= 0")
+    return value
+
+
 def add_topology_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument(
         "--topology",

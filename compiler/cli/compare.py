@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from a2acc import __version__
 from a2acc.analysis.model import SimModel
-from a2acc.cli.common import add_topology_args, topology_from_args
+from a2acc.cli.common import add_topology_args, seed, topology_from_args
 from a2acc.cli.simulate import add_model_args, model_from_args
 from a2acc.errors import InputError
 from a2acc.fileio import Output, check_outputs
@@ -92,7 +92,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"comma list of planners (default {DEFAULT_ALGOS}, plus syccl on tiered topologies of up to "
         f"{SYCCL_DEFAULT_MAX_GPUS} GPUs, then {AUTO}, whose pick the closing table shows)",
     )
-    p.add_argument("--seed", type=int, default=0, help="generator seed")
+    p.add_argument("--seed", type=seed, default=0, help="generator seed (a whole number >= 0)")
     p.add_argument("--skew", type=float, default=0.8, help="generator skew (zipf, moe)")
     add_model_args(p)
     p.add_argument(

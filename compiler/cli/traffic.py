@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from a2acc.cli.common import seed
 from a2acc.errors import InputError
 from a2acc.fileio import Output, atomic_write_bytes, check_outputs
 from a2acc.model.topology import load_topology
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     who.add_argument("--topology", "-t", help="take the GPU count from a preset or file")
     gen.add_argument("--servers", "-n", type=int, default=None, help="with --topology: scale to N servers")
     gen.add_argument("--size", help="bytes per rank (mean row sum), e.g. 256M (1024-based)")
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--seed", type=seed, default=0, help="generator seed (a whole number >= 0)")
     gen.add_argument("--skew", type=float, default=0.8, help="Zipf exponent (zipf, moe router skew)")
     gen.add_argument("--sigma", type=float, default=1.0, help="log-normal sigma")
     gen.add_argument("--align", type=int, default=16, help="round entries to multiples of this many bytes")

@@ -39,6 +39,9 @@ from a2acc.fileio import atomic_write_text, loads_json
 
 log = logging.getLogger("a2acc.jit.cache")
 ENTRY_FORMAT = "a2acc.cache-entry"
+#: the first bytes of every entry file :meth:`PlanCache.put` writes (``json.dumps`` of a dict whose first keys
+#: are "format" and "a2acc_version")
+ENTRY_HEAD = f'{{"format": "{ENTRY_FORMAT}", "a2acc_version": "'.encode()
 
 
 def default_cache_dir() -> Path:
@@ -105,10 +108,10 @@ def _is_entry_file(path: Path) -> bool:
         return False
     try:
         with path.open("rb") as fh:
-            head = fh.read(256)
+            head = fh.read(len(ENTRY_HEAD))
     except OSError:
         return False
-    return f'"format": "{ENTRY_FORMAT}"'.encode() in head
+    return head == ENTRY_HEAD  # the exact first bytes put() writes, not the words anywhere in a file
 
 
 def _digest(payload: dict[str, Any]) -> str:

@@ -44,6 +44,10 @@ Matrix = npt.NDArray[np.int64]
 # rank sends or receives
 # (2**50 = 1 PiB keeps every sum exact in float64 and far from int64 overflow)
 MAX_RANK_BYTES = 2**50
+#: the MoE generator's limits: experts, and Gumbel draws (ranks x tokens per rank x experts, ~10 ns each: a few
+#: minutes at the limit, which 1 GiB per rank on 256 ranks with 2 experts each stays well within)
+MAX_EXPERTS = 1 << 16
+MAX_MOE_DRAWS = 2e10
 GENERATORS = ("balanced", "uniform", "zipf", "lognormal", "moe")
 
 
@@ -303,8 +307,8 @@ def generate(
         raise TrafficMatrixError(src, "--ranks", nranks, f"must be in 1..{MAX_RANKS}")
     if align < 1:
         raise TrafficMatrixError(src, "--align", align, "must be >= 1 byte")
-    if size is not None and size < 0:
-        raise TrafficMatrixError(src, "--size", size, "must be >= 0 bytes per rank")
+    if size is not None and not 0 <= size <= MAX_RANK_BYTES:
+        raise TrafficMatrixError(src, "--size", size, f"must be 0 to {MAX_RANK_BYTES} bytes per rank")
     if kind != "moe" and size is None:
         raise TrafficMatrixError(src, "--size", None, "bytes per rank are required for this generator")
     if not (skew >= 0 and math.isfinite(skew)):
@@ -332,6 +336,8 @@ def generate(
 
 def _moe(rng: np.random.Generator, n: int, size: int | None, align: int, spec: MoeSpec, src: str) -> Matrix:
     experts = spec.experts or 2 * n
+    if not 1 <= experts <= MAX_EXPERTS:
+        raise TrafficMatrixError(src, "--experts", experts, f"must be in 1..{MAX_EXPERTS}")
     if experts % n != 0:
         raise TrafficMatrixError(src, "--experts", experts, f"must be a multiple of the rank count {n}")
     if not 1 <= spec.top_k <= experts:
@@ -347,6 +353,15 @@ def _moe(rng: np.random.Generator, n: int, size: int | None, align: int, spec: M
     per_token = spec.top_k * spec.hidden * spec.dtype_bytes
     if size is not None:
         tokens = max(1, round(size / per_token))
+    if n * tokens * experts > MAX_MOE_DRAWS:  # one Gumbel draw per (rank, token, expert): bounded before work
+        what, value = ("--size", size) if size is not None else ("--tokens", spec.tokens)
+        raise TrafficMatrixError(
+            src,
+            what,
+            value,
+            f"at most {MAX_MOE_DRAWS:.3g} draws (ranks x tokens per rank x experts; this is {n * tokens * experts:.3g}):"
+            " fewer tokens (a larger --hidden or --top-k carries the same bytes in fewer) or experts",
+        )
     order = rng.permutation(experts)
     pop = np.empty(experts, dtype=np.float64)
     pop[order] = np.arange(1, experts + 1, dtype=np.float64) ** (-spec.skew)

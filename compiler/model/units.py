@@ -113,6 +113,13 @@ _BW_ACCEPTED = ", ".join(k for k in _BW_UNITS if k)
 _LAT_UNITS = {"": 1.0, "us": 1.0, "ns": 1e-3, "ms": 1e3, "s": 1e6}
 
 
+#: the bandwidths a topology may declare (1 kB/s to 1 PB/s per link or NIC) and the longest latency: physical
+#: ranges with room to spare, which keep the simulator's floats finite (1e308 GB/s overflowed to inf and hung it)
+MIN_BANDWIDTH_GBS = 1e-6
+MAX_BANDWIDTH_GBS = 1e6
+MAX_LATENCY_US = 6e7
+
+
 def parse_bandwidth(value: object, *, source: str, field: str, error: type[InputError] = InputError) -> float:
     """Return a bandwidth in GB/s (1e9 B/s); must be finite and > 0."""
     if isinstance(value, bool):
@@ -134,6 +141,11 @@ def parse_bandwidth(value: object, *, source: str, field: str, error: type[Input
         raise error(source, field, value, "give a positive bandwidth in GB/s or a string like '400Gbps'")
     if not (gbs > 0 and gbs < float("inf")):
         raise error(source, field, value, "bandwidth must be a finite number > 0 (GB/s)")
+    if not (MIN_BANDWIDTH_GBS <= gbs <= MAX_BANDWIDTH_GBS):
+        # the simulator's arithmetic (bytes/s, times in seconds) stays finite and exact enough in this range
+        raise error(
+            source, field, value, f"a bandwidth from {MIN_BANDWIDTH_GBS:g} to {MAX_BANDWIDTH_GBS:g} GB/s"
+        )
     return gbs
 
 
@@ -153,6 +165,8 @@ def parse_latency(value: object, *, source: str, field: str, error: type[InputEr
         raise error(source, field, value, "give a latency in microseconds or a string like '900ns'")
     if not (us >= 0 and us < float("inf")):
         raise error(source, field, value, "latency must be a finite number >= 0 (us)")
+    if us > MAX_LATENCY_US:
+        raise error(source, field, value, f"a latency of at most {MAX_LATENCY_US:g} us (one minute)")
     return us
 
 

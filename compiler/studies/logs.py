@@ -15,7 +15,12 @@ Inputs, recognised by content:
 - **nccl-tests** ``alltoall_perf`` / ``alltoallv_perf`` output: the ``#  Rank`` lines give the number of ranks
   (it must match the topology), each data row a size and its out-of-place time (us). alltoall sends
   ``size / nranks`` to every rank including itself; alltoallv needs the matrix the run used (``--traffic``),
-  rescaled to each size. Both are NCCL's grouped send/recv: planner ``direct``.
+  rescaled to each size. Both are NCCL's grouped send/recv: planner ``direct``. Real output varies, and all of
+  these are read: the columns of current versions (``redop root ... #wrong``) and of old ones (no ``root``, a
+  blank ``redop``, a float ``error``: rows are read from their right end, out-of-place time 8th from last);
+  launcher prefixes (Open MPI's ``[1,0]<stdout>:``, srun's ``0: ``); lines that are not rows (the command
+  echo, NCCL INFO and UCX warnings: anything whose first field is not a size). Output of another collective
+  (a ``Collective test starting`` line naming another test, or rows whose ``redop`` is a reduction) is refused.
 """
 
 from __future__ import annotations
@@ -113,10 +118,16 @@ def _read(path: str) -> str:
         raise LogFormatError(path, "", path, f"cannot read the file ({exc.__class__.__name__})") from exc
 
 
+#: launcher prefixes on every line: Open MPI's ``--tag-output`` (``[1,0]<stdout>:``), srun's ``--label`` (``0: ``)
+_PREFIX_RE = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:\s?|\s*\d+: )")
+
+
+def _lines(text: str) -> list[str]:
+    return [_PREFIX_RE.sub("", line, count=1) for line in text.splitlines()]
+
+
 def _is_nccl_tests(text: str) -> bool:
-    return any(
-        line.lstrip().startswith("#") and "size" in line and "count" in line for line in text.splitlines()
-    )
+    return any(line.lstrip().startswith("#") and "size" in line and "count" in line for line in _lines(text))
 
 
 _SERVERS_RE = re.compile(r"(?:^|[^0-9])(\d+)n_")
@@ -213,12 +224,21 @@ def _fast_line(
 
 
 _RANK_RE = re.compile(r"^#\s*Rank\s+\d+\s")
+_TEST_RE = re.compile(r"^#\s*Collective test starting:\s*(\w+?)(?:_perf)?\b", re.IGNORECASE)
+#: reductions: a row naming one is from a reducing collective (alltoall rows say ``none``, or leave it blank)
+_REDOPS = frozenset({"sum", "prod", "min", "max", "avg", "premulsum", "mulsum"})
 
 
 def _nccl_tests(
     text: str, path: str, topo: Topology, traffic: npt.NDArray[np.int64] | None, warn: Warn
 ) -> list[tuple[str, str, Traffic, float, float]]:
-    lines = text.splitlines()
+    lines = _lines(text)
+    for line in lines:
+        got = _TEST_RE.match(line)
+        if got and got.group(1).lower() not in ("alltoall", "alltoallv"):
+            raise LogFormatError(
+                path, "Collective test starting", got.group(1), "an alltoall_perf or alltoallv_perf log"
+            )
     ranks = sum(1 for line in lines if _RANK_RE.match(line))
     if ranks and ranks != topo.nranks:
         raise LogFormatError(
@@ -236,8 +256,8 @@ def _nccl_tests(
     left_out = 0
     for no, line in enumerate(lines, 1):
         s = line.strip()
-        if not s or s.startswith("#"):
-            continue
+        if not s or s.startswith("#") or not s.split()[0].isdigit():
+            continue  # comments, and what is no row: the command echo, NCCL INFO lines, UCX warnings
         row = _nccl_row(s.split(), path, no, topo.nranks)
         if isinstance(row, str):
             warn(f"{path}: line {no}: {row}: left out")
@@ -255,41 +275,51 @@ def _nccl_tests(
 
 #: the longest measured time a log may report (a day): larger values are corrupt, not slow
 MAX_TIME_S = 86400.0
-_NCCL_ROW = "nccl-tests rows are: size count type redop root time(us) algbw busbw #wrong ..."
+_NCCL_ROW = "nccl-tests rows are: size count type [redop root] time(us) algbw busbw #wrong (out-of-place, then in-place)"
 
 
 def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, float] | str | None:
-    """One nccl-tests data row as (bytes, seconds); a string says why a row is no measurement; None: size 0."""
-    if len(parts) < 6:
-        raise LogFormatError(path, f"line {no}", " ".join(parts)[:60], _NCCL_ROW)
+    """One nccl-tests data row as (bytes, seconds); a string says why a row is no measurement; None: size 0.
+
+    Read from the right: every version ends with the out-of-place and in-place blocks (time, algbw, busbw,
+    #wrong or error), while the columns before them differ (``redop``/``root`` blank or missing)."""
     try:
         size = int(parts[0])
     except ValueError:
-        raise LogFormatError(path, f"line {no}, size", parts[0], _NCCL_ROW) from None
+        raise LogFormatError(path, f"line {no}, size", parts[0][:60], _NCCL_ROW) from None
+    if size > MAX_RANK_BYTES:
+        raise LogFormatError(path, f"line {no}, size", parts[0][:60], f"bytes per rank <= {MAX_RANK_BYTES}")
+    if len(parts) < 11:
+        raise LogFormatError(path, f"line {no}", " ".join(parts)[:60], _NCCL_ROW)
+    if parts[3].lower() in _REDOPS:  # the redop column, where a row has one (blank in old alltoall rows)
+        raise LogFormatError(
+            path, f"line {no}, redop", parts[3], "an alltoall or alltoallv log (rows with redop none)"
+        )
     if size <= 0:
         return None
-    if size > MAX_RANK_BYTES:
-        raise LogFormatError(path, f"line {no}, size", parts[0], f"bytes per rank <= {MAX_RANK_BYTES}")
-    wrong = parts[8] if len(parts) > 8 else "0"
+    wrong, time_s = parts[-5], parts[-8]
     if wrong != "N/A":  # N/A: the run did not check (-c 0), not a wrong result
         try:
-            nwrong = int(wrong)
+            # #wrong counts wrong elements; old versions print the largest error instead (a float)
+            nwrong = float(wrong) if any(c in wrong for c in ".eE") else int(wrong)
         except ValueError:
             raise LogFormatError(
-                path, f"line {no}, #wrong", wrong, "a count of wrong results or N/A"
+                path, f"line {no}, #wrong", wrong, "a count of wrong results, an error, or N/A"
             ) from None
-        if nwrong != 0:
+        if isinstance(nwrong, int) and nwrong != 0:
             return f"{nwrong} wrong results (#wrong)"
-    if parts[5] == "N/A":
+        if not math.isfinite(nwrong) or nwrong != 0:
+            return f"wrong results (error {wrong})"
+    if time_s == "N/A":
         return "time is N/A"
     try:
-        time_us = float(parts[5])
+        time_us = float(time_s)
     except ValueError:
-        raise LogFormatError(path, f"line {no}, time", parts[5], "a time in us, or N/A") from None
+        raise LogFormatError(path, f"line {no}, time", time_s, "a time in us, or N/A") from None
     if time_us == 0:
         return "time is 0"
     if not (math.isfinite(time_us) and 0 < time_us <= MAX_TIME_S * 1e6):
-        raise LogFormatError(path, f"line {no}, time", parts[5], f"a time in us in (0, {MAX_TIME_S * 1e6:g}]")
+        raise LogFormatError(path, f"line {no}, time", time_s, f"a time in us in (0, {MAX_TIME_S * 1e6:g}]")
     return size, time_us * 1e-6
 
 

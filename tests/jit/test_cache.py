@@ -159,6 +159,28 @@ def test_show_leaves_a_users_json_alone(tmp_path, capsys):
     assert c.get_or_compile("notes", lambda: pytest.fail("recompiled"))[1] == "memory"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"note": "mentions", "format": "a2acc.cache-entry", "mine": true}',  # the words, not at the start
+        '// my file\n{"format": "a2acc.cache-entry", "a2acc_version": "x"}',
+    ],
+)
+def test_a_file_naming_the_entry_format_somewhere_is_not_an_entry(tmp_path, capsys, text):
+    """Only the exact first bytes put() writes make a file an entry: show, ls and clear leave the others."""
+    from a2acc.cli import main
+
+    vdir = _version_dir(tmp_path)
+    vdir.mkdir(parents=True)
+    mine = vdir / "handmade.json"
+    mine.write_text(text)
+    assert main(["cache", "--dir", str(tmp_path), "show", "handmade"]) == 2
+    assert main(["cache", "--dir", str(tmp_path), "ls"]) == 0
+    assert "handmade" not in capsys.readouterr().out
+    assert main(["cache", "--dir", str(tmp_path), "clear"]) == 0
+    assert mine.read_text() == text
+
+
 def test_symlinked_version_directory_is_not_followed(tmp_path):
     from a2acc.cli import main
 

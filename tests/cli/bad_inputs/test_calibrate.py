@@ -72,3 +72,55 @@ def test_values_no_run_can_produce_are_one_clear_line(tmp_path, capsys, row, fra
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines[-1].startswith("a2acc: error: ") and len(lines) == 1, err
     assert not out.exists()
+
+
+def _fitted_alpha(tmp_path, capsys, text: str) -> tuple[int, str, str]:
+    log = tmp_path / "alltoall_perf.txt"
+    log.write_text(text)
+    out = tmp_path / "p.yaml"
+    rc, err, _ = run(
+        capsys, ["calibrate", str(log), "-t", "dgx-h100", "-n", "2", "--fit", "alpha_us", "-o", str(out)]
+    )
+    return rc, err, out.read_text() if out.exists() else ""
+
+
+GOOD = [_row(1 << s, f"{50 * 2 ** (s - 20):.1f}") for s in range(20, 27)]
+
+
+def test_real_world_output_variants_read_as_the_plain_log(tmp_path, capsys):
+    """What launchers and libraries add to nccl-tests output (Open MPI's and srun's line prefixes, the command
+    echo, NCCL INFO and UCX warning lines) is read past, and old versions' rows (no root column, a blank redop,
+    a float error column) are read from their right end: each variant fits what the plain log fits."""
+    plain = _log(GOOD)
+    rc, err, want = _fitted_alpha(tmp_path, capsys, plain)
+    assert rc == 0, err
+    noisy = (
+        "/opt/nccl-tests/build/alltoall_perf -b 1M -e 64M -f 2 -g 1\n"
+        "[1748937999.151440] [host:1:0]     ucp_context.c:1951 UCX  WARN  UCP API version is incompatible\n"
+        + plain.replace(
+            "# Using devices\n", "# Using devices\nhost:1:1 [0] NCCL INFO Bootstrap : Using eth0\n"
+        )
+    )
+    mpi = "".join(f"[1,0]<stdout>:{ln}\n" for ln in plain.splitlines())
+    srun = "".join(f" 0: {ln}\n" for ln in plain.splitlines())
+    old_rows = [r.replace("    none      -1 ", " ") for r in GOOD]  # old columns: blank redop, no root
+    old = _log(old_rows).replace("redop    root ", "redop ").replace("#wrong", " error")
+    old = old.replace(" 0    N/A", " 0e+00    N/A")
+    for name, text in (("noisy", noisy), ("mpi", mpi), ("srun", srun), ("old", old)):
+        rc, err, got = _fitted_alpha(tmp_path, capsys, text)
+        assert rc == 0 and "Traceback" not in err, (name, err)
+        fitted = [ln for ln in got.splitlines() if ln.startswith("alpha_us")]
+        assert fitted == [ln for ln in want.splitlines() if ln.startswith("alpha_us")], (name, got)
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda t: "# Collective test starting: all_reduce_perf\n" + t, "all_reduce"),
+        (lambda t: t.replace("    none      -1 ", "     sum      -1 "), "redop"),
+    ],
+)
+def test_another_collectives_output_is_refused(tmp_path, capsys, edit, fragment):
+    rc, err, got = _fitted_alpha(tmp_path, capsys, edit(_log(GOOD)))
+    assert rc == 2 and fragment in err and "alltoall" in err and "Traceback" not in err, err
+    assert got == ""

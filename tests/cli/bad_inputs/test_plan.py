@@ -152,3 +152,47 @@ def test_plan_does_not_overwrite_a_file_it_did_not_write(tmp_path, capsys):
     out = tmp_path / "p.json"
     assert main([*args, "-o", str(out)]) == 0 and main([*args, "-o", str(out)]) == 0
     assert main([*args, "-o", str(mine), "--force"]) == 0
+
+
+def test_an_output_that_is_a_fifo_or_device_is_refused_even_with_force(tmp_path, capsys):
+    """A FIFO would block the "did a2acc write this?" look, and replacing a device (``-o /dev/null --force``
+    as root) destroys it: anything but a regular file is refused before any work, --force or not."""
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    m = tmp_path / "m.npy"
+    np.save(m, np.full((8, 8), 1 << 20, dtype=np.int64))
+    args = ["plan", "-t", "dgx-h100", "-n", "1", "--traffic", str(m), "-a", "direct"]
+    for extra in ([], ["--force"]):
+        rc, err, _ = run(capsys, [*args, "-o", str(fifo), *extra])
+        assert rc == 2 and "regular file" in err, err
+        one_clear_line(err)
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    from a2acc.fileio import atomic_write_bytes
+
+    with pytest.raises(OSError, match="not a regular file"):
+        atomic_write_bytes(fifo, b"x")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_absurd_bandwidths_and_latencies_are_refused_at_load(tmp_path, capsys):
+    """1e308 GB/s passed validation and overflowed the simulator's arithmetic to inf, where its loop never
+    ended; bandwidths and latencies are bounded to physical ranges when the topology is read."""
+    m = tmp_path / "m.npy"
+    np.save(m, np.full((8, 8), 1 << 20, dtype=np.int64))
+    for field, value, fragment in (
+        ("bandwidth", "1e308", "bandwidth from"),
+        ("bandwidth", "1e-9", "bandwidth from"),
+        ("latency", "1e12", "latency of at most"),
+    ):
+        topo = tmp_path / "t.yaml"
+        intra = {"bandwidth": "100", "latency": "1"} | {field: value}
+        topo.write_text(
+            "version: 1\nname: t\nservers: 1\ngpus_per_server: 8\nmemory_bandwidth: 1000\n"
+            f"intra: {{fabric: switch, bandwidth: {intra['bandwidth']}, latency: {intra['latency']}}}\n"
+        )
+        rc, err, _ = run(
+            capsys,
+            ["plan", "-t", str(topo), "--traffic", str(m), "-a", "fast", "-o", str(tmp_path / "p.json")],
+        )
+        assert rc == 2 and f"intra.{field}" in err and fragment in err, err
+        one_clear_line(err)

@@ -64,6 +64,27 @@ def test_generator_limits(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["moe", "--ranks", "8", "--tokens", "100", "--experts", "1000000000"], "--experts"),
+        (["moe", "--ranks", "8", "--tokens", "100000000000000"], "--tokens"),
+        (["moe", "--ranks", "8", "--size", "1P", "--hidden", "1"], "--size"),
+        (["zipf", "--ranks", "8", "--size", "100000T"], "--size"),
+        (["zipf", "--ranks", "8", "--size", "1M", "--seed", "-1"], "--seed"),
+    ],
+)
+def test_generator_sizes_and_seeds_are_bounded_before_work(tmp_path, capsys, args, flag):
+    """What would take hours or overflow (a billion experts, 1e14 tokens, 1e17 bytes per rank) and what numpy
+    refuses with a traceback (a negative seed) are one line naming the option, before any work."""
+    try:
+        rc, err, dt = run(capsys, ["traffic", "gen", *args, "-o", str(tmp_path / "x.npy")])
+    except SystemExit as exc:  # argparse's own refusal (the usage line, then the error): exit 2 as well
+        rc, err, dt = int(exc.code or 0), capsys.readouterr().err, 0.0
+    assert rc == 2 and dt < 2.0 and flag in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 GEN = ["traffic", "gen", "zipf", "--ranks", "16", "--size", "1M"]
 
 
