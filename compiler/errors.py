@@ -6,9 +6,18 @@ field, the offending value and what is allowed, so a user can fix the input with
 
 from __future__ import annotations
 
+import reprlib
+
 
 class A2accError(Exception):
     """Base class of every error a2acc raises on purpose."""
+
+
+#: how a container value is shown: a few elements and levels (a YAML alias bomb expands to billions of
+#: elements; its full repr, shortened afterwards, took gigabytes)
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxset = 3, 4, 6, 6, 6
+_SHORT.maxstring, _SHORT.maxother = 60, 60
 
 
 class InputError(A2accError):
@@ -22,7 +31,7 @@ class InputError(A2accError):
         self.field = field
         self.value = value
         self.allowed = allowed
-        shown = repr(value)
+        shown = _SHORT.repr(value) if isinstance(value, (dict, list, tuple, set)) else repr(value)
         if len(shown) > 120:
             shown = shown[:117] + "..."
         where = f"{source}: " if source else ""

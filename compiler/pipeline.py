@@ -30,6 +30,7 @@ from a2acc.backends import get_target
 from a2acc.backends.target import CheckReport, Lowered, Target, unit_align
 from a2acc.backends.target import max_peers as target_max_peers
 from a2acc.errors import InputError, InternalError, LoweringError, PlannerError, VerificationError
+from a2acc.ir.layout import MAX_LAYOUT_CHUNKS
 from a2acc.ir.passes import run_passes
 from a2acc.ir.program import Program
 from a2acc.ir.quantize import DEFAULT_ALIGN, UnitPolicy, quantize
@@ -124,6 +125,15 @@ def compile(request: Request) -> Result:
     for label, unit in candidates:
         with clock.phase("quantize"):
             c = counts if counts is not None else quantize(m, unit)
+        if int(c.sum()) > MAX_LAYOUT_CHUNKS:  # the plan could not be read back: refuse before planning it
+            smallest = -(-int(m.sum()) // MAX_LAYOUT_CHUNKS)
+            raise InputError(
+                "",
+                "unit",
+                unit,
+                f"a chunk size giving at most {MAX_LAYOUT_CHUNKS} chunks in all (this one gives {int(c.sum())}; "
+                f"the matrix needs at least {smallest} bytes per chunk)",
+            )
         preq = PlanRequest(topo, m, c, unit, popts, request.model, peer_limit)
         prog, rep = _plan(request, preq, clock)
         if target is None:

@@ -452,7 +452,10 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
         raise TopologyError(
             src, "version", version, "this a2acc reads topology schema version 1 ('version: 1')"
         )
-    name = str(data.get("name") or Path(source).stem or "topology")
+    raw_name = data.get("name")
+    if raw_name is not None and not (isinstance(raw_name, (str, int)) and len(str(raw_name)) <= 200):
+        raise TopologyError(source, "name", raw_name, "a name: a string of at most 200 characters")
+    name = str(raw_name or Path(source).stem or "topology")
     mem = _bw(data.get("memory_bandwidth", 2000), source=src, field="memory_bandwidth")
     if "direct" in data:
         for k in ("intra", "inter"):

@@ -196,3 +196,32 @@ def test_absurd_bandwidths_and_latencies_are_refused_at_load(tmp_path, capsys):
         )
         assert rc == 2 and f"intra.{field}" in err and fragment in err, err
         one_clear_line(err)
+
+
+def test_a_unit_giving_more_chunks_than_a_plan_may_hold_is_refused_before_planning(tmp_path, capsys):
+    """--unit 1 on 2 x 8 GPUs and 16 MiB per pair gave a 268 M-chunk plan (3.2 GB while planning) that no
+    reader accepts (at most 67 M chunks); it is refused at once, naming the smallest chunk that fits."""
+    m = tmp_path / "m.npy"
+    np.save(m, np.full((16, 16), 1 << 20, dtype=np.int64))
+    out = tmp_path / "p.json"
+    rc, err, dt = run(
+        capsys,
+        [
+            "plan",
+            "-t",
+            "dgx-h100",
+            "-n",
+            "2",
+            "--traffic",
+            str(m),
+            "-a",
+            "direct",
+            "--unit",
+            "1",
+            "-o",
+            str(out),
+        ],
+    )
+    assert rc == 2 and "unit" in err and "chunks in all" in err and dt < 5, err
+    one_clear_line(err)
+    assert not out.exists()

@@ -43,6 +43,27 @@ def test_bad_topologies_fail_fast(tmp_path, capsys, doc, fragment):
     assert fragment in err and "t.yaml" in err
 
 
+# nine anchors in one value, each level nine aliases of the one before
+LAUGHS = (
+    "[&a [x, x, x, x, x, x, x, x, x], "
+    + ", ".join(f"&{c} [{', '.join(['*' + p] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi"))
+    + "]"
+)
+
+
+@pytest.mark.parametrize("where", ["extra", "name"])
+def test_a_yaml_alias_bomb_is_one_short_line(tmp_path, capsys, where):
+    """Nine levels of nine aliases expand to 387 M strings: naming the value must not expand it (its full repr,
+    shortened afterwards, took gigabytes), and a list is no topology name."""
+    path = tmp_path / "t.yaml"
+    body = "version: 1\nservers: 1\ngpus_per_server: 4\nintra: {fabric: switch, bandwidth: 5}\n"
+    path.write_text(body + ("bogus: " if where == "extra" else "name: ") + LAUGHS + "\n")
+    rc, err, dt = run(capsys, ["topo", "show", str(path)])
+    assert rc == 2 and dt < 5.0 and len(err) < 600, err[:600]
+    one_clear_line(err)
+    assert ("bogus: value" if where == "extra" else "name: value") in err
+
+
 def test_yaml_syntax_error_is_one_line(tmp_path, capsys):
     path = tmp_path / "t.yaml"
     path.write_text("version: 1\nservers: [1, 2\ngpus_per_server: 8\n")
