@@ -63,7 +63,12 @@ class Registry(Generic[T]):
         """The entry called ``name``; an InputError naming the known ones otherwise."""
         e = self._entries.get(name)
         if e is None:
-            raise InputError("", self.flag, name, f"known {self.kind}s: {', '.join(self.names())}")
+            raise InputError(
+                "",
+                self.flag,
+                name,
+                f"known {self.kind}{'es' if self.kind.endswith('s') else 's'}: {', '.join(self.names())}",
+            )
         return e
 
     # ------------------------------------------------------------------ loading

@@ -144,6 +144,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"a2acc: error: {where}cannot read or write it ({exc.strerror or exc})", file=sys.stderr)
         return 2
+    except MemoryError:  # a request past this machine's memory (or its ulimit): say so, no traceback
+        print(
+            "a2acc: error: out of memory: the request needs more memory than this process may use "
+            "(fewer ranks, a coarser --unit or a smaller --size)",
+            file=sys.stderr,
+        )
+        return 2
 
 
 SHOWN_ISSUES = 10

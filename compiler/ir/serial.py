@@ -162,7 +162,7 @@ def _machine(v: Any, n: int, src: str) -> MachineMap | None:
         col = v[key]
         if not isinstance(col, list) or len(col) != n:
             raise PlanFormatError(src, f"machine.{key}", col, f"must be a list of {n} integers >= 0")
-        cols.append(tuple(_int(x, src, f"machine.{key}[{i}]", 0) for i, x in enumerate(col)))
+        cols.append(tuple(_int(x, src, f"machine.{key}[{i}]", 0, n - 1) for i, x in enumerate(col)))
     return MachineMap(cols[0], cols[1])
 
 
@@ -185,6 +185,10 @@ def program_from_json(text: str, source: str = "<plan>") -> Program:
     table = _ops_fast(raw_ops, len(want_fields))
     if table is None:  # a problem somewhere: the row-by-row reading below names it
         table = _ops_by_row(raw_ops, want_fields, version, src)
+    stages = np.asarray(table.stage)
+    if stages.size and int(stages.min()) < 0:
+        i = int(np.argmax(stages < 0))
+        raise PlanFormatError(src, f"ops[{i}].stage", int(stages[i]), "a stage number >= 0")
     meta = doc.get("meta") or {}
     if not isinstance(meta, dict):
         raise PlanFormatError(src, "meta", meta, "must be a JSON object")
@@ -238,6 +242,14 @@ def _plan_layout(
         if doc.get("traffic_bytes") is None
         else _matrix(doc["traffic_bytes"], n, src, "traffic_bytes", MAX_BYTES)
     )
+    if traffic is not None and (over := traffic > counts * unit).any():
+        s, d = (int(x) for x in np.argwhere(over)[0])
+        raise PlanFormatError(
+            src,
+            f"traffic_bytes[{s}][{d}]",
+            int(traffic[s, d]),
+            f"at most what the layout carries: counts[{s}][{d}] x unit_bytes = {int(counts[s, d]) * unit}",
+        )
     scratch_raw = doc.get("scratch_chunks")
     if not isinstance(scratch_raw, list) or len(scratch_raw) != n:
         raise PlanFormatError(src, "scratch_chunks", scratch_raw, f"must be a list of {n} integers >= 0")

@@ -71,6 +71,8 @@ MAX_DEGREE = 64
 INTRA_FABRICS = ("switch", "full_mesh", "ring", "hybrid_cube_mesh", "links")
 WIRINGS = ("rail_optimized", "single_switch")
 DIRECT_KINDS = ("torus", "hypercube", "genkautz", "edges")
+#: scale-out NICs per GPU at most (AWS p5: 32 EFA NICs for 8 GPUs)
+MAX_NICS_PER_GPU = 8
 _TOP_KEYS = ("version", "name", "servers", "gpus_per_server", "memory_bandwidth", "intra", "inter", "direct")
 _INTRA_KEYS = ("fabric", "bandwidth", "latency", "links")
 _INTER_KEYS = ("nics_per_server", "bandwidth", "latency", "wiring", "transport", "switch_buffer")
@@ -387,6 +389,8 @@ def _genkautz(d: Mapping[str, Any], src: str) -> tuple[int, list[graphs.Pair], l
     deg = _pos_int(_req(d, "degree", src, "direct.", "out-degree >= 1"), src, "direct.degree")
     if deg > MAX_DEGREE:
         raise TopologyError(src, "direct.degree", deg, f"at most {MAX_DEGREE}")
+    if deg >= n:  # Imase-Itoh with d >= n maps nodes to themselves and repeats edges
+        raise TopologyError(src, "direct.degree", deg, f"below the node count n={n}")
     return n, graphs.genkautz(n, deg), [("n", n), ("degree", deg)]
 
 
@@ -512,6 +516,10 @@ def _scale_out(raw: Any, m: int, src: str) -> ScaleOut:
         raise TopologyError(src, "inter", raw, "must be a mapping with nics_per_server/bandwidth/...")
     _check_keys(raw, _INTER_KEYS, src, "inter.")
     nics = _pos_int(raw.get("nics_per_server", m), src, "inter.nics_per_server")
+    if nics > MAX_NICS_PER_GPU * m:
+        raise TopologyError(
+            src, "inter.nics_per_server", nics, f"at most {MAX_NICS_PER_GPU} per GPU ({MAX_NICS_PER_GPU * m})"
+        )
     if nics > m and nics % m != 0:
         raise TopologyError(
             src, "inter.nics_per_server", nics, "must divide or be a multiple of gpus_per_server"

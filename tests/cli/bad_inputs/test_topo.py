@@ -32,6 +32,16 @@ from tests.cli.bad_inputs.common import one_clear_line, run
             },
             "Gbps",
         ),
+        (
+            {
+                "servers": 2,
+                "gpus_per_server": 8,
+                "intra": {"fabric": "switch", "bandwidth": 100},
+                "inter": {"nics_per_server": 1000000, "bandwidth": 50},
+            },
+            "inter.nics_per_server",
+        ),
+        ({"direct": {"kind": "genkautz", "n": 16, "degree": 20, "bandwidth": 10}}, "below the node count"),
     ],
 )
 def test_bad_topologies_fail_fast(tmp_path, capsys, doc, fragment):

@@ -73,6 +73,40 @@ def test_plan_counts_beyond_limits(tmp_path, capsys, value):
     one_clear_line(err)
 
 
+def _tamper_traffic(doc):
+    doc["traffic_bytes"][0][1] = doc["counts"][0][1] * doc["unit_bytes"] + 1
+
+
+def _tamper_machine(doc):
+    doc["machine"]["node"][0] = 99
+
+
+def _tamper_stage(doc):
+    doc["ops"][0][9] = -1
+
+
+@pytest.mark.parametrize(
+    ("tamper", "fragment"),
+    [
+        (_tamper_traffic, "traffic_bytes[0][1]"),
+        (_tamper_machine, "machine.node[0]"),
+        (_tamper_stage, "ops[0].stage"),
+    ],
+)
+def test_a_plan_that_contradicts_itself_is_refused_by_the_reader(tmp_path, capsys, tamper, fragment):
+    """Traffic beyond what the layout carries (simulate then timed 51 us against a 2225 us bound), a rank on
+    node 99 of 16 ranks, a negative stage: each is one line naming the field, not a passing verify."""
+    from a2acc import plan
+
+    topo = load_topology("dgx-h100", 2)
+    doc = json.loads(plan(topo, generate("zipf", 16, 1 << 20, 1), "direct").to_json())
+    tamper(doc)
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    rc, err, _dt = run(capsys, ["verify", str(tmp_path / "p.json")])
+    assert rc == 2 and fragment in err, err
+    one_clear_line(err)
+
+
 @pytest.mark.parametrize(
     "text",
     [
