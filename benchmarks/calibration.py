@@ -1,10 +1,12 @@
 """Simulator accuracy on held-back measurements: FAST's published 3-server MI300X logs.
 
-Run: ``.venv/bin/python benchmarks/calibration.py [--fit] [--root DIR]``
+Run: ``.venv/bin/python benchmarks/calibration.py [--fit] [--root DIR] [--unseen DIR]``
 
 - default: predict the held-back runs (FAST repository, ``amd-result/3n_fixed_sz_*.txt``: balanced fixed-size
   all-to-all, 5.75 MiB to 5.75 GiB per GPU) with the shipped RoCE parameters
   (:data:`a2acc.analysis.model.CALIBRATED_ROCE`) and print the accuracy table of docs/simulator.md;
+- ``--unseen DIR``: also predict FAST's runs on other server counts found in DIR (FAST repository
+  ``amd/result/4n_*.txt``: 4 servers, not shipped with a2acc), none of them ever fitted;
 - ``--fit``: first fit the parameters on the fit part (the random- and skewed-traffic runs:
   ``3n_random_sz_*``, ``3n_random_cdf_*``, ``3n_skewed_sz__*``, ``3n_skewed_cdf_*``, ``3n_skewness_*``;
   FLASH, SpreadOut and fan-out rows) exactly as ``a2acc calibrate`` does, print them and the fit residuals per
@@ -83,6 +85,33 @@ def held_back(root: Path, model: SimModel) -> Accuracy:
     return accuracy(build_cases(read_logs(test_logs, topo), topo), model)
 
 
+def unseen(root: Path, model: SimModel) -> None:
+    """Predict FAST's logs of server counts other than the fitted 3: a test of what the model says for a
+    machine size it never saw (FAST published 4-server runs too)."""
+    by_servers: dict[int, list[str]] = {}
+    for p in sorted(root.glob("*n_*.txt")):
+        servers = int(p.name.split("n_", 1)[0]) if p.name.split("n_", 1)[0].isdigit() else 0
+        kind = p.name.split("n_", 1)[1] if "n_" in p.name else ""
+        if servers not in (0, 3) and kind.startswith(("fixed_sz", "random", "skew")):
+            by_servers.setdefault(servers, []).append(str(p))
+    for servers, logs in sorted(by_servers.items()):
+        topo = load_topology("mi300x-100g", servers)
+        fixed = [p for p in logs if "fixed_sz" in Path(p).name]
+        rest = [p for p in logs if p not in fixed]
+        if fixed:
+            acc = accuracy(build_cases(read_logs(fixed, topo), topo), model)
+            print(f"{servers} servers, fixed-size runs (never fitted):")
+            print(table(acc))
+            _bands(list(acc.rows))
+            mib = lambda b: f"{b / 2**20:.0f} MiB/GPU" if b else "none"  # noqa: E731
+            print(
+                f"  fan-out collapse: measured at {mib(acc.collapse_measured)}, predicted at {mib(acc.collapse_predicted)}"
+            )
+        if rest:
+            print(f"{servers} servers, random and skewed runs (never fitted):")
+            _bands(evaluate(build_cases(read_logs(rest, topo), topo), model))
+
+
 def table(acc: Accuracy) -> str:
     by = {(p.case.meas.algorithm, p.case.meas.size): p for p in acc.rows}
     sizes = sorted({p.case.meas.size for p in acc.rows})
@@ -111,9 +140,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="fit on the fit logs first, then evaluate")
     ap.add_argument("--root", default=str(ROOT), help="directory holding FAST's amd-result logs")
+    ap.add_argument(
+        "--unseen",
+        default=None,
+        metavar="DIR",
+        help="also predict FAST's runs on other server counts in DIR (e.g. FAST's amd/result/4n_*.txt, not "
+        "shipped here): every one held out, fixed-size and random/skewed alike",
+    )
     args = ap.parse_args()
     root = Path(args.root)
     model = fit_model(root) if args.fit else CALIBRATED_ROCE
+    if args.unseen:
+        unseen(Path(args.unseen), model)
     acc = held_back(root, model)
     print(table(acc))
     for s in acc.summaries:
