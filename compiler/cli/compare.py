@@ -168,7 +168,10 @@ def _sizes(args: argparse.Namespace, matrix: npt.NDArray[np.int64] | None) -> tu
         return parse_size_range(spec, field="-b/-e/-f"), False
     if args.sizes is None and matrix is not None:
         return [own_size(matrix)], True
-    return parse_size_range(args.sizes or DEFAULT_SIZES), False
+    sizes = parse_size_range(args.sizes or DEFAULT_SIZES)
+    if any(s <= 0 for s in sizes):
+        raise InputError("", "--sizes", args.sizes, "sizes of at least 1 byte per GPU")
+    return sizes, False
 
 
 def _progress(total: int) -> tuple[Any, TextIO | None]:
@@ -251,6 +254,8 @@ def _algorithms(args: argparse.Namespace, topo: Topology) -> list[str]:
         else default_algorithms(topo)
     )
     known = {i.name for i in available()}
+    if not algos:
+        raise InputError("", "--algorithms", args.algorithms, f"one or more of: {', '.join(sorted(known))}")
     for a in algos:
         if a not in known:
             raise InputError("", "--algorithms", a, f"known planners: {', '.join(sorted(known))}")

@@ -63,6 +63,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _gen(args: argparse.Namespace) -> int:
     if args.ranks is not None:
+        if args.servers is not None:
+            raise InputError(
+                "", "--servers", args.servers, "scales a --topology preset; with --ranks leave it out"
+            )
         n = args.ranks
     else:
         n = load_topology(args.topology, args.servers).nranks

@@ -58,6 +58,13 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
     Strings, booleans and mixed lists are refused (a JSON matrix of ``"1"`` is not bytes); unsigned and float
     entries are range-checked before any conversion, so nothing wraps silently. The shape is checked before
     any entry is read (a memory-mapped ``.npy`` is refused from its header alone)."""
+    if isinstance(raw, list):  # JSON: numpy would read true/false as 1/0 bytes
+        for i, row in enumerate(raw):
+            for j, x in enumerate(row if isinstance(row, list) else ()):
+                if isinstance(x, bool):
+                    raise TrafficMatrixError(
+                        source, f"entry [{i}][{j}]", x, "entries must be numbers of bytes (not booleans)"
+                    )
     try:
         arr = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
     except (ValueError, TypeError) as exc:

@@ -25,3 +25,20 @@ def test_sweeps_are_bounded_before_work(tmp_path, capsys, flags, fragment):
     assert rc == 2 and dt < 2.0 and fragment in err, err
     one_clear_line(err)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["compare", "-t", "dgx-h100", "-n", "1", "--traffic", "zipf", "-a", "", "-j", "1"], "--algorithms"),
+        (["compare", "-t", "dgx-h100", "-n", "1", "--traffic", "zipf", "--sizes", "0", "-j", "1"], "--sizes"),
+        (["bucket", "-t", "mi300x", "-n", "1", "--traffic", "zipf", "-b", "bogus"], "--backend"),
+        (["bucket", "-t", "mi300x", "-n", "1", "--traffic", "zipf", "-a", "bogus"], "--algorithm"),
+    ],
+)
+def test_requests_that_would_do_nothing_or_nothing_known_are_refused(capsys, argv, fragment):
+    """An empty planner list or a zero size used to print an empty comparison with exit 0, and an unknown
+    backend or planner a bucket key for it: each is one line naming the option."""
+    rc, err, _dt = run(capsys, argv)
+    assert rc == 2 and fragment in err, err
+    one_clear_line(err)

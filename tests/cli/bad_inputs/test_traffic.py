@@ -128,3 +128,17 @@ def test_deeply_nested_json_matrix_is_one_clear_line(tmp_path, capsys):
     rc, err, _ = run(capsys, ["traffic", "show", str(p)])
     assert rc == 2 and "nested too deeply" in err
     one_clear_line(err)
+
+
+def test_a_json_matrix_of_booleans_and_servers_without_a_topology_are_refused(tmp_path, capsys):
+    path = tmp_path / "m.json"
+    path.write_text("[[0, true], [1, 0]]")
+    rc, err, _dt = run(capsys, ["traffic", "show", str(path)])
+    assert rc == 2 and "entry [0][1]" in err and "boolean" in err, err
+    one_clear_line(err)
+    out = tmp_path / "g.npy"
+    rc, err, _dt = run(
+        capsys, ["traffic", "gen", "zipf", "--ranks", "8", "--servers", "4", "--size", "1M", "-o", str(out)]
+    )
+    assert rc == 2 and "--servers" in err and not out.exists(), err
+    one_clear_line(err)
