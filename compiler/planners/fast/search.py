@@ -163,7 +163,11 @@ def _split_twin(
         return None
     shape, _, bal = label.partition("+balance=")
     g = int(shape.split(":")[1])
-    twin_opts = replace(opts, balance=bal) if bal in ("always", "never") else opts
+    twin_opts = opts  # the balancing twin's choice is kept
+    if bal == "always":
+        twin_opts = replace(opts, balance="always")
+    elif bal == "never":
+        twin_opts = replace(opts, balance="never")
     twin = emit.build(req, twin_opts, native=native, groups=g, split=True)
     name = f"{label}+split"
     return name, replace(twin, meta={**twin.meta, "shape": name})
