@@ -122,18 +122,24 @@ def compile(request: Request) -> Result:
         counts, candidates = _layouts(request, m, target, topts)
     refused: list[str] = []
     peer_limit = target_max_peers(target, topts)  # the same for every layout of the ladder
+    tried: list[str] = []
     for label, unit in candidates:
         with clock.phase("quantize"):
             c = counts if counts is not None else quantize(m, unit)
         if int(c.sum()) > MAX_LAYOUT_CHUNKS:  # the plan could not be read back: refuse before planning it
+            if (
+                refused
+            ):  # a finer layout of the ladder, after coarser ones the target refused: stop there, with
+                break  # the target's reason (finer layouts only have more chunks)
             smallest = -(-int(m.sum()) // MAX_LAYOUT_CHUNKS)
             raise InputError(
                 "",
-                "unit",
+                "--unit",
                 unit,
                 f"a chunk size giving at most {MAX_LAYOUT_CHUNKS} chunks in all (this one gives {int(c.sum())}; "
                 f"the matrix needs at least {smallest} bytes per chunk)",
             )
+        tried.append(label)
         preq = PlanRequest(topo, m, c, unit, popts, request.model, peer_limit)
         prog, rep = _plan(request, preq, clock)
         if target is None:
@@ -151,8 +157,7 @@ def compile(request: Request) -> Result:
         return Result(prog, rep, lowered, chk, clock.t, label, tuple(refused))
     if not refused:
         raise InternalError("the unit policy produced no candidate layout")
-    tried = ", ".join(label for label, _u in candidates)
-    raise LoweringError(f"{refused[-1].split(': ', 1)[1]} (tried {tried})")
+    raise LoweringError(f"{refused[-1].split(': ', 1)[1]} (tried {', '.join(tried)})")
 
 
 def _layouts(

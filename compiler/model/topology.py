@@ -389,8 +389,6 @@ def _genkautz(d: Mapping[str, Any], src: str) -> tuple[int, list[graphs.Pair], l
     deg = _pos_int(_req(d, "degree", src, "direct.", "out-degree >= 1"), src, "direct.degree")
     if deg > MAX_DEGREE:
         raise TopologyError(src, "direct.degree", deg, f"at most {MAX_DEGREE}")
-    if deg >= n:  # Imase-Itoh with d >= n maps nodes to themselves and repeats edges
-        raise TopologyError(src, "direct.degree", deg, f"below the node count n={n}")
     return n, graphs.genkautz(n, deg), [("n", n), ("degree", deg)]
 
 
@@ -457,7 +455,9 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
             src, "version", version, "this a2acc reads topology schema version 1 ('version: 1')"
         )
     raw_name = data.get("name")
-    if raw_name is not None and not (isinstance(raw_name, (str, int)) and len(str(raw_name)) <= 200):
+    if raw_name is not None and not (
+        isinstance(raw_name, (str, int)) and not isinstance(raw_name, bool) and len(str(raw_name)) <= 200
+    ):
         raise TopologyError(source, "name", raw_name, "a name: a string of at most 200 characters")
     name = str(raw_name or Path(source).stem or "topology")
     mem = _bw(data.get("memory_bandwidth", 2000), source=src, field="memory_bandwidth")

@@ -58,13 +58,6 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
     Strings, booleans and mixed lists are refused (a JSON matrix of ``"1"`` is not bytes); unsigned and float
     entries are range-checked before any conversion, so nothing wraps silently. The shape is checked before
     any entry is read (a memory-mapped ``.npy`` is refused from its header alone)."""
-    if isinstance(raw, list):  # JSON: numpy would read true/false as 1/0 bytes
-        for i, row in enumerate(raw):
-            for j, x in enumerate(row if isinstance(row, list) else ()):
-                if isinstance(x, bool):
-                    raise TrafficMatrixError(
-                        source, f"entry [{i}][{j}]", x, "entries must be numbers of bytes (not booleans)"
-                    )
     try:
         arr = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
     except (ValueError, TypeError) as exc:
@@ -195,6 +188,8 @@ def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
                     raw = doc["matrix"]
                 else:
                     raw = doc
+                if "true" in text or "false" in text:  # numpy would read them as 1 and 0 bytes
+                    _refuse_booleans(raw, src)
             elif suffix == ".csv":
                 cells = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
                 raw = _parse_rows([[c.strip() for c in r] for r in cells], src)
@@ -208,6 +203,16 @@ def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
     except UnicodeDecodeError as exc:
         raise TrafficMatrixError(src, "", p.name, "not a text file; use .npy for binary matrices") from exc
     return validate_matrix(raw, src, expect_ranks)
+
+
+def _refuse_booleans(raw: object, src: str) -> None:
+    """The first JSON boolean among the matrix's entries, as an error (only looked for when the text has one)."""
+    for i, row in enumerate(raw if isinstance(raw, list) else ()):
+        for j, x in enumerate(row if isinstance(row, list) else ()):
+            if isinstance(x, bool):
+                raise TrafficMatrixError(
+                    src, f"entry [{i}][{j}]", x, "entries must be numbers of bytes (not booleans)"
+                )
 
 
 def _parse_rows(rows: list[list[str]], src: str) -> list[list[float]]:

@@ -17,8 +17,8 @@ Inputs, recognised by content:
   ``size / nranks`` to every rank including itself; alltoallv needs the matrix the run used (``--traffic``),
   rescaled to each size. Both are NCCL's grouped send/recv: planner ``direct``. Real output varies, and all of
   these are read: the columns of current versions (``redop root ... #wrong``) and of old ones (no ``root``, a
-  blank ``redop``, a float ``error``: rows are read from their right end, out-of-place time 8th from last);
-  launcher prefixes (Open MPI's ``[1,0]<stdout>:``, srun's ``0: ``); lines that are not rows (the command
+  blank ``redop``, a float ``error``), with the columns current ones may append (timestamps, ``#bitdiff``,
+  per-iteration statistics); launcher prefixes (Open MPI's ``[1,0]<stdout>:``, srun's ``0: ``); lines that are not rows (the command
   echo, NCCL INFO and UCX warnings: anything whose first field is not a size). Output of another collective
   (a ``Collective test starting`` line naming another test, or rows whose ``redop`` is a reduction) is refused.
 """
@@ -224,7 +224,24 @@ def _fast_line(
 
 
 _RANK_RE = re.compile(r"^#\s*Rank\s+\d+\s")
-_TEST_RE = re.compile(r"^#\s*Collective test starting:\s*(\w+?)(?:_perf)?\b", re.IGNORECASE)
+_TEST_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.IGNORECASE)
+_ROOT_RE = re.compile(r"^-?\d+$")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _test_name(binary: str) -> str:
+    """The collective a test binary runs: ``alltoall_perf``, ``alltoall_perf_mpi`` (nccl-tests' ``NAME_SUFFIX``)
+    -> ``alltoall``."""
+    return binary.lower().split("_perf", 1)[0]
+
+
 #: reductions: a row naming one is from a reducing collective (alltoall rows say ``none``, or leave it blank)
 _REDOPS = frozenset({"sum", "prod", "min", "max", "avg", "premulsum", "mulsum"})
 
@@ -235,7 +252,7 @@ def _nccl_tests(
     lines = _lines(text)
     for line in lines:
         got = _TEST_RE.match(line)
-        if got and got.group(1).lower() not in ("alltoall", "alltoallv"):
+        if got and _test_name(got.group(1)) not in ("alltoall", "alltoallv"):
             raise LogFormatError(
                 path, "Collective test starting", got.group(1), "an alltoall_perf or alltoallv_perf log"
             )
@@ -281,8 +298,10 @@ _NCCL_ROW = "nccl-tests rows are: size count type [redop root] time(us) algbw bu
 def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, float] | str | None:
     """One nccl-tests data row as (bytes, seconds); a string says why a row is no measurement; None: size 0.
 
-    Read from the right: every version ends with the out-of-place and in-place blocks (time, algbw, busbw,
-    #wrong or error), while the columns before them differ (``redop``/``root`` blank or missing)."""
+    The columns after ``type`` differ between versions, and current ones may append more after the in-place
+    block (``-Z`` timestamps, bitwise ``#bitdiff``, per-iteration statistics), so the layout is told from the left:
+    ``redop root time ... #wrong`` (a word, then an integer root: current versions), ``redop time ... error`` (a
+    word, no root: old versions), ``time ... error`` (old alltoall rows, whose redop is blank)."""
     try:
         size = int(parts[0])
     except ValueError:
@@ -297,7 +316,11 @@ def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, f
         )
     if size <= 0:
         return None
-    wrong, time_s = parts[-5], parts[-8]
+    if not _is_number(parts[3]):
+        t = 5 if _ROOT_RE.match(parts[4]) else 4
+    else:
+        t = 3
+    time_s, wrong = parts[t], parts[t + 3]
     if wrong != "N/A":  # N/A: the run did not check (-c 0), not a wrong result
         try:
             # #wrong counts wrong elements; old versions print the largest error instead (a float)

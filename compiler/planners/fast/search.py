@@ -11,9 +11,10 @@ first among fast's shapes.
 Candidates, in this order (ties keep the earlier one): FAST's sequence (``staged``), the steps in 1, 2 and 4
 concurrent groups (``grouped:G``, only where G is below the step count), one direct step (``direct``: no
 balancing, no relays); then the winner's twin with the other balancing choice, and the fastest grouped shape's
-``+split`` form (each GPU's share to a peer in two messages, forwarded data first). Candidates are simulated
-while their ops total at most ``search_ops``; the first one is always built, so a large request keeps FAST's
-sequence. They are ranked at a coarse simulator tolerance; the two best, FAST's sequence and the direct step are
+``+split`` form (each GPU's share to a peer in two messages, forwarded data first). The shape candidates are
+simulated while their ops total at most ``search_ops``, and each twin when its base fits what is left of it
+(so a search simulates at most about ``search_ops`` plus two candidates' ops); the first one is always built, so
+a large request keeps FAST's sequence. They are ranked at a coarse simulator tolerance; the two best, FAST's sequence and the direct step are
 timed again at the default one (the twins too) and the fastest of those wins - so fast is never behind the direct
 planner nor FAST's sequence under the model (when the direct step was within the search budget). A request that
 carries its target's peer limit (``max_peers``: RCCL's MSCCL runs at most 63 peers per GPU) never gets a shape
@@ -101,21 +102,20 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     finalists = [k for k in progs if k in order[:FINALISTS] or k in ("direct", "staged")]
     exact = {k: _time(progs[k], req, model, DEFAULT_TOLERANCE) for k in finalists}
     best = min(exact, key=lambda k: exact[k])
-    twin = _balance_twin(req, opts, progs[best], best, budget, native)
-    if twin is not None and over_peer_limit(twin[1], req.max_peers) is None:
+    # then the twins: the winner with the other balancing choice, and the split form of the fastest grouped
+    # shape, even when another shape won (on mi300x-100g 4x8, balanced 4 MiB/GPU, the direct step (309 us) beats
+    # one group (313 us), which split beats both (279 us)); each is built when its base fits what is left of the
+    # budget
+    for make in (_balance_twin, _split_twin):
+        timed = {**rough, **exact}
+        grouped = [k for k in progs if k.startswith("grouped:")]
+        base = best
+        if make is _split_twin and best not in grouped:
+            base = min(grouped, key=lambda k: timed[k], default=best)
+        twin = make(req, opts, progs[base], base, budget, native)
+        if twin is None or over_peer_limit(twin[1], req.max_peers) is not None:
+            continue
         label, prog = twin
-        progs[label] = prog
-        exact[label] = _time(prog, req, model, DEFAULT_TOLERANCE)
-        if exact[label] < exact[best]:
-            best = label
-    # the split twin of the fastest grouped shape, even when another shape won: on mi300x-100g 4x8, balanced
-    # 4 MiB/GPU, the direct step (309 us) beats one group (313 us), which split beats both (279 us)
-    timed = {**rough, **exact}
-    grouped = [k for k in progs if k.startswith("grouped:")]
-    base = best if best in grouped else min(grouped, key=lambda k: timed[k], default=best)
-    split = _split_twin(req, opts, progs[base], base, budget, native)
-    if split is not None and over_peer_limit(split[1], req.max_peers) is None:
-        label, prog = split
         progs[label] = prog
         exact[label] = _time(prog, req, model, DEFAULT_TOLERANCE)
         if exact[label] < exact[best]:

@@ -89,8 +89,10 @@ GOOD = [_row(1 << s, f"{50 * 2 ** (s - 20):.1f}") for s in range(20, 27)]
 
 def test_real_world_output_variants_read_as_the_plain_log(tmp_path, capsys):
     """What launchers and libraries add to nccl-tests output (Open MPI's and srun's line prefixes, the command
-    echo, NCCL INFO and UCX warning lines) is read past, and old versions' rows (no root column, a blank redop,
-    a float error column) are read from their right end: each variant fits what the plain log fits."""
+    echo, NCCL INFO and UCX warning lines) is read past; old versions' rows (no root column, a blank redop, a
+    float error column) and the columns current versions may append (timestamps, #bitdiff, per-iteration
+    times) are read by their layout from the left; a binary's NAME_SUFFIX is still alltoall_perf: each variant
+    fits what the plain log fits."""
     plain = _log(GOOD)
     rc, err, want = _fitted_alpha(tmp_path, capsys, plain)
     assert rc == 0, err
@@ -106,7 +108,17 @@ def test_real_world_output_variants_read_as_the_plain_log(tmp_path, capsys):
     old_rows = [r.replace("    none      -1 ", " ") for r in GOOD]  # old columns: blank redop, no root
     old = _log(old_rows).replace("redop    root ", "redop ").replace("#wrong", " error")
     old = old.replace(" 0    N/A", " 0e+00    N/A")
-    for name, text in (("noisy", noisy), ("mpi", mpi), ("srun", srun), ("old", old)):
+
+    def rows_edited(edit):
+        return _log([" ".join(edit(r.split())) for r in GOOD])
+
+    stamped = rows_edited(lambda t: [*t, "2025-11-27", "10:00:00"])  # -Z: a timestamp after the row
+    bitdiff = rows_edited(lambda t: [*t[:9], "0", *t[9:], "0"])  # bitwise checks: #bitdiff after #wrong
+    per_iter = rows_edited(lambda t: [*t[:9], "45.0", "60.0", "55.0", "3.00", *t[9:], "1", "2", "3", "4"])
+    suffixed = "# Collective test starting: alltoall_perf_mpi\n" + plain  # built with NAME_SUFFIX=_mpi
+    variants = {"noisy": noisy, "mpi": mpi, "srun": srun, "old": old, "stamped": stamped, "bitdiff": bitdiff}
+    variants |= {"per-iteration": per_iter, "suffixed": suffixed}
+    for name, text in variants.items():
         rc, err, got = _fitted_alpha(tmp_path, capsys, text)
         assert rc == 0 and "Traceback" not in err, (name, err)
         fitted = [ln for ln in got.splitlines() if ln.startswith("alpha_us")]

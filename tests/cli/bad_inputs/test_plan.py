@@ -222,6 +222,6 @@ def test_a_unit_giving_more_chunks_than_a_plan_may_hold_is_refused_before_planni
             str(out),
         ],
     )
-    assert rc == 2 and "unit" in err and "chunks in all" in err and dt < 5, err
+    assert rc == 2 and "--unit" in err and "chunks in all" in err and dt < 5, err
     one_clear_line(err)
     assert not out.exists()

@@ -41,7 +41,6 @@ from tests.cli.bad_inputs.common import one_clear_line, run
             },
             "inter.nics_per_server",
         ),
-        ({"direct": {"kind": "genkautz", "n": 16, "degree": 20, "bandwidth": 10}}, "below the node count"),
     ],
 )
 def test_bad_topologies_fail_fast(tmp_path, capsys, doc, fragment):
