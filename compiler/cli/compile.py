@@ -72,6 +72,11 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not args.output:
         raise InputError("", "--output", None, "give the output with -o (a directory for msccl-xml)")
+    parent = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(parent):  # a typo must not create a tree (as every single-file output refuses it)
+        raise InputError(
+            "", "--output", args.output, f"a path in an existing directory ({parent} does not exist)"
+        )
     if args.max_padding == "auto":
         max_padding: float | str = "auto"
     else:

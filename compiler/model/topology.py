@@ -508,7 +508,17 @@ def _intra(raw: Any, m: int, src: str) -> IntraFabric:
         )
     if kind != "links" and "links" in raw:
         raise TopologyError(src, "intra.links", raw["links"], "only allowed with fabric: links")
-    return IntraFabric(kind, ibw, ilat, _intra_links(kind, m, ibw, raw.get("links"), src))
+    links = raw.get("links")
+    if kind == "links" and "bandwidth" not in raw and isinstance(links, list):
+        short = next((i for i, item in enumerate(links) if isinstance(item, list) and len(item) == 2), None)
+        if short is not None:  # it would silently get the 1 GB/s placeholder
+            raise TopologyError(
+                src,
+                f"intra.links[{short}]",
+                links[short],
+                "[a, b, GB/s], or give intra.bandwidth for the links that name no bandwidth",
+            )
+    return IntraFabric(kind, ibw, ilat, _intra_links(kind, m, ibw, links, src))
 
 
 def _scale_out(raw: Any, m: int, src: str) -> ScaleOut:

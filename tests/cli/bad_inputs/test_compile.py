@@ -86,3 +86,30 @@ def test_compile_refuses_foreign_files_and_replaces_its_own_as_a_set(tmp_path, c
     rc, err, _ = run(capsys, [*args, "-a", "fast", "--force"])
     assert rc == 2 and "notes.txt" in err
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+
+
+def test_compile_refuses_an_output_whose_parent_does_not_exist(tmp_path, capsys):
+    """As every single-file output does: a typo in -o must not create a tree of directories."""
+    m = tmp_path / "m.npy"
+    np.save(m, generate("zipf", 8, 1 << 20, 1))
+    out = tmp_path / "no" / "such" / "algos"
+    rc, err, _dt = run(
+        capsys,
+        [
+            "compile",
+            "-t",
+            "dgx-h100",
+            "-n",
+            "1",
+            "--traffic",
+            str(m),
+            "-a",
+            "direct",
+            "--backend",
+            "msccl-xml",
+            "-o",
+            str(out),
+        ],
+    )
+    assert rc == 2 and "does not exist" in err and not (tmp_path / "no").exists(), err
+    one_clear_line(err)

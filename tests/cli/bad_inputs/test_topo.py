@@ -94,3 +94,18 @@ def test_bandwidth_units_mean_what_network_people_mean():
     assert parse_size("1.5K") == 1536
     with pytest.raises(Exception, match="whole bytes"):
         parse_size("100.7", field="--unit")
+
+
+def test_a_listed_link_without_a_bandwidth_needs_one_somewhere(tmp_path, capsys):
+    """[a, b] takes intra.bandwidth; with none given it silently got a 1 GB/s placeholder."""
+    path = tmp_path / "t.yaml"
+    doc = {"version": 1, "servers": 1, "gpus_per_server": 4, "memory_bandwidth": 100}
+    doc["intra"] = {"fabric": "links", "latency": 1, "links": [[0, 1], [1, 2, 50], [2, 3, 50]]}
+    path.write_text(json.dumps(doc))
+    rc, err, _dt = run(capsys, ["topo", "show", str(path)])
+    assert rc == 2 and "intra.links[0]" in err, err
+    one_clear_line(err)
+    doc["intra"]["bandwidth"] = 25
+    path.write_text(json.dumps(doc))
+    rc, err, _dt = run(capsys, ["topo", "show", str(path)])
+    assert rc == 0, err
