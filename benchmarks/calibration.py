@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import time
 from dataclasses import replace
@@ -90,10 +91,9 @@ def unseen(root: Path, model: SimModel) -> None:
     machine size it never saw (FAST published 4-server runs too)."""
     by_servers: dict[int, list[str]] = {}
     for p in sorted(root.glob("*n_*.txt")):
-        servers = int(p.name.split("n_", 1)[0]) if p.name.split("n_", 1)[0].isdigit() else 0
-        kind = p.name.split("n_", 1)[1] if "n_" in p.name else ""
-        if servers not in (0, 3) and kind.startswith(("fixed_sz", "random", "skew")):
-            by_servers.setdefault(servers, []).append(str(p))
+        got = re.match(r"(\d+)n_(?:fixed_sz|random|skew)", p.name)  # FAST's names: <servers>n_<traffic>
+        if got and int(got.group(1)) != 3:
+            by_servers.setdefault(int(got.group(1)), []).append(str(p))
     for servers, logs in sorted(by_servers.items()):
         topo = load_topology("mi300x-100g", servers)
         fixed = [p for p in logs if "fixed_sz" in Path(p).name]
@@ -103,13 +103,17 @@ def unseen(root: Path, model: SimModel) -> None:
             print(f"{servers} servers, fixed-size runs (never fitted):")
             print(table(acc))
             _bands(list(acc.rows))
-            mib = lambda b: f"{b / 2**20:.0f} MiB/GPU" if b else "none"  # noqa: E731
             print(
-                f"  fan-out collapse: measured at {mib(acc.collapse_measured)}, predicted at {mib(acc.collapse_predicted)}"
+                f"  fan-out collapse: measured at {_mib(acc.collapse_measured)}, "
+                f"predicted at {_mib(acc.collapse_predicted)}"
             )
         if rest:
             print(f"{servers} servers, random and skewed runs (never fitted):")
             _bands(evaluate(build_cases(read_logs(rest, topo), topo), model))
+
+
+def _mib(b: int | None) -> str:
+    return f"{b / 2**20:.0f} MiB/GPU" if b else "none"
 
 
 def table(acc: Accuracy) -> str:
@@ -161,10 +165,9 @@ def main() -> None:
         )
     print("held-back errors per size band:")
     _bands(list(acc.rows))
-    mib = lambda b: f"{b / 2**20:.0f} MiB/GPU" if b else "none"  # noqa: E731
     print(
-        f"fan-out collapse (throughput < 25% of FLASH's): measured at {mib(acc.collapse_measured)}, "
-        f"predicted at {mib(acc.collapse_predicted)}"
+        f"fan-out collapse (throughput < 25% of FLASH's): measured at {_mib(acc.collapse_measured)}, "
+        f"predicted at {_mib(acc.collapse_predicted)}"
     )
 
 

@@ -109,6 +109,16 @@ class Output:
             return False
 
 
+def check_parent(flag: str, path: str) -> None:
+    """Refuse an output path whose parent directory does not exist: a typo must not create a tree."""
+    from a2acc.errors import InputError
+
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError("", flag, path, f"a path in an existing directory ({parent} does not exist)")
+
+
 def check_outputs(outputs: Sequence[Output], inputs: Sequence[str] = (), *, force: bool = False) -> None:
     """Refuse, before any work, an output that would destroy something: a path that is an input of the same
     command, two outputs on one path, an existing file a2acc cannot prove it wrote (unless ``force``), a
@@ -129,9 +139,7 @@ def check_outputs(outputs: Sequence[Output], inputs: Sequence[str] = (), *, forc
         target = Path(p)
         if target.is_dir():
             raise InputError("", out.flag, p, "a file path, not a directory")
-        parent = target.parent if str(target.parent) else Path(".")
-        if not parent.is_dir():
-            raise InputError("", out.flag, p, f"a path in an existing directory ({parent} does not exist)")
+        check_parent(out.flag, p)
         k = key(p)
         if k in ins:
             raise InputError("", out.flag, p, f"a new path: it is an input of this command ({ins[k]})")

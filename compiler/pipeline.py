@@ -127,10 +127,10 @@ def compile(request: Request) -> Result:
         with clock.phase("quantize"):
             c = counts if counts is not None else quantize(m, unit)
         if int(c.sum()) > MAX_LAYOUT_CHUNKS:  # the plan could not be read back: refuse before planning it
-            if (
-                refused
-            ):  # a finer layout of the ladder, after coarser ones the target refused: stop there, with
-                break  # the target's reason (finer layouts only have more chunks)
+            # a finer layout of the ladder, after coarser ones the target refused: stop there, with the
+            # target's reason (finer layouts only have more chunks)
+            if refused:
+                break
             smallest = -(-int(m.sum()) // MAX_LAYOUT_CHUNKS)
             raise InputError(
                 "",

@@ -35,6 +35,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ from a2acc.runtime.counters import EngineStats
 from a2acc.runtime.executors import FALLBACK, Executor, get_executor, info, options_type
 from a2acc.runtime.groups import slice_topology
 from a2acc.runtime.packing import byte_view, copy_segments, row_bytes_of
-from a2acc.runtime.plans import FAILED, OK, Plan, PlanTable, content_digest
+from a2acc.runtime.plans import FAILED, OK, Plan, PlanTable, digest56
 from a2acc.runtime.plans import FALLBACK as STATUS_FALLBACK
 from a2acc.runtime.settings import JitSettings, parse_topology_spec
 
@@ -274,7 +275,7 @@ class Engine:
             ),
         )
         prog = program_from_json(entry.program_json, f"cache entry {key}")
-        plan = Plan(key, entry, prog, where, content=content_digest(entry.program_json))
+        plan = Plan(key, entry, prog, where, content=digest56(entry.program_json))
         why = self.executor.unavailable(entry, group)
         ex = self.executor
         if why is not None:
@@ -510,9 +511,8 @@ class Engine:
         still compiling somewhere, not yet compared, or failed)."""
         if g.table.runnable(j):
             status = g.table.agreed(j)
-        elif (
-            self.settings.miss == "wait"
-        ):  # compiled in this call on every rank: agree on outcome and content
+        elif self.settings.miss == "wait":
+            # compiled in this call on every rank: agree on its outcome and its content
             g.table.settle(block_until=j)
             dev = metadata_device(call.group, call.input.device)
             mine = [g.table.status[j], g.table.content.get(j, -1)]
@@ -731,7 +731,7 @@ class _Direct:
         src, dst = byte_view(call.input), byte_view(call.output)
         # this rank's row and column as Python ints (a few peers: list arithmetic beats numpy scalars here)
         row, col = rows[r].tolist(), rows[:, r].tolist()
-        in_off, out_off = _starts(row), _starts(col)
+        in_off, out_off = list(accumulate(row, initial=0)), list(accumulate(col, initial=0))
         for m in io.messages:
             if not m.direct:
                 continue
@@ -750,15 +750,6 @@ class _Direct:
         d.pack = [real[q] for q in io.packed]
         d.unpack = [real[q] for q in io.unpacked]
         return d
-
-
-def _starts(counts: list[int]) -> list[int]:
-    """Exclusive prefix sums: where each peer's rows start."""
-    out, at = [], 0
-    for c in counts:
-        out.append(at)
-        at += c
-    return out
 
 
 def _residual_messages(

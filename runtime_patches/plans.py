@@ -52,18 +52,13 @@ class Plan:
     why: str = ""  # why the chosen executor cannot run it here (status FALLBACK)
     used: int = 0  # calls it served
     prepared: dict[str, Any] = field(default_factory=dict)
-    # digest of the Program's JSON (content_digest): ranks compare them before a plan runs (PlanTable)
+    # digest56 of the Program's JSON: ranks compare them before a plan runs (PlanTable)
     content: int = 0
 
 
 def digest56(text: str) -> int:
     """``text``'s SHA-256 as a 56-bit integer: fits the exchange's int64 with room to spare."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "little")
-
-
-def content_digest(program_json: str) -> int:
-    """A Program's content as exchanged between ranks."""
-    return digest56(program_json)
 
 
 @dataclass

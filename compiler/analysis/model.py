@@ -19,8 +19,8 @@ run a Program's DAG as a fluid model on the topology graph with these costs (doc
     the receiver's previous step, as SpreadOut's shifts and FAST's stages do) first pays ``min(message,
     fill_bytes)`` at its route's slowest link - the collective library's per-connection FIFO (NCCL/RCCL
     ``NCCL_STEPS`` slots of ``NCCL_P2P_NET_CHUNKSIZE`` per channel) drains completely between two synchronised
-    steps, so each step exposes one FIFO's worth of transfer before the next one streams. 0 switches it off. FAST's
-    fixed-size SpreadOut runs show the shape: the time above the bandwidth term, per step, grows with the
+    steps, so each step exposes one FIFO's worth of transfer before the next one streams. 0 switches it off.
+    FAST's fixed-size SpreadOut runs show the shape: the time above the bandwidth term, per step, grows with the
     message up to ~2.5 MB and is flat beyond.
 ``incast``
     the receive-port model of :mod:`a2acc.analysis.incast`.

@@ -7,7 +7,6 @@ import argparse
 import numpy as np
 
 from a2acc.cli.common import add_topology_args, add_traffic_arg, topology_from_args, traffic_from_args
-from a2acc.errors import InputError
 from a2acc.jit.bucket import BucketIndex
 from a2acc.model.units import format_bytes
 
@@ -35,13 +34,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from a2acc.backends import TARGETS
-    from a2acc.planners import available
+    from a2acc.planners import PLANNERS
 
-    known = sorted(i.name for i in available())
-    if args.algorithm not in known:
-        raise InputError("", "--algorithm", args.algorithm, f"known planners: {', '.join(known)}")
-    if args.backend != "none" and args.backend not in TARGETS:
-        raise InputError("", "--backend", args.backend, f"none or one of {', '.join(sorted(TARGETS))}")
+    PLANNERS.entry(args.algorithm)  # an unknown name is one line listing the known ones
+    if args.backend != "none":
+        TARGETS.entry(args.backend)
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
     b = BucketIndex(topo, args.algorithm, args.backend, symmetric=args.buckets == "symmetric").lookup(m)

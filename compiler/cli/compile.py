@@ -17,6 +17,7 @@ from a2acc.cli.common import (
     traffic_from_args,
 )
 from a2acc.errors import InputError, InternalError
+from a2acc.fileio import check_parent
 from a2acc.ir.quantize import AUTO_PADDING, UnitPolicy
 from a2acc.model.units import format_bytes
 from a2acc.pipeline import Request, compile, emit
@@ -72,11 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not args.output:
         raise InputError("", "--output", None, "give the output with -o (a directory for msccl-xml)")
-    parent = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(parent):  # a typo must not create a tree (as every single-file output refuses it)
-        raise InputError(
-            "", "--output", args.output, f"a path in an existing directory ({parent} does not exist)"
-        )
+    check_parent("--output", args.output)  # the output directory, as every single-file output is checked
     if args.max_padding == "auto":
         max_padding: float | str = "auto"
     else:

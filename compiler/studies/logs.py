@@ -18,9 +18,10 @@ Inputs, recognised by content:
   rescaled to each size. Both are NCCL's grouped send/recv: planner ``direct``. Real output varies, and all of
   these are read: the columns of current versions (``redop root ... #wrong``) and of old ones (no ``root``, a
   blank ``redop``, a float ``error``), with the columns current ones may append (timestamps, ``#bitdiff``,
-  per-iteration statistics); launcher prefixes (Open MPI's ``[1,0]<stdout>:``, srun's ``0: ``); lines that are not rows (the command
-  echo, NCCL INFO and UCX warnings: anything whose first field is not a size). Output of another collective
-  (a ``Collective test starting`` line naming another test, or rows whose ``redop`` is a reduction) is refused.
+  per-iteration statistics); launcher prefixes (Open MPI's ``[1,0]<stdout>:``, srun's ``0: ``); lines that
+  are not rows (the command echo, NCCL INFO and UCX warnings: anything whose first field is not a size).
+  Output of another collective (a ``Collective test starting`` line naming another test, or rows whose
+  ``redop`` is a reduction) is refused.
 """
 
 from __future__ import annotations
@@ -292,15 +293,18 @@ def _nccl_tests(
 
 #: the longest measured time a log may report (a day): larger values are corrupt, not slow
 MAX_TIME_S = 86400.0
-_NCCL_ROW = "nccl-tests rows are: size count type [redop root] time(us) algbw busbw #wrong (out-of-place, then in-place)"
+_NCCL_ROW = (
+    "nccl-tests rows are: size count type [redop root] time(us) algbw busbw #wrong (out-of-place, then "
+    "in-place)"
+)
 
 
 def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, float] | str | None:
     """One nccl-tests data row as (bytes, seconds); a string says why a row is no measurement; None: size 0.
 
     The columns after ``type`` differ between versions, and current ones may append more after the in-place
-    block (``-Z`` timestamps, bitwise ``#bitdiff``, per-iteration statistics), so the layout is told from the left:
-    ``redop root time ... #wrong`` (a word, then an integer root: current versions), ``redop time ... error`` (a
+    block (``-Z`` timestamps, bitwise ``#bitdiff``, per-iteration statistics), so the layout is told from the
+    left: ``redop root time ... #wrong`` (a word, then an integer root: current versions), ``redop time ... error`` (a
     word, no root: old versions), ``time ... error`` (old alltoall rows, whose redop is blank)."""
     try:
         size = int(parts[0])
@@ -316,10 +320,7 @@ def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, f
         )
     if size <= 0:
         return None
-    if not _is_number(parts[3]):
-        t = 5 if _ROOT_RE.match(parts[4]) else 4
-    else:
-        t = 3
+    t = 3 if _is_number(parts[3]) else 5 if _ROOT_RE.match(parts[4]) else 4  # where the time column is
     time_s, wrong = parts[t], parts[t + 3]
     if wrong != "N/A":  # N/A: the run did not check (-c 0), not a wrong result
         try:

@@ -13,9 +13,9 @@ concurrent groups (``grouped:G``, only where G is below the step count), one dir
 balancing, no relays); then the winner's twin with the other balancing choice, and the fastest grouped shape's
 ``+split`` form (each GPU's share to a peer in two messages, forwarded data first). The shape candidates are
 simulated while their ops total at most ``search_ops``, and each twin when its base fits what is left of it
-(so a search simulates at most about ``search_ops`` plus two candidates' ops); the first one is always built, so
-a large request keeps FAST's sequence. They are ranked at a coarse simulator tolerance; the two best, FAST's sequence and the direct step are
-timed again at the default one (the twins too) and the fastest of those wins - so fast is never behind the direct
+(so a search simulates at most about ``search_ops`` plus two candidates' ops); the first one is always built,
+so a large request keeps FAST's sequence. They are ranked at a coarse simulator tolerance; the two best, FAST's
+sequence and the direct step are timed again at the default one (the twins too) and the fastest of those wins - so fast is never behind the direct
 planner nor FAST's sequence under the model (when the direct step was within the search budget). A request that
 carries its target's peer limit (``max_peers``: RCCL's MSCCL runs at most 63 peers per GPU) never gets a shape
 past it when FAST's sequence keeps within it; the shapes left out are named in ``meta``.
@@ -107,11 +107,10 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     # one group (313 us), which split beats both (279 us)); each is built when its base fits what is left of the
     # budget
     for make in (_balance_twin, _split_twin):
-        timed = {**rough, **exact}
-        grouped = [k for k in progs if k.startswith("grouped:")]
         base = best
-        if make is _split_twin and best not in grouped:
-            base = min(grouped, key=lambda k: timed[k], default=best)
+        if make is _split_twin and not best.startswith("grouped:"):
+            timed = {**rough, **exact}
+            base = min((k for k in progs if k.startswith("grouped:")), key=lambda k: timed[k], default=best)
         twin = make(req, opts, progs[base], base, budget, native)
         if twin is None or over_peer_limit(twin[1], req.max_peers) is not None:
             continue
