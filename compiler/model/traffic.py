@@ -172,32 +172,25 @@ def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
                 raise TrafficMatrixError(
                     src, "", p.name, f"not a valid .npy array file ({exc or 'empty'})"
                 ) from exc
-        else:
+        elif suffix == ".json":
             text = p.read_text(encoding="utf-8")
-            if suffix == ".json":
-                try:
-                    doc = loads_json(text)
-                except json.JSONDecodeError as exc:
-                    raise TrafficMatrixError(src, "", p.name, f"not valid JSON ({exc})") from exc
-                if isinstance(doc, dict):
-                    units = doc.get("units", "bytes")
-                    if units != "bytes":
-                        raise TrafficMatrixError(src, "units", units, "only 'bytes' is supported")
-                    if "matrix" not in doc:
-                        raise TrafficMatrixError(src, "matrix", None, "the JSON object needs a 'matrix' list")
-                    raw = doc["matrix"]
-                else:
-                    raw = doc
-                if "true" in text or "false" in text:  # numpy would read them as 1 and 0 bytes
-                    _refuse_booleans(raw, src)
-            elif suffix == ".csv":
-                cells = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
-                raw = _parse_rows([[c.strip() for c in r] for r in cells], src)
+            try:
+                doc = loads_json(text)
+            except json.JSONDecodeError as exc:
+                raise TrafficMatrixError(src, "", p.name, f"not valid JSON ({exc})") from exc
+            if isinstance(doc, dict):
+                units = doc.get("units", "bytes")
+                if units != "bytes":
+                    raise TrafficMatrixError(src, "units", units, "only 'bytes' is supported")
+                if "matrix" not in doc:
+                    raise TrafficMatrixError(src, "matrix", None, "the JSON object needs a 'matrix' list")
+                raw = doc["matrix"]
             else:
-                rows2 = [
-                    ln.split() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
-                ]
-                raw = _parse_rows(rows2, src)
+                raw = doc
+            if "true" in text or "false" in text:  # numpy would read them as 1 and 0 bytes
+                _refuse_booleans(raw, src)
+        else:
+            raw = _read_rows(p, src, csv_cells=suffix == ".csv")
     except OSError as exc:
         raise TrafficMatrixError(src, "", str(p), f"cannot read the file ({exc.__class__.__name__})") from exc
     except UnicodeDecodeError as exc:
@@ -215,27 +208,57 @@ def _refuse_booleans(raw: object, src: str) -> None:
                 )
 
 
-def _parse_rows(rows: list[list[str]], src: str) -> list[list[float]]:
-    out: list[list[float]] = []
-    for i, r in enumerate(rows):
-        vals: list[float] = []
-        for j, c in enumerate(r):
-            try:
-                vals.append(float(c))
-            except ValueError:
+def _read_rows(p: Path, src: str, *, csv_cells: bool) -> npt.NDArray[np.float64]:
+    """The rows of a CSV or whitespace-separated text matrix, read line by line (blank lines and, in text,
+    ``#`` comments skipped). A row is refused before it is split when it has more entries than
+    :data:`MAX_RANKS` or than row 0, and the file once it has more rows than row 0 has entries, so what is held
+    stays within the N x N matrix the limits allow (8 bytes per entry), whatever the file holds."""
+    rows: list[npt.NDArray[np.float64]] = []
+    n = MAX_RANKS
+    with open(p, encoding="utf-8", newline="" if csv_cells else None) as fh:
+        for line in fh:
+            if csv_cells:
+                too_long = line.count(",") >= n  # counting allocates nothing: refused before it is split
+                if not line.strip(", \t\r\n"):
+                    continue
+                cells = [] if too_long else [c.strip() for c in next(csv.reader([line]), [])]
+            else:
+                text = line.strip()
+                if not text or text.startswith("#"):
+                    continue
+                cells = text.split(None, n)  # at most n + 1 pieces
+                too_long = len(cells) > n
+            i = len(rows)
+            if too_long:
+                if i == 0:
+                    raise TrafficMatrixError(src, "row 0", f"more than {n} entries", f"at most {n} ranks")
                 raise TrafficMatrixError(
-                    src, f"entry [{i}][{j}]", c, "entries must be numbers of bytes"
-                ) from None
-        out.append(vals)
-    if not out:
+                    src, f"row {i}", f"more than {n} entries", f"every row needs {n} entries (row 0 has {n})"
+                )
+            if i == 0:
+                n = len(cells)
+            elif len(cells) != n:
+                raise TrafficMatrixError(
+                    src, f"row {i}", len(cells), f"every row needs {n} entries (row 0 has {n})"
+                )
+            if i >= n:
+                raise TrafficMatrixError(
+                    src, "shape", f"more than {n} rows of {n}", "the matrix must be square N x N with N >= 1"
+                )
+            rows.append(_row_values(cells, i, src))
+    if not rows:
         raise TrafficMatrixError(src, "matrix", "empty", "the file holds no matrix rows")
-    n = len(out[0])
-    for i, vrow in enumerate(out):
-        if len(vrow) != n:
-            raise TrafficMatrixError(
-                src, f"row {i}", len(vrow), f"every row needs {n} entries (row 0 has {n})"
-            )
-    return out
+    return np.stack(rows)
+
+
+def _row_values(cells: list[str], i: int, src: str) -> npt.NDArray[np.float64]:
+    vals: list[float] = []
+    for j, c in enumerate(cells):
+        try:
+            vals.append(float(c))
+        except ValueError:
+            raise TrafficMatrixError(src, f"entry [{i}][{j}]", c, "entries must be numbers of bytes") from None
+    return np.array(vals, dtype=np.float64)
 
 
 #: the "format" key of a2acc's JSON matrices: what tells a later ``traffic gen -o`` that a2acc wrote the file

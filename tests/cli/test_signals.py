@@ -102,7 +102,29 @@ def test_signal_prints_one_line_and_keeps_outputs_whole(work, monkeypatch, cmd, 
     assert rc == 128 + sig, (rc, err)
     lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("a2acc compare: [")]
     assert lines == ["a2acc: interrupted"], err
-    assert sorted(p.name for p in work.iterdir()) == before  # nothing new, no temporary file left behind
+    new = sorted(set(p.name for p in work.iterdir()) - set(before))
+    assert not [x for x in new if x.startswith(".")], new  # no staging or temporary file left behind
+    if new:  # on a starved machine the signal can land after the switch to the new outputs: they are whole
+        _complete(work, cmd, new)
+
+
+def _complete(work: Path, cmd: str, new: list[str]) -> None:
+    """The outputs an interrupted ``cmd`` left are the complete ones an uninterrupted run writes."""
+    import json
+
+    from a2acc.analysis.model import load_model
+    from a2acc.ir.serial import load_program
+
+    if cmd == "plan":
+        assert new == ["p.json"] and load_program(work / "p.json").ops
+    elif cmd == "compile":
+        assert new == ["algos", "algos.manifest.json"], new
+        man = json.loads((work / "algos.manifest.json").read_text())
+        assert [p.name for p in (work / "algos").iterdir()] == [man["file"]]
+    elif cmd == "compare":
+        assert new == ["c.json"] and json.loads((work / "c.json").read_text())["rows"]
+    else:
+        assert new == ["params.yaml"] and load_model(str(work / "params.yaml"))
 
 
 def test_interrupted_plan_leaves_the_previous_plan_and_a_rerun_works(work, monkeypatch):

@@ -601,9 +601,8 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
     topo = req.topology
     pool, loads = _evaluation_pool(sym, syn, req, opts, clock)
     solved = _solve(topo, sym, syn, pool, opts, clock, fine=True)
-    built = _emit_candidates(req, sym, syn, solved, loads, opts, clock)
     direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
-    chosen = _choose(built, solved, direct, opts)
+    chosen = _emit_chosen(req, sym, syn, solved, loads, direct, opts, clock)
     progs: list[Program] = []
     for _i, prog in chosen:
         progs.append(prog)
@@ -616,18 +615,24 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
     return _with_outcome(progs[best], sym, syn, clock, times, best)
 
 
-def _emit_candidates(
+def _emit_chosen(
     req: PlanRequest,
     sym: Symmetry,
     syn: Synthesis,
     solved: list[Solved],
     loads: list[comb.Load],
+    direct: Candidate,
     opts: Options,
     clock: _Clock,
-) -> list[tuple[tuple[float, int, int, int], int, Program]]:
-    """Each solved candidate (the first always, the others while time is left) emitted as a Program with its
-    meta, sorted by (5 % bucket of its busiest-port bound, ops, scale-out fan-in, index); entries are
-    (sort key, index in ``solved``, Program)."""
+) -> list[tuple[int, Program]]:
+    """The Programs to time, as (index in ``solved``, Program), best first.
+
+    Candidates are taken in order of (5 % bucket of their busiest-port bound, ops, scale-out fan-in, index):
+    at most ``evaluate`` of them and, past the first, only while their ops total at most ``eval_ops``; then
+    the direct tree's if it was left out. A Program's ops are known only once it is emitted, and emitting is
+    most of a size's planning time, so candidates are emitted a bucket at a time and the buckets after the
+    one that fills the selection are never emitted (the selection is the one emitting them all would give).
+    Past the first emitted candidate, none is emitted once the time limit is hit."""
     off = req.traffic.astype(np.float64).copy()
     np.fill_diagonal(off, 0.0)
     pair_bytes = float(off.sum()) / max(int((off > 0).sum()), 1)
@@ -641,39 +646,37 @@ def _emit_candidates(
     }
     stats = [_cand_stats(syn, sv.cand, loads) for sv in solved]
     best_bound = min((st[0] for st in stats), default=1.0) or 1.0
-    built: list[tuple[tuple[float, int, int, int], int, Program]] = []
-    for i, sv in enumerate(solved):
-        if i > 0 and clock.over():
-            break
-        meta = dict(base)
-        meta["sketch"] = f"{sv.cand.name}: {sv.cand.describe}"
-        meta["estimate_us"] = sv.estimate * pair_bytes * 1e6
-        meta["lp_status"] = ",".join(sv.statuses)
-        routes = _source_routes(sym, syn, sv.cand)
-        prog = build(req, sym, routes, sv.subs, sv.level_offset, opts.pipeline, meta)
-        bucket = math.floor(math.log(max(stats[i][0] / best_bound, 1.0)) / math.log(1.05) + 1e-9)
-        built.append(((float(bucket), len(prog.ops), stats[i][1], i), i, prog))
-    built.sort(key=lambda kv: kv[0])
-    return built
+    bucket = [
+        math.floor(math.log(max(st[0] / best_bound, 1.0)) / math.log(1.05) + 1e-9) for st in stats
+    ]
+    emitted: dict[int, Program] = {}
 
+    def emit(i: int) -> Program | None:
+        if i not in emitted:
+            if emitted and clock.over():
+                return None
+            sv = solved[i]
+            meta = dict(base)
+            meta["sketch"] = f"{sv.cand.name}: {sv.cand.describe}"
+            meta["estimate_us"] = sv.estimate * pair_bytes * 1e6
+            meta["lp_status"] = ",".join(sv.statuses)
+            routes = _source_routes(sym, syn, sv.cand)
+            emitted[i] = build(req, sym, routes, sv.subs, sv.level_offset, opts.pipeline, meta)
+        return emitted[i]
 
-def _choose(
-    built: list[tuple[tuple[float, int, int, int], int, Program]],
-    solved: list[Solved],
-    direct: Candidate,
-    opts: Options,
-) -> list[tuple[int, Program]]:
-    """The Programs to time, in ``built``'s order: at most ``evaluate``, past the first only while their ops
-    total at most ``eval_ops``; then the direct tree's if it was left out."""
     chosen: list[tuple[int, Program]] = []
     total = 0
-    for _key, i, prog in built:
-        if len(chosen) >= opts.evaluate or (chosen and total + len(prog.ops) > opts.eval_ops):
-            continue
-        chosen.append((i, prog))
-        total += len(prog.ops)
-    for _key, i, prog in built:
-        if solved[i].cand == direct and all(j != i for j, _p in chosen):
+    for b in sorted(set(bucket)):
+        if len(chosen) >= opts.evaluate:
+            break
+        progs = [(i, p) for i in range(len(solved)) if bucket[i] == b and (p := emit(i)) is not None]
+        for i, prog in sorted(progs, key=lambda ip: (len(ip[1].ops), stats[ip[0]][1], ip[0])):
+            if len(chosen) >= opts.evaluate or (chosen and total + len(prog.ops) > opts.eval_ops):
+                continue
+            chosen.append((i, prog))
+            total += len(prog.ops)
+    for i, sv in enumerate(solved):
+        if sv.cand == direct and all(j != i for j, _p in chosen) and (prog := emit(i)) is not None:
             chosen.append((i, prog))
     return chosen
 

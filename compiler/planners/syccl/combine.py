@@ -144,30 +144,33 @@ def loads(sym: Symmetry, res: Resources, rep: Replica, demand: npt.NDArray[np.fl
     k seen from source i is the base tree under ``g_i o perms[k]``."""
     base = rep.base
     root = base.root
+    n = sym.nranks
     orbit = np.array(rep.orbit, dtype=np.int64)
     gmap = np.array([sym.to_source(root, s) for s in rep.orbit], dtype=np.int64)  # (S, N)
     hmap = np.array(rep.perms, dtype=np.int64)  # (K, N)
     comp = gmap[:, hmap]  # (S, K, N): comp[i, k, x] = g_i(h_k(x))
-    dm = demand[orbit[:, None, None], comp]  # dm[i, k, d] = demand[s_i, (g_i o h_k)(d)]
-    dm[comp == orbit[:, None, None]] = 0.0
-    carried = dm @ subtree_matrix(base).T  # (S, K, N): bytes on the hop into x of image k from source i
-    xs = np.array([x for x in range(len(base.parent)) if x != root], dtype=np.int64)
-    par = np.array(base.parent, dtype=np.int64)[xs]
-    w = 1.0 / len(rep.perms)
-    a, b = comp[:, :, par].ravel(), comp[:, :, xs].ravel()
-    v = (carried[:, :, xs] * w).ravel()
-    vec = np.zeros(res.cap.shape[0])
-    m = sym.m
-    nic_of = np.array([sym.nic_node(r) for r in range(sym.nranks)], dtype=np.int64)
-    intra = a // m == b // m
-    np.add.at(vec, res.intra_out(a[intra]), v[intra])
-    np.add.at(vec, res.intra_in(b[intra]), v[intra])
-    x_ = ~intra & (v > 0)
-    np.add.at(vec, res.nic_out(nic_of[a[x_]]), v[x_])
-    np.add.at(vec, res.nic_in(nic_of[b[x_]]), v[x_])
-    pairs = np.unique(nic_of[b[x_]] * sym.nranks + a[x_])
-    fan = np.bincount(pairs // sym.nranks) if pairs.size else np.zeros(1, dtype=np.int64)
-    return Load(vec, float(v.sum()), int(fan.max()))
+    dem = np.array(demand, dtype=np.float64)
+    np.fill_diagonal(dem, 0.0)
+    dm = dem[orbit[:, None, None], comp]  # dm[i, k, d] = demand[s_i, (g_i o h_k)(d)]
+    sub = subtree_matrix(base)  # its root row is zero: nothing is carried "into" the root
+    carried = dm @ sub.T  # (S, K, N): bytes on the hop into x of image k from source i
+    par = np.array(base.parent, dtype=np.int64)
+    par[root] = root  # the root's "hop" carries nothing (above) and lands nowhere
+    a, b = comp[:, :, par].ravel(), comp.ravel()
+    v = carried.ravel() * (1.0 / len(rep.perms))
+    nic_of = np.array([sym.nic_node(r) for r in range(n)], dtype=np.int64)
+    na, nb = nic_of[a], nic_of[b]
+    intra = a // sym.m == b // sym.m
+    # each hop loads one sending and one receiving port: no boolean-mask copies, one bincount per side (a
+    # port is only ever on one side, so the sums are the per-port sums in hop order)
+    ncap = res.cap.shape[0]
+    vec = np.bincount(np.where(intra, res.intra_out(a), res.nic_out(na)), v, ncap)
+    vec += np.bincount(np.where(intra, res.intra_in(b), res.nic_in(nb)), v, ncap)
+    heard = np.bincount(nb * n + a, ~intra & (v > 0), res.nnics * n).reshape(res.nnics, n) > 0
+    fan = heard.sum(axis=1)  # per NIC, the distinct ranks it hears from
+    xs = np.array([x for x in range(len(par)) if x != root], dtype=np.int64)
+    volume = float((carried[:, :, xs] * (1.0 / len(rep.perms))).ravel().sum())
+    return Load(vec, volume, int(fan.max()))
 
 
 def bound(load: npt.NDArray[np.float64], cap: npt.NDArray[np.float64]) -> float:

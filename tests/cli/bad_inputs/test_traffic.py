@@ -142,3 +142,31 @@ def test_a_json_matrix_of_booleans_and_servers_without_a_topology_are_refused(tm
     )
     assert rc == 2 and "--servers" in err and not out.exists(), err
     one_clear_line(err)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "field"),
+    [
+        ("one-long-row.txt", " ".join(["1"] * 3_000_000) + "\n", "row 0"),
+        ("one-long-row.csv", ",".join(["1"] * 3_000_000) + "\n", "row 0"),
+        ("long-second-row.txt", "1 2\n" + " ".join(["1"] * 3_000_000) + "\n", "row 1"),
+        ("tall.txt", "1 2\n3 4\n5 6\n", "shape"),
+    ],
+)
+def test_text_matrices_refused_before_they_are_held(tmp_path, capsys, name, text, field):
+    """A text matrix's rows are checked against the rank limit and row 0 as they are read: a 6 MB line of
+    three million entries is refused without splitting it into millions of numbers (which took ~650 MB for a
+    20 MB line), and rows past N are refused before they are stored."""
+    import tracemalloc
+
+    path = tmp_path / name
+    path.write_text(text)
+    tracemalloc.start()
+    try:
+        rc, err, _dt = run(capsys, ["traffic", "show", str(path)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rc == 2 and field in err
+    one_clear_line(err)
+    assert peak < 8 * len(text) + (32 << 20), peak
