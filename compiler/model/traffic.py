@@ -257,7 +257,9 @@ def _row_values(cells: list[str], i: int, src: str) -> npt.NDArray[np.float64]:
         try:
             vals.append(float(c))
         except ValueError:
-            raise TrafficMatrixError(src, f"entry [{i}][{j}]", c, "entries must be numbers of bytes") from None
+            raise TrafficMatrixError(
+                src, f"entry [{i}][{j}]", c, "entries must be numbers of bytes"
+            ) from None
     return np.array(vals, dtype=np.float64)
 
 

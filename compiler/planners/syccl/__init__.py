@@ -646,9 +646,7 @@ def _emit_chosen(
     }
     stats = [_cand_stats(syn, sv.cand, loads) for sv in solved]
     best_bound = min((st[0] for st in stats), default=1.0) or 1.0
-    bucket = [
-        math.floor(math.log(max(st[0] / best_bound, 1.0)) / math.log(1.05) + 1e-9) for st in stats
-    ]
+    bucket = [math.floor(math.log(max(st[0] / best_bound, 1.0)) / math.log(1.05) + 1e-9) for st in stats]
     emitted: dict[int, Program] = {}
 
     def emit(i: int) -> Program | None:
