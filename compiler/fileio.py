@@ -29,14 +29,70 @@ def _umask() -> int:
     return mask
 
 
-def loads_json(text: str, **kwargs: Any) -> Any:
+def loads_json(text: str, *, unique_keys: bool = False, **kwargs: Any) -> Any:
     """``json.loads`` for files users hand in: nesting deeper than Python's parser can follow (a RecursionError
     inside the decoder) is a malformed document like any other (``json.JSONDecodeError``), so every reader's
-    clear error path covers it."""
+    clear error path covers it. ``unique_keys``: a key repeated in one object is such an error too (the
+    hand-written settings files: a repeat says two things and the last would silently win)."""
+    if unique_keys:
+        kwargs["object_pairs_hook"] = _unique_pairs
     try:
         return json.loads(text, **kwargs)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
+    except _DuplicateKey as exc:
+        raise json.JSONDecodeError(f"key {exc.args[0]!r} appears twice in one object", text, 0) from None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that refuses a key repeated in one mapping (``yaml.YAMLError`` with its line): YAML
+    itself keeps the last, so ``intra:`` given twice silently replaced a switch by a ring."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _value in node.value:
+            key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return loader.construct_mapping(node, deep=deep)
+
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=_Loader)
+
+
+#: how much of a file is looked at before it is read whole
+SNIFF_BYTES = 1 << 16
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A UTF-8 text file's content; a file whose first 64 KiB hold a NUL byte is refused before the rest is read
+    (``UnicodeDecodeError``, as for any undecodable file: a 3 GB file of zeros took 6 GB to refuse)."""
+    with open(path, "rb") as fh:
+        head = fh.read(SNIFF_BYTES)
+        at = head.find(b"\x00")
+        if at >= 0:
+            raise UnicodeDecodeError("utf-8", head, at, at + 1, "a NUL byte: not a text file")
+        return (head + fh.read()).decode("utf-8")
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -46,6 +102,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     nothing behind."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
+    if target.is_symlink():  # replacing it would drop the link, not write where it points
+        raise _about(OSError(errno.EEXIST, "a symbolic link, not a regular file"), target)
     if target.exists() and not target.is_file():  # never replace a device, FIFO or socket
         raise _about(OSError(errno.EEXIST, "not a regular file"), target)
     try:
@@ -137,6 +195,13 @@ def check_outputs(outputs: Sequence[Output], inputs: Sequence[str] = (), *, forc
                 "", out.flag, p, "a file path (writing to stdout is not supported: the table is there)"
             )
         target = Path(p)
+        if target.is_symlink():  # a rename would replace the link itself (a dangling one: nothing to check)
+            raise InputError(
+                "",
+                out.flag,
+                p,
+                "a regular file or a new path (this is a symbolic link: give the path it names)",
+            )
         if target.is_dir():
             raise InputError("", out.flag, p, "a file path, not a directory")
         check_parent(out.flag, p)

@@ -121,14 +121,21 @@ def parse_options(cls: type[T], raw: Mapping[str, str] | T | None, *, where: str
 
 
 def split_pairs(pairs: Iterable[str], where: str = "--opt") -> list[tuple[str, str]]:
-    """``["a=1", "b=x"]`` (or one comma-separated string per item) -> ``[("a", "1"), ("b", "x")]``."""
-    out = []
+    """``["a=1", "b=x"]`` (or one comma-separated string per item) -> ``[("a", "1"), ("b", "x")]``. A part
+    without ``=`` continues the value before it, so list values read as written: ``dtypes=int8,float16,b=x``
+    -> ``[("dtypes", "int8,float16"), ("b", "x")]`` (the option's own check then judges the list)."""
+    out: list[tuple[str, str]] = []
     for item in pairs:
+        first = True
         for part in item.split(","):
             part = part.strip()
             if not part:
                 continue
             key, eq, value = part.partition("=")
+            if not eq and out and not first:
+                out[-1] = (out[-1][0], f"{out[-1][1]},{part}")
+                continue
+            first = False
             if not eq or not key.strip():
                 raise InputError(where, "", part, "use KEY=VALUE (e.g. --opt dialect=rccl)")
             out.append((key.strip(), value.strip()))

@@ -98,9 +98,10 @@ class _Parser:
         self_closing = tag.endswith("/>")
         body = tag[m.end() : len(tag) - (2 if self_closing else 1)]
         if _CLEAN_BODY.fullmatch(body):  # the common, well-formed case: single spaces, double quotes
-            attrs0 = dict(_ATTR.findall(body))
-            if len(attrs0) > MAX_ATTRS:
-                self.err(f"<{name}> has {len(attrs0)} attributes; the parser keeps only {MAX_ATTRS}", line)
+            pairs = _ATTR.findall(body)
+            attrs0 = self._first_of_each(name, pairs, line)
+            if len(pairs) > MAX_ATTRS:
+                self.err(f"<{name}> has {len(pairs)} attributes; the parser keeps only {MAX_ATTRS}", line)
             return name, attrs0, self_closing
         if "\n" in body or "\r" in body:
             self.err(
@@ -109,22 +110,38 @@ class _Parser:
             )
         if "\t" in body:
             self.err(f"<{name}>: TAB inside a start tag; use single spaces", line)
-        attrs: dict[str, str] = {}
+        pairs: list[tuple[str, str]] = []
         pos = 0
         n_attr = 0
         for am in _ATTR.finditer(body):
             between = body[pos : am.start()]
             self._stray(name, between, line)
             n_attr += 1 + max(0, between.count(" ") - 1)
-            attrs[am.group(1)] = am.group(2)
+            pairs.append((am.group(1), am.group(2)))
             pos = am.end()
         self._stray(name, body[pos:], line)
+        attrs = self._first_of_each(name, pairs, line)
         if n_attr > MAX_ATTRS:
             self.err(f"<{name}> has {n_attr} attributes; the parser keeps only {MAX_ATTRS}", line)
         for k, v in attrs.items():
             if len(k) > 255 or len(v) > 255:
                 self.err(f"<{name}> {k}: names and values are limited to 255 characters", line)
         return name, attrs, self_closing
+
+    def _first_of_each(self, name: str, pairs: list[tuple[str, str]], line: int) -> dict[str, str]:
+        """The attributes as the executor's parser reads them: its lookup (``mscclXmlGetAttrIndex``) returns
+        the first of a repeated name, so a repeat is an error (a file that says two things) and the first
+        value is what the interpreter then runs."""
+        attrs: dict[str, str] = {}
+        for k, v in pairs:
+            if k in attrs:
+                self.err(
+                    f'<{name}> {k}="{v}": attribute repeated (the executor reads the first, "{attrs[k]}")',
+                    line,
+                )
+            else:
+                attrs[k] = v
+        return attrs
 
     def _stray(self, name: str, text: str, line: int) -> None:
         """Text in a start tag that is not a ``name="value"`` attribute."""

@@ -17,16 +17,23 @@ as XML), and ``DIR.manifest.json`` beside it describes the all-to-all-v packing 
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from a2acc.backends.msccl_xml.interp import PROTO_K, InterpResult, run, static_checks
-from a2acc.backends.msccl_xml.model import MAX_OFFSET, MAX_TBS_RCCL, Algo
+from a2acc.backends.msccl_xml.model import (
+    MAX_CHANNELS_NCCL,
+    MAX_CHANNELS_RCCL,
+    MAX_OFFSET,
+    MAX_TBS_RCCL,
+    Algo,
+)
 from a2acc.backends.msccl_xml.reader import read_xml
 from a2acc.backends.msccl_xml.writer import LowerOptions, lower, lower_text, to_xml
 from a2acc.backends.publish import publish_dir
@@ -343,6 +350,16 @@ class MscclXmlTarget:
             max_bytes=hi,
         )
         text, model, (nch, tbs, steps) = _lower_text(program, lopts, xml_name)
+        limit = MAX_CHANNELS_RCCL if opts.dialect == "rccl" else MAX_CHANNELS_NCCL
+        if nch > limit:  # the user's instances multiplied the plan's channels past the executor's limit
+            per = max(nch // max(opts.instances, 1), 1)
+            raise InputError(
+                "--opt",
+                "instances",
+                opts.instances,
+                f"at most {max(limit // per, 1)} here: the plan uses {per} channel(s) per instance and "
+                f"{opts.dialect} allows {limit} channels",
+            )
         man = manifest_for(
             program.counts,
             program.unit_bytes,
@@ -422,10 +439,45 @@ class MscclXmlTarget:
     def check_text(self, text: str, source: str, manifest: Manifest | None, options: Any) -> CheckReport:
         opts: Options = options if isinstance(options, Options) else Options()
         layout = manifest.chunk_layout if manifest is not None else None
-        return _check_algo_text(text, source, opts.dialect, layout)
+        rep = _check_algo_text(text, source, opts.dialect, layout)
+        wrong = [] if manifest is None else _selection_errors(text, source, manifest)
+        if not wrong:
+            return rep
+        return replace(rep, ok=False, errors=(*rep.errors, *wrong))
 
 
 TARGET = MscclXmlTarget()
+
+_ALGO_TAG = re.compile(r"<algo\b[^>]*>")
+
+
+def _selection_errors(text: str, src: str, manifest: Manifest) -> list[str]:
+    """What keeps the executor from selecting this file for the manifest's packed call (an all-to-all of
+    ``buffer_bytes`` per rank over ``ngpus`` ranks: ``mscclAvailable`` in msccl-executor-nccl compares the
+    collective, the GPU count and ``minBytes <= bytes <= maxBytes``), read as the executor's parser reads the
+    ``<algo>`` tag (the first of a repeated attribute)."""
+    tag = _ALGO_TAG.search(text)
+    if tag is None:
+        return []  # the reader has said so
+
+    def attr(name: str) -> str | None:
+        m = re.search(rf' {name}="([^"]*)"', tag.group(0))
+        return None if m is None else m.group(1)
+
+    out: list[str] = []
+    nbytes = manifest.buffer_bytes
+    if attr("coll") != "alltoall":
+        out.append(f'{src}: coll="{attr("coll")}": the manifest describes an alltoall')
+    if attr("ngpus") != str(manifest.ngpus):
+        out.append(f'{src}: ngpus="{attr("ngpus")}": the manifest describes {manifest.ngpus} GPUs')
+    lo, hi = attr("minBytes"), attr("maxBytes")
+    numeric = lo is not None and hi is not None and lo.isdigit() and hi.isdigit()
+    if numeric and not (int(str(lo)) <= nbytes and (int(str(hi)) == 0 or nbytes <= int(str(hi)))):
+        out.append(
+            f"{src}: minBytes={lo} maxBytes={hi} exclude the packed call's {nbytes} bytes per rank: the "
+            "executor would never select this file for it"
+        )
+    return out
 
 
 def algo_of(lowered: Lowered) -> Algo:

@@ -55,6 +55,12 @@ def check_plan_obj(
         return CheckReport(
             False, (*read_errors, f"{src}: {plan.ngpus} GPUs but the manifest has {manifest.ngpus} ranks")
         )
+    if manifest is not None and plan.collective != "alltoall":
+        read_errors = [
+            *read_errors,
+            f'{src}: collective "{plan.collective}": the manifest describes an alltoall (the executor runs a '
+            "plan only for the collective it names)",
+        ]
     res = check_plan(
         plan,
         layout=layout,

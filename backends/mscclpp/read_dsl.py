@@ -529,6 +529,8 @@ def read_dsl(text: str, src: str = "<program>") -> DslResult:
         min_message_size=int(p.get("min_message_size", 0)),
         max_message_size=int(p.get("max_message_size", (1 << 64) - 1)),
     )
+    if not 1 <= plan.num_threads_per_block <= 1 << 20:  # the JSON reader's range (what the executor launches)
+        errs.append(f"{src}: num_threads_per_block={plan.num_threads_per_block}: must be in 1..{1 << 20}")
     return DslResult(plan, errs, notes)
 
 

@@ -46,6 +46,7 @@ import yaml
 
 from a2acc.analysis.incast import DEFAULT_DT_ALPHA, DEFAULT_WINDOW_BYTES, ROCE_RTO_S, IncastModel
 from a2acc.errors import InputError
+from a2acc.fileio import load_yaml
 from a2acc.model.topology import Topology
 
 MODEL_FILE_VERSION = 1
@@ -341,7 +342,7 @@ def load_model(path: str | Path) -> SimModel:
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelFileError(str(p), "", str(p), f"cannot read the file ({exc.__class__.__name__})") from exc
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ModelFileError(
             str(p), "", p.name, f"not valid YAML: {' '.join(str(exc).split())[:200]}"

@@ -14,6 +14,7 @@ from a2acc.cli.common import (
     topology_from_args,
     traffic_from_args,
 )
+from a2acc.errors import InputError
 from a2acc.ir.passes import PASSES
 from a2acc.ir.quantize import DEFAULT_TARGET_CHUNKS, UnitPolicy
 from a2acc.model.units import format_bytes, parse_size
@@ -63,6 +64,11 @@ def _run(args: argparse.Namespace) -> int:
     routed = resolve_opts(args, args.algorithm, None)
     if routed is None:
         return 0
+    if routed[1]:  # backend.KEY=VALUE: plan writes no backend file, so the option would do nothing
+        key = next(iter(routed[1]))
+        raise InputError(
+            "", "--opt", f"backend.{key}", "backend options apply to a2acc compile (plan lowers nothing)"
+        )
     _check_output(args)
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)

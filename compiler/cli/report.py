@@ -81,6 +81,10 @@ def _choice_lines(meta: Mapping[str, object]) -> list[str]:
 
 
 def _times(doc: object) -> str:
+    """``name time`` pairs, fastest first; entries that are not numbers (a hand-edited plan) are shown as given,
+    last (a report describes what the plan says, it does not refuse it)."""
     if not isinstance(doc, Mapping):
         return "-"
-    return ", ".join(f"{k} {float(v):.1f}" for k, v in sorted(doc.items(), key=lambda kv: float(kv[1])))
+    nums = {k: v for k, v in doc.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    out = [f"{k} {float(v):.1f}" for k, v in sorted(nums.items(), key=lambda kv: float(kv[1]))]
+    return ", ".join(out + [f"{k} {v!r:.40}" for k, v in doc.items() if k not in nums])

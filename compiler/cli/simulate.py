@@ -96,14 +96,15 @@ def _run(args: argparse.Namespace) -> int:
     print(f"parameters : {model.source}")
     print(
         f"time       : {res.time_s * 1e6:.2f} us  (lower bound {bound.seconds * 1e6:.2f} us, {bound.best.name}; "
-        f"{100 * bound.seconds / res.time_s:.1f}% of bound)"
+        + (f"{100 * bound.seconds / res.time_s:.1f}% of bound)" if res.time_s > 0 else "nothing to move)")
     )
     if res.timeout_probability > 0:
         print(
             f"timeouts   : probability {res.timeout_probability:.2f} of a retransmission timeout per run "
             f"(fluid makespan {res.makespan_s * 1e6:.2f} us; the time above is the expectation)"
         )
-    print(f"algbw      : {res.algbw_GBps:.2f} GB/s   busbw {res.busbw_GBps:.2f} GB/s  (GB/s = 1e9 B/s)")
+    if res.time_s > 0:
+        print(f"algbw      : {res.algbw_GBps:.2f} GB/s   busbw {res.busbw_GBps:.2f} GB/s  (GB/s = 1e9 B/s)")
     util = res.utilisation()
     order = np.argsort(-util)[: args.top]
     if len(order):

@@ -8,6 +8,7 @@ from pathlib import Path
 from a2acc.backends import TARGETS, detect
 from a2acc.cli.common import add_opt_args
 from a2acc.errors import PlanFormatError, VerificationError
+from a2acc.fileio import read_text
 from a2acc.ir.layout import find_manifest, load_manifest
 from a2acc.ir.serial import is_plan_json, program_from_json
 from a2acc.ir.verify import verify_program
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _read(path: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanFormatError(path, "", path, f"cannot read the file ({exc.__class__.__name__})") from exc
 
@@ -49,6 +50,10 @@ def _run(args: argparse.Namespace) -> int:
     text = _read(args.file)
     head = text[:HEAD_BYTES]
     if is_plan_json(head):
+        if split_pairs(args.opt):  # they configure a backend's reader; a plan has none
+            raise PlanFormatError(
+                "", "--opt", " ".join(args.opt), "options of a lowered file's backend: a plan JSON takes none"
+            )
         prog = program_from_json(text, args.file)
         rep = verify_program(prog)
         if not rep.ok:

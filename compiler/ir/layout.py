@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import InternalError, PlanFormatError
-from a2acc.fileio import loads_json
+from a2acc.fileio import loads_json, read_text
 
 # size limits of a layout read from a file (checked before anything is allocated from it)
 MAX_LAYOUT_RANKS = 16384
@@ -445,7 +445,7 @@ def _read_dtypes(raw: Any, path: str) -> tuple[str, ...]:
 
 def load_manifest(path: str | Path) -> Manifest:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise _mfail(
             str(path), "", str(path), f"cannot read the manifest ({exc.__class__.__name__})"

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import PlanFormatError
-from a2acc.fileio import atomic_write_text, loads_json
+from a2acc.fileio import atomic_write_text, loads_json, read_text
 from a2acc.ir.layout import MAX_LAYOUT_CHUNKS, MAX_LAYOUT_RANKS
 from a2acc.ir.program import (
     LINK_CLASSES,
@@ -366,10 +366,13 @@ def _ops_by_row(raw_ops: list[Any], want_fields: list[str], version: int, src: s
 def load_program(path: str | Path) -> Program:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p)
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanFormatError(
-            str(p), "", str(p), f"cannot read the plan file ({exc.__class__.__name__})"
+            str(p),
+            "",
+            str(p),
+            f"cannot read the plan file ({exc.__class__.__name__}: {exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror})",
         ) from exc
     return program_from_json(text, str(p))
 

@@ -7,12 +7,16 @@ one JSON file ``<dir>/v<version>/<key>.json`` wrapping the payload with its SHA-
 
 - Writes are atomic (temp file + ``os.replace``): several processes compiling the same key concurrently all
   write complete, identical files and the last rename wins, leaving one valid entry.
-- A truncated or corrupt entry (unparsable, wrong checksum, wrong key) is reported with a warning, removed and
-  recompiled. Entries of another a2acc version live in another directory and are never read.
+- A truncated or corrupt entry (unparsable, wrong checksum, wrong key) is reported with a warning and
+  recompiled; reading never removes anything (``cache show`` and ``cache export`` read this way, and a user's
+  copy of an entry under another name is such a file). Entries of another a2acc version live in another
+  directory and are never read.
 - **Nothing that is not a cache entry is touched.** A file is an entry only when it is a regular file (not a
   symlink) named ``<key>.json`` in a version directory that is itself a real directory (not a symlink) and it
-  starts with the entry header; only such files are ever removed (a corrupt entry, ``cache clear``) or
-  overwritten. Anything else at an entry's path is left alone with a warning (the plan then lives in memory).
+  starts with the entry header; only such a file at a key's own path is ever overwritten (a recompile of that
+  key). ``cache clear`` removes only *valid* entries (their key is their name, their version their
+  directory's, their checksum holds). Anything else at an entry's path is left alone with a warning (the plan
+  then lives in memory).
 - **Entry file names are checked** before anything is written from them: one path component, a known suffix
   (:data:`FILE_SUFFIXES`); an entry with another name is refused (``cache export`` writes nothing outside its
   directory).
@@ -114,6 +118,25 @@ def _is_entry_file(path: Path) -> bool:
     return head == ENTRY_HEAD  # the exact first bytes put() writes, not the words anywhere in a file
 
 
+def _valid_entry(path: Path) -> bool:
+    """An entry a2acc can prove it wrote: an entry file (:func:`_is_entry_file`) whose key is its file name, whose
+    version is its directory's and whose payload matches its checksum. Only these are ever replaced or removed
+    (a user's copy of an entry under another name, or a hand-edited one, is left alone)."""
+    if not _is_entry_file(path):
+        return False
+    try:
+        doc = loads_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return (
+        isinstance(doc, dict)
+        and doc.get("key") == path.stem
+        and f"v{doc.get('a2acc_version')}" == path.parent.name
+        and isinstance(doc.get("payload"), dict)
+        and _digest(doc["payload"]) == doc.get("sha256")
+    )
+
+
 def _digest(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -199,9 +222,11 @@ class PlanCache:
             )
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             self.stats["corrupt"] += 1
-            log.warning("a2acc cache: discarding corrupt entry %s (%s); it will be recompiled", path, exc)
-            with contextlib.suppress(OSError):
-                path.unlink()  # _usable proved it an a2acc entry (its header)
+            # never removed here (``cache show`` and ``export`` read through this): a user's copy of an entry under
+            # another name fails these checks too. A recompile puts a fresh entry over it at its own key path
+            self._warn(
+                path, f"is not a valid cache entry ({exc}): ignored, left in place; the plan is recompiled"
+            )
             return None
         bad = [why for name in entry.files if (why := check_file_name(name)) is not None]
         if bad:  # a checksum-valid entry that a2acc would never have written: refused, left alone
@@ -265,13 +290,13 @@ class PlanCache:
         return out
 
     def clear(self) -> int:
-        """Remove every cache entry a2acc wrote (all versions); nothing else in the directory is touched, and no
-        symlink is followed."""
+        """Remove every cache entry a2acc can prove it wrote (all versions: :func:`_valid_entry`); nothing else in
+        the directory is touched, and no symlink is followed."""
         self._mem.clear()
         n = 0
         for vdir in self._version_dirs():
             for f in vdir.glob("*.json"):
-                if _is_entry_file(f):
+                if _valid_entry(f):
                     with contextlib.suppress(OSError):
                         f.unlink()
                         n += 1

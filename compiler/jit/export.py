@@ -18,7 +18,8 @@ from pathlib import Path
 from a2acc.backends import get_target
 from a2acc.backends.target import Lowered
 from a2acc.errors import InputError, VerificationError
-from a2acc.ir.layout import manifest_from_json
+from a2acc.fileio import check_parent
+from a2acc.ir.layout import export_manifest_path, manifest_file, manifest_from_json, owned_files
 from a2acc.jit.cache import PlanCache, check_file_name
 from a2acc.options import parse_options
 
@@ -48,6 +49,9 @@ def export_cache(cache: PlanCache, out_dir: str | Path, backend: str = "msccl-xm
             continue
         man = manifest_from_json(entry.manifest, f"cache entry {key} manifest")
         opts: object = parse_options(target.Options, None)
+        if backend == "msccl-xml" and len(entry.files) != 1:
+            rep.skipped.append(f"{key}: {len(entry.files)} files where an msccl-xml entry has one XML")
+            continue
         if backend == "msccl-xml":  # the dialect is in the file name, NN-name-DIALECT.xml
             (fname,) = entry.files
             opts = parse_options(target.Options, {"dialect": fname.rsplit("-", 1)[-1].removesuffix(".xml")})
@@ -69,9 +73,39 @@ def export_cache(cache: PlanCache, out_dir: str | Path, backend: str = "msccl-xm
             len(rep.skipped),
             f"no cached {backend} plans to export (the JIT lowers them with A2ACC_BACKEND={backend})",
         )
-    man_dir.mkdir(parents=True, exist_ok=True)
+    _check_destinations(out, man_dir, [name for _key, lowered in todo for name in lowered.files])
+    man_dir.mkdir(exist_ok=True)
     for _key, lowered in todo:
         (fname,) = list(lowered.files)[:1]
         rep.written += target.emit(lowered, out, manifest_path=man_dir / f"{fname}.manifest.json")
         rep.plans += 1
     return rep
+
+
+def _check_destinations(out: Path, man_dir: Path, names: list[str]) -> None:
+    """Before anything is written (a refusal half-way would leave part of an export): ``DIRECTORY``'s parent
+    exists (a typo must not create a tree), it and its ``.manifests`` directory are directories or new, and
+    every file and manifest this export writes is new or one a2acc wrote (named by its manifest); the
+    directory holds no file a2acc did not write (the executor would load it too)."""
+    check_parent("DIRECTORY", str(out))
+    for d in (out, man_dir):
+        if d.exists() and (d.is_symlink() or not d.is_dir()):
+            raise InputError(
+                "", "DIRECTORY", str(d), "a directory or a new path: this exists and is not a directory"
+            )
+    owned = owned_files(out)
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in owned) if out.is_dir() else []
+    if foreign:
+        raise InputError(
+            "",
+            "DIRECTORY",
+            str(out),
+            f"a new or empty directory, or one holding only a2acc's files: it holds {len(foreign)} other "
+            f"file(s) ({', '.join(foreign[:3])}), which the executor would load too",
+        )
+    for name in names:
+        man = export_manifest_path(out, name)
+        if man.exists() and manifest_file(man) is None:
+            raise InputError(
+                "", "DIRECTORY", str(man), "a path a2acc wrote or a new one: this is not an a2acc manifest"
+            )

@@ -49,7 +49,7 @@ import networkx as nx
 import yaml
 
 from a2acc.errors import TopologyError
-from a2acc.fileio import loads_json
+from a2acc.fileio import load_yaml, loads_json
 from a2acc.model import graphs
 from a2acc.model.network import Network, Route
 from a2acc.model.units import parse_bandwidth, parse_latency, parse_size
@@ -567,8 +567,8 @@ def _read_mapping(path: Path) -> Any:
         ) from exc
     try:
         if path.suffix.lower() == ".json":
-            return loads_json(text)
-        return yaml.safe_load(text)
+            return loads_json(text, unique_keys=True)
+        return load_yaml(text)
     except RecursionError:
         raise TopologyError(src, "", path.name, "nested too deeply to read") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -467,7 +467,8 @@ static int parse(const char *text, Py_ssize_t len, plan_t *P) {
     P->n = n;
     u64 v;
     int dbl;
-    if (!ch(c, ',') || !key(c, "num_threads_per_block") || !u64v(c, &v)) return 0;
+    /* the reference's range (1..2^20): anything else is left to it, which says so */
+    if (!ch(c, ',') || !key(c, "num_threads_per_block") || !u64v(c, &v) || v == 0 || v > (1u << 20)) return 0;
     P->nthreads = (i64)v;
     if (!ch(c, ',') || !key(c, "use_double_scratch_buffer") || !boolv(c, &dbl) || dbl) return 0;
     if (!ch(c, ',') || !key(c, "buffer_alignment") || !u64v(c, &v) || v == 0 || v > (1u << 20)) return 0;

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -382,16 +383,24 @@ def document(rows: Sequence[Row], meta: dict[str, object]) -> dict[str, object]:
 TOOL = "a2acc compare"
 
 
+#: how the two text outputs start: the run's metadata opens with the version, then the tool
+_JSON_HEAD = re.compile(rb'\{\n "a2acc_version": "[^"\n]*",\n "tool": "' + re.escape(TOOL.encode()) + rb'"')
+_CSV_HEAD = re.compile(rb"# a2acc_version: [^\n]*\n# tool: " + re.escape(TOOL.encode()) + rb"\n")
+
+
 def owned_json(head: bytes) -> bool:
-    return f'"tool": "{TOOL}"'.encode() in head
+    """Whether a file starts as :func:`write_json`'s output does (the tool's name elsewhere in a user's file is
+    not enough)."""
+    return _JSON_HEAD.match(head) is not None
 
 
 def owned_csv(head: bytes) -> bool:
-    return f"# tool: {TOOL}\n".encode() in head
+    return _CSV_HEAD.match(head) is not None
 
 
 def owned_plot(head: bytes) -> bool:
-    return head.startswith(b"\x89PNG") and TOOL.encode() in head
+    """A PNG whose ``Software`` text chunk names the tool (what :func:`plot` writes)."""
+    return head.startswith(b"\x89PNG") and b"tEXtSoftware\x00" + TOOL.encode() in head
 
 
 def write_json(path: str, rows: Sequence[Row], meta: dict[str, object]) -> None:

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from a2acc.cli import main
 from a2acc.jit.cache import CacheEntry, PlanCache
 
 
@@ -36,7 +37,7 @@ def test_truncated_entry_is_discarded_and_recompiled(tmp_path, caplog):
     fresh = PlanCache(tmp_path)
     with caplog.at_level("WARNING", logger="a2acc.jit.cache"):
         _e, where = fresh.get_or_compile("k2", lambda: _entry("k2"))
-    assert where == "compiled" and "corrupt" in caplog.text
+    assert where == "compiled" and "not a valid cache entry" in caplog.text
     assert json.loads(path.read_text())["key"] == "k2"  # rewritten whole
 
 
@@ -47,8 +48,22 @@ def test_checksum_mismatch_detected(tmp_path):
     doc = json.loads(path.read_text())
     doc["payload"]["program"] = doc["payload"]["program"].replace("1", "2", 1)
     path.write_text(json.dumps(doc))
+    edited = path.read_bytes()
     assert PlanCache(tmp_path).get("k3") is None
-    assert not path.exists()
+    assert path.read_bytes() == edited  # reading never deletes (cache show and export read this way)
+    assert PlanCache(tmp_path).clear() == 0 and path.exists()  # not provably a2acc's: clear leaves it too
+    _e, where = PlanCache(tmp_path).get_or_compile("k3", lambda: _entry("k3"))
+    assert where == "compiled" and json.loads(path.read_text())["key"] == "k3"  # a recompile replaces it
+
+
+def test_a_copy_of_an_entry_under_another_name_survives_show_and_clear(tmp_path, capsys):
+    c = PlanCache(tmp_path)
+    c.put(_entry("k1"))
+    backup = c.dir / "k1-backup.json"
+    backup.write_bytes((c.dir / "k1.json").read_bytes())
+    assert main(["cache", "--dir", str(tmp_path), "show", "k1-backup"]) == 2
+    assert main(["cache", "--dir", str(tmp_path), "clear"]) == 0
+    assert backup.exists() and not (c.dir / "k1.json").exists()
 
 
 def test_other_version_is_ignored(tmp_path):

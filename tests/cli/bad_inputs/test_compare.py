@@ -42,3 +42,50 @@ def test_requests_that_would_do_nothing_or_nothing_known_are_refused(capsys, arg
     rc, err, _dt = run(capsys, argv)
     assert rc == 2 and fragment in err, err
     one_clear_line(err)
+
+
+COMPARE = [
+    "compare",
+    "-t",
+    "dgx-h100",
+    "-n",
+    "1",
+    "--traffic",
+    "balanced",
+    "--sizes",
+    "1M",
+    "-a",
+    "direct",
+    "-j",
+    "1",
+]
+
+
+@pytest.mark.parametrize(
+    ("flag", "name", "text"),
+    [
+        ("-J", "notes.json", '{"mine": "hand-written", "quoted": {"tool": "a2acc compare"}}\n'),
+        ("--csv", "notes.csv", "My notes\n# tool: a2acc compare\nmine\n"),
+    ],
+)
+def test_a_file_that_only_mentions_the_tool_is_not_replaced(tmp_path, capsys, flag, name, text):
+    """A file is compare's own only when it starts as compare writes it; the tool's name inside a user's file
+    is not enough (it was: the file was replaced without --force)."""
+    path = tmp_path / name
+    path.write_text(text)
+    rc, err, _dt = run(capsys, [*COMPARE, flag, str(path)])
+    assert rc == 2 and "--force" in err
+    one_clear_line(err)
+    assert path.read_text() == text
+
+
+def test_outputs_it_wrote_are_replaced_and_symlinks_refused(tmp_path, capsys):
+    js, csv = tmp_path / "c.json", tmp_path / "c.csv"
+    for _ in range(2):  # the second run replaces what the first wrote
+        rc, _err, _dt = run(capsys, [*COMPARE, "-J", str(js), "--csv", str(csv)])
+        assert rc == 0
+    link = tmp_path / "link.json"
+    link.symlink_to(js)
+    rc, err, _dt = run(capsys, [*COMPARE, "-J", str(link), "--force"])
+    assert rc == 2 and "symbolic link" in err and link.is_symlink()
+    one_clear_line(err)

@@ -113,3 +113,16 @@ def test_compile_refuses_an_output_whose_parent_does_not_exist(tmp_path, capsys)
     )
     assert rc == 2 and "does not exist" in err and not (tmp_path / "no").exists(), err
     one_clear_line(err)
+
+
+def test_instances_past_the_channel_limit_is_an_input_error(tmp_path, capsys):
+    """``--opt instances=33`` multiplied the plan's channels past MSCCL's 32 and was reported as a
+    verification failure of a2acc's own output ("a2acc bug", exit 1)."""
+    from tests.cli.bad_inputs.common import zipf16
+
+    m = zipf16(tmp_path / "m.npy")
+    argv = ["compile", "-t", "dgx-h100", "-n", "2", "-m", m, "-a", "direct", "--opt", "instances=33"]
+    rc, err, _dt = run(capsys, [*argv, "-o", str(tmp_path / "out")])
+    assert rc == 2 and "instances" in err and "at most 32" in err
+    one_clear_line(err)
+    assert not (tmp_path / "out").exists()

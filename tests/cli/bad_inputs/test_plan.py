@@ -225,3 +225,22 @@ def test_a_unit_giving_more_chunks_than_a_plan_may_hold_is_refused_before_planni
     assert rc == 2 and "--unit" in err and "chunks in all" in err and dt < 5, err
     one_clear_line(err)
     assert not out.exists()
+
+
+def test_report_shows_a_hand_edited_meta_instead_of_crashing(tmp_path, capsys):
+    """Candidate times that are not numbers (an edited plan that verify still accepts) are shown as given;
+    report raised a TypeError traceback before."""
+    import json
+
+    from tests.cli.bad_inputs.common import zipf16
+
+    m = zipf16(tmp_path / "m.npy")
+    plan = tmp_path / "p.json"
+    assert main(["plan", "-t", "dgx-h100", "-n", "2", "-m", m, "-a", "fast", "-o", str(plan)]) == 0
+    doc = json.loads(plan.read_text())
+    doc["meta"]["candidates_us"] = {"a": [1], "b": 2.0, "c": "fast"}
+    plan.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["report", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "b 2.0, a [1], c 'fast'" in out

@@ -130,3 +130,78 @@ def test_deeply_nested_manifest_is_one_clear_line(tmp_path, capsys):
     rc, err, _ = run(capsys, ["verify", str(tmp_path / "x.xml"), "--manifest", str(tmp_path / "m.json")])
     assert rc == 2 and "nested too deeply" in err
     one_clear_line(err)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """A compiled MSCCL XML, MSCCL++ JSON and DSL of one Zipf matrix, each with its manifest."""
+    d = tmp_path_factory.mktemp("lowered")
+    np.save(d / "m.npy", generate("zipf", 16, 1 << 20, 1))
+    base = ["compile", "-t", "dgx-h100", "-n", "2", "-m", str(d / "m.npy"), "-a", "fast"]
+    assert main([*base, "-o", str(d / "algos")]) == 0
+    assert main([*base, "-b", "mscclpp-json", "-o", str(d / "p.json")]) == 0
+    assert main([*base, "-b", "mscclpp-dsl", "-o", str(d / "p.py")]) == 0
+    xml = next((d / "algos").glob("*.xml"))
+    return {
+        "xml": (xml, d / "algos.manifest.json"),
+        "json": (d / "p.json", d / "p.json.manifest.json"),
+        "dsl": (d / "p.py", d / "p.py.manifest.json"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "old", "new", "fragment"),
+    [
+        # the executor's parser returns the first of a repeated attribute: the file would run on 8 GPUs
+        ("xml", 'ngpus="16"', 'ngpus="8" ngpus="16"', "attribute repeated"),
+        ("xml", ' cnt="1"', ' cnt="1" cnt="56"', "attribute repeated"),
+        # a size window that excludes the packed call: the executor would never select the file
+        ("xml", 'maxBytes="', 'maxBytes="1" x="', "exclude the packed call"),
+        ("json", '"num_threads_per_block": 1024', '"num_threads_per_block": 0', "num_threads_per_block"),
+        ("dsl", "num_threads_per_block=1024", "num_threads_per_block=0", "num_threads_per_block"),
+        ("json", '"collective": "alltoall"', '"collective": "allreduce"', "describes an alltoall"),
+    ],
+)
+def test_files_the_executor_reads_differently_fail_verification(
+    compiled, tmp_path, capsys, kind, old, new, fragment
+):
+    """Each of these verified OK before: the reader kept the last of a repeated attribute, nothing compared
+    minBytes/maxBytes or the collective with the manifest, and the compiled MSCCL++ checker took any thread
+    count."""
+    path, man = compiled[kind]
+    text = path.read_text()
+    assert old in text
+    bad = tmp_path / f"bad{path.suffix}"
+    bad.write_text(text.replace(old, new, 1))
+    assert main(["verify", str(path), "--manifest", str(man)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(bad), "--manifest", str(man)]) == 1
+    assert fragment in capsys.readouterr().err
+
+
+def test_options_that_would_do_nothing_are_refused(tmp_path, capsys):
+    """``plan --opt backend.X`` and ``verify PLAN.json --opt X`` exited 0 and ignored the option."""
+    np.save(tmp_path / "m.npy", generate("zipf", 16, 1 << 20, 1))
+    base = ["plan", "-t", "dgx-h100", "-n", "2", "-m", str(tmp_path / "m.npy"), "-a", "direct"]
+    rc, err, _dt = run(capsys, [*base, "--opt", "backend.nonsense=2", "-o", str(tmp_path / "p.json")])
+    assert rc == 2 and "backend.nonsense" in err and not (tmp_path / "p.json").exists()
+    one_clear_line(err)
+    assert main([*base, "-o", str(tmp_path / "p.json")]) == 0
+    rc, err, _dt = run(capsys, ["verify", str(tmp_path / "p.json"), "--opt", "nonsense=2"])
+    assert rc == 2 and "plan JSON takes none" in err
+    one_clear_line(err)
+
+
+@pytest.mark.parametrize("cmd", ["verify", "report"])
+def test_a_file_of_zeros_is_refused_from_its_first_bytes(tmp_path, capsys, cmd):
+    """A sparse 1 GiB file of NUL bytes was read whole (6 GB of memory for 3 GB) before being refused."""
+    import resource
+
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.truncate(1 << 30)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rc, err, dt = run(capsys, [cmd, str(big)])
+    assert rc == 2 and "UnicodeDecodeError" in err and dt < 2.0
+    one_clear_line(err)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 << 10  # KiB: under 256 MiB more

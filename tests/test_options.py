@@ -1,0 +1,30 @@
+"""``--opt KEY=VALUE`` parsing (``a2acc.options``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from a2acc.errors import InputError
+from a2acc.options import split_pairs
+
+
+@pytest.mark.parametrize(
+    ("items", "pairs"),
+    [
+        (["dialect=rccl"], [("dialect", "rccl")]),
+        (["dialect=rccl,instances=2"], [("dialect", "rccl"), ("instances", "2")]),
+        # a list value reads as written (it was split and refused: "use KEY=VALUE")
+        (["dtypes=int8,float16"], [("dtypes", "int8,float16")]),
+        (["dtypes=int8, float16 ,proto=LL"], [("dtypes", "int8,float16"), ("proto", "LL")]),
+        (["a=1", "b=x,y"], [("a", "1"), ("b", "x,y")]),
+        ([",x=1"], [("x", "1")]),
+    ],
+)
+def test_pairs_and_list_values(items, pairs):
+    assert split_pairs(items) == pairs
+
+
+@pytest.mark.parametrize("items", [["bogus"], ["a=1", "bogus"], ["=1"]])
+def test_a_part_without_a_key_is_refused_where_no_value_precedes_it(items):
+    with pytest.raises(InputError):
+        split_pairs(items)
