@@ -125,17 +125,24 @@ def _names(e: Mapping[str, str], problems: list[str]) -> tuple[str, str, str]:
     from a2acc.planners import available
     from a2acc.runtime.executors import DEFAULT_EXECUTOR, EXECUTORS, info
 
-    algorithm = e.get("A2ACC_ALGORITHM", DEFAULT_ALGORITHM) or DEFAULT_ALGORITHM
+    # names are matched without regard to case, as A2ACC_MISS, A2ACC_LOG and A2ACC_BUCKETS are
+    algorithm = (e.get("A2ACC_ALGORITHM", DEFAULT_ALGORITHM) or DEFAULT_ALGORITHM).lower()
     known = {i.name for i in available()}
     if algorithm not in known:
         problems.append(f"A2ACC_ALGORITHM={algorithm!r} is not a planner ({', '.join(sorted(known))})")
-    executor = e.get("A2ACC_EXECUTOR", DEFAULT_EXECUTOR) or DEFAULT_EXECUTOR
+    executor = (e.get("A2ACC_EXECUTOR", DEFAULT_EXECUTOR) or DEFAULT_EXECUTOR).lower()
     if executor not in EXECUTORS:
         problems.append(f"A2ACC_EXECUTOR={executor!r}: use one of {', '.join(EXECUTORS)}")
         executor = DEFAULT_EXECUTOR
-    backend = e.get("A2ACC_BACKEND") or info(executor).backend
+    needs = info(executor).backend
+    backend = (e.get("A2ACC_BACKEND") or needs).lower()
     if backend != "none" and backend not in TARGETS:
         problems.append(f"A2ACC_BACKEND={backend!r}: use none or one of {', '.join(sorted(TARGETS))}")
+    elif needs != "none" and backend != needs:  # that executor runs only the files of its backend
+        problems.append(
+            f"A2ACC_BACKEND={backend!r} with A2ACC_EXECUTOR={executor}: it runs {needs} files only (leave "
+            f"A2ACC_BACKEND unset or set it to {needs})"
+        )
     return algorithm, executor, backend
 
 
@@ -153,8 +160,9 @@ def _options(
         if cls is not None:
             parse_options(cls, dict(pairs), where=var)
         return pairs
-    except InputError as exc:
-        problems.append(str(exc))
+    except InputError as exc:  # an options check names the CLI's flag; here the variable is what was set
+        msg = str(exc)
+        problems.append(var + msg[len("--opt") :] if msg.startswith("--opt") else msg)
         return ()
 
 

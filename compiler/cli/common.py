@@ -106,7 +106,7 @@ def resolve_opts(
             raise InputError(
                 "", "--time-limit", limit, f"planner '{algorithm}' has no time limit (it solves no LP)"
             )
-        if not limit > 0:
-            raise InputError("", "--time-limit", limit, "seconds > 0")
+        if not 0 < limit < 1e7:  # the planners' own bound on time_limit, said here under the flag's name
+            raise InputError("", "--time-limit", limit, "seconds, more than 0 and less than 1e7")
         pairs.append(("planner.time_limit", str(limit)))
     return route(pairs, pcls, tcls)

@@ -383,6 +383,23 @@ def _restricted_ascent(inc: _Incidence, npaths: int, iterations: int, start: F64
     return keep
 
 
+def ascent_weights(
+    net: FlowNetwork,
+    demand: npt.NDArray[np.float64] | npt.NDArray[np.int64],
+    k: int = 8,
+    iterations: int = DUAL_ITERATIONS,
+) -> list[F64]:
+    """The edge weights :func:`dual_bound`'s ascent over ``k`` candidate paths per pair reaches (a few
+    checkpoints). It needs no flow, so the mcf planner runs it in a worker while the flow is computed; a pure
+    function of its arguments (the same weights in any process)."""
+    if not iterations:
+        return []
+    d = _offdiag(demand)
+    cand = candidates(net, d, k, BLOCKS)
+    inc = _Incidence(net, cand, d)
+    return _restricted_ascent(inc, cand.npaths, iterations, np.ones(net.nedges))
+
+
 def dual_bound(
     net: FlowNetwork,
     demand: npt.NDArray[np.float64] | npt.NDArray[np.int64],
@@ -391,10 +408,12 @@ def dual_bound(
     k: int = 8,
     workers: str | int = 1,
     iterations: int = DUAL_ITERATIONS,
+    ascent: list[F64] | None = None,
 ) -> tuple[float, str]:
     """The best certified lower bound (module docstring) and which lengths gave it: uniform (hop-bytes), the
     saturated links of ``flow`` (cuts), the gradient of its smooth maximum, or the weights of the ascent over
-    ``k`` candidate paths per pair."""
+    ``k`` candidate paths per pair (``ascent``: those weights computed already, by :func:`ascent_weights`
+    with the same ``k`` and ``iterations``)."""
     d = _offdiag(demand)
     tries: list[tuple[str, F64]] = [("hop-bytes", np.asarray(net.cap, dtype=np.float64).copy())]
     if flow is not None:
@@ -403,13 +422,8 @@ def dual_bound(
         for slack in (0.001, 0.01):
             tries.append((f"cut {slack:g}", (u >= (1 - slack) * top).astype(np.float64)))
         tries.append(("flow gradient", np.exp(np.log(net.nedges) / (EPS_FINAL * top) * (u - top))))
-    if iterations:
-        cand = candidates(net, d, k, BLOCKS)
-        inc = _Incidence(net, cand, d)
-        tries += [
-            ("ascent", w) for w in _restricted_ascent(inc, cand.npaths, iterations, np.ones(net.nedges))
-        ]
-        del cand, inc
+    weights = ascent if ascent is not None else ascent_weights(net, d, k, iterations)
+    tries += [("ascent", w) for w in weights]
     best, name = 0.0, ""
     for label, w in tries:
         lb = certify(net, d, w, workers)

@@ -36,8 +36,8 @@ from a2acc.flows import routes as rt
 from a2acc.flows.decompose import decomposed_mcf
 from a2acc.flows.mcf import LinkFlow, SteppedFlow, hop_distances, link_mcf, path_mcf, time_stepped_mcf
 from a2acc.flows.network import FlowNetwork
-from a2acc.flows.parallel import parse_workers, probe
-from a2acc.flows.scale import dual_bound, path_flow
+from a2acc.flows.parallel import executor, parse_workers, probe
+from a2acc.flows.scale import ascent_weights, dual_bound, path_flow
 from a2acc.flows.schedule import Pieces, Timed, cut_pieces, schedule
 from a2acc.ir.builder import ProgramBuilder
 from a2acc.ir.program import Buf, Program
@@ -103,7 +103,9 @@ class Options:
             if getattr(self, name) > limit:
                 raise InputError("--opt", name, getattr(self, name), f"at most {limit:,}: {why}")
         if not 0 <= self.time_limit < 1e7:
-            raise InputError("--opt", "time_limit", self.time_limit, "seconds >= 0 (0: no limit)")
+            raise InputError(
+                "--opt", "time_limit", self.time_limit, "seconds from 0 (no limit) to less than 1e7"
+            )
         parse_workers(self.workers)
 
 
@@ -238,8 +240,13 @@ def _at_scale(
 ) -> tuple[rt.Routes, dict[str, object]]:
     """The first-order path flow over candidate paths and its certified bound (:mod:`a2acc.flows.scale`)."""
     k = max(opts.k, int(np.bincount(net.tail, minlength=net.nnodes).max()))  # one path per first hop
-    flow = path_flow(net, demand, k=k, iterations=opts.iterations, time_limit=limit)
-    bound, how = dual_bound(net, demand, flow, k=k, workers=opts.workers)
+    # the bound's ascent needs no flow: with workers it runs in one of them while this process finds the flow
+    # (at 1024 GPUs each takes minutes); the weights are the same wherever they are computed
+    with executor(opts.workers) as ex:
+        pending = None if ex is None else ex.submit(ascent_weights, net, demand, k)
+        flow = path_flow(net, demand, k=k, iterations=opts.iterations, time_limit=limit)
+        ascent = ascent_weights(net, demand, k) if pending is None else pending.result()
+    bound, how = dual_bound(net, demand, flow, k=k, workers=opts.workers, ascent=ascent)
     npair = flow.cand.pairs.shape[0]
     pc = counts[flow.cand.pairs[:, 0], flow.cand.pairs[:, 1]]
     chunks = rt.split_chunks(flow.cand.pair, flow.amount, pc)

@@ -124,3 +124,32 @@ def test_jit_default_planner_is_the_compilers_and_auto_searches_only_the_quick_p
     env = {"A2ACC_TOPOLOGY": "alps:1", "A2ACC_ALGORITHM": "auto", "A2ACC_PLANNER_OPTS": "budget_s=5"}
     s, problems = JitSettings.from_env(env)
     assert s is not None and dict(s.planner_opts) == {"budget_s": "5"}, problems
+
+
+def test_an_executor_and_a_backend_that_cannot_work_together_are_refused():
+    """``A2ACC_EXECUTOR=msccl A2ACC_BACKEND=none`` was accepted; every call then fell back (the executor has no
+    XML to run)."""
+    env = {"A2ACC_TOPOLOGY": "dgx-h100", "A2ACC_EXECUTOR": "msccl", "A2ACC_BACKEND": "none"}
+    s, problems = JitSettings.from_env(env)
+    assert s is None and "runs msccl-xml files only" in problems[0]
+    s, problems = JitSettings.from_env({**env, "A2ACC_BACKEND": "msccl-xml"})
+    assert s is not None and not problems
+    # p2p runs from the plan itself; lowering files beside it (for a later cache export) is allowed
+    s, problems = JitSettings.from_env({**env, "A2ACC_EXECUTOR": "p2p", "A2ACC_BACKEND": "msccl-xml"})
+    assert s is not None and s.backend == "msccl-xml"
+
+
+def test_names_ignore_case_and_option_errors_name_the_variable():
+    s, problems = JitSettings.from_env(
+        {
+            "A2ACC_TOPOLOGY": "dgx-h100",
+            "A2ACC_ALGORITHM": "FAST",
+            "A2ACC_BACKEND": "NONE",
+            "A2ACC_MISS": "WAIT",
+        }
+    )
+    assert s is not None and (s.algorithm, s.backend, s.miss) == ("fast", "none", "wait"), problems
+    _s, problems = JitSettings.from_env(
+        {"A2ACC_TOPOLOGY": "dgx-h100", "A2ACC_ALGORITHM": "mcf", "A2ACC_PLANNER_OPTS": "k=0"}
+    )
+    assert problems and problems[0].startswith("A2ACC_PLANNER_OPTS") and "--opt" not in problems[0]
