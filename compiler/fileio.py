@@ -68,7 +68,7 @@ def load_yaml(text: str) -> Any:
     def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
         seen: set[Any] = set()
         for key_node, _value in node.value:
-            key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = loader.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark

@@ -110,17 +110,17 @@ class _Parser:
             )
         if "\t" in body:
             self.err(f"<{name}>: TAB inside a start tag; use single spaces", line)
-        pairs: list[tuple[str, str]] = []
+        found: list[tuple[str, str]] = []
         pos = 0
         n_attr = 0
         for am in _ATTR.finditer(body):
             between = body[pos : am.start()]
             self._stray(name, between, line)
             n_attr += 1 + max(0, between.count(" ") - 1)
-            pairs.append((am.group(1), am.group(2)))
+            found.append((am.group(1), am.group(2)))
             pos = am.end()
         self._stray(name, body[pos:], line)
-        attrs = self._first_of_each(name, pairs, line)
+        attrs = self._first_of_each(name, found, line)
         if n_attr > MAX_ATTRS:
             self.err(f"<{name}> has {n_attr} attributes; the parser keeps only {MAX_ATTRS}", line)
         for k, v in attrs.items():

@@ -41,9 +41,9 @@ def _show(args: argparse.Namespace) -> int:
         )
     if t.direct is not None:
         d = t.direct
-        print(
-            f"direct     : {d.kind} {dict(d.params)}, {len(d.edges)} directed edges of {d.bandwidth:g} GB/s"
-        )
+        bws = sorted({float(e[2]) for e in d.edges}) or [d.bandwidth]  # parallel links summed, per edge
+        bw = f"{bws[0]:g}" if len(bws) == 1 else f"{bws[0]:g} to {bws[-1]:g}"
+        print(f"direct     : {d.kind} {dict(d.params)}, {len(d.edges)} directed edges of {bw} GB/s")
     print(f"memory     : {t.memory_bandwidth:g} GB/s (local copies)")
     kinds = Counter(t.link_kinds)
     print(

@@ -9,7 +9,7 @@ from a2acc.backends import TARGETS, detect
 from a2acc.cli.common import add_opt_args
 from a2acc.errors import PlanFormatError, VerificationError
 from a2acc.fileio import read_text
-from a2acc.ir.layout import find_manifest, load_manifest
+from a2acc.ir.layout import find_manifest, load_manifest, manifest_file
 from a2acc.ir.serial import is_plan_json, program_from_json
 from a2acc.ir.verify import verify_program
 from a2acc.options import parse_options, split_pairs
@@ -77,6 +77,13 @@ def _run(args: argparse.Namespace) -> int:
         )
     man_path = Path(args.manifest) if args.manifest else find_manifest(Path(args.file))
     manifest = load_manifest(man_path) if man_path is not None else None
+    if manifest is not None and manifest.target != target.name:
+        raise PlanFormatError(
+            str(man_path),
+            "target",
+            manifest.target,
+            f"a manifest of {target.name} files: {args.file} is one (give the manifest a2acc wrote with it)",
+        )
     # the options the file was lowered with (recorded in its manifest), then the user's --opt on top
     raw = {**dict(manifest.options if manifest is not None else ()), **dict(split_pairs(args.opt))}
     opts: object = parse_options(target.Options, raw, where="--opt")
@@ -84,7 +91,15 @@ def _run(args: argparse.Namespace) -> int:
     if not chk.ok:
         errors = list(chk.errors)
         if manifest is None and any("postcondition" in e or "never written" in e for e in errors):
-            errors.insert(0, "no manifest found beside the file: an all-to-all-v layout needs --manifest M")
+            beside = Path(f"{args.file}.manifest.json")
+            named = manifest_file(beside) if beside.is_file() else None
+            errors.insert(
+                0,
+                f"the manifest beside the file ({beside.name}) describes {named}, not {Path(args.file).name} "
+                "(a copy?): give it with --manifest to check against it"
+                if named is not None
+                else "no manifest found beside the file: an all-to-all-v layout needs --manifest M",
+            )
         raise VerificationError(args.file, errors)
     if not args.quiet:
         used = f", manifest {man_path}" if man_path is not None and not args.manifest else ""

@@ -145,7 +145,8 @@ def _int(v: Any, src: str, fld: str, lo: int | None = None, hi: int = MAX_LAYOUT
 
 def _matrix(v: Any, n: int, src: str, fld: str, hi: int = MAX_LAYOUT_CHUNKS) -> npt.NDArray[np.int64]:
     if not isinstance(v, list) or len(v) != n or any(not isinstance(r, list) or len(r) != n for r in v):
-        raise PlanFormatError(src, fld, "shape", f"must be an {n} x {n} list of lists")
+        rows = len(v) if isinstance(v, list) else type(v).__name__
+        raise PlanFormatError(src, fld, f"{rows} rows", f"an {n} x {n} list of lists (nranks is {n})")
     for i, row in enumerate(v):
         for j, x in enumerate(row):
             _int(x, src, f"{fld}[{i}][{j}]", 0, hi)

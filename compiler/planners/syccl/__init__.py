@@ -674,8 +674,8 @@ def _emit_chosen(
             chosen.append((i, prog))
             total += len(prog.ops)
     for i, sv in enumerate(solved):
-        if sv.cand == direct and all(j != i for j, _p in chosen) and (prog := emit(i)) is not None:
-            chosen.append((i, prog))
+        if sv.cand == direct and all(j != i for j, _p in chosen) and (dprog := emit(i)) is not None:
+            chosen.append((i, dprog))
     return chosen
 
 

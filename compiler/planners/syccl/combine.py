@@ -164,7 +164,9 @@ def loads(sym: Symmetry, res: Resources, rep: Replica, demand: npt.NDArray[np.fl
     # each hop loads one sending and one receiving port: no boolean-mask copies, one bincount per side (a
     # port is only ever on one side, so the sums are the per-port sums in hop order)
     ncap = res.cap.shape[0]
-    vec = np.bincount(np.where(intra, res.intra_out(a), res.nic_out(na)), v, ncap)
+    vec = np.bincount(np.where(intra, res.intra_out(a), res.nic_out(na)), v, ncap).astype(
+        np.float64, copy=False
+    )
     vec += np.bincount(np.where(intra, res.intra_in(b), res.nic_in(nb)), v, ncap)
     heard = np.bincount(nb * n + a, ~intra & (v > 0), res.nnics * n).reshape(res.nnics, n) > 0
     fan = heard.sum(axis=1)  # per NIC, the distinct ranks it hears from

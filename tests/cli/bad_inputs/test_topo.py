@@ -145,3 +145,15 @@ def test_a_model_parameter_given_twice_is_refused(tmp_path):
     path.write_text("alpha_us: 5\nalpha_us: 9\n")
     with pytest.raises(InputError, match="appears twice"):
         load_model(path)
+
+
+def test_show_gives_the_bandwidth_of_summed_parallel_links(tmp_path, capsys):
+    path = tmp_path / "e.yaml"
+    path.write_text(
+        "version: 1\nname: e\ndirect: {kind: edges, nodes: 3, edges: [[0, 1, 25], [0, 1, 35], [1, 2], [2, 0]], "
+        "bandwidth: 25}\n"
+    )
+    from a2acc.cli import main
+
+    assert main(["topo", "show", str(path)]) == 0
+    assert "6 directed edges of 25 to 60 GB/s" in capsys.readouterr().out

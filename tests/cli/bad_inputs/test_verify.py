@@ -205,3 +205,28 @@ def test_a_file_of_zeros_is_refused_from_its_first_bytes(tmp_path, capsys, cmd):
     assert rc == 2 and "UnicodeDecodeError" in err and dt < 2.0
     one_clear_line(err)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 << 10  # KiB: under 256 MiB more
+
+
+def test_a_manifest_of_another_file_is_said_so(compiled, tmp_path, capsys):
+    """Another compile's manifest gave an internal 'list index out of range' blamed on the file; an MSCCL++
+    manifest for an XML gave '--opt: deps' although no option was given; a copied plan beside its copied
+    manifest gave 'no manifest found beside the file'."""
+    import shutil
+
+    xml, _man = compiled["xml"]
+    other = tmp_path / "m2.npy"
+    np.save(other, generate("zipf", 16, 1 << 22, 2))
+    base = ["compile", "-t", "dgx-h100", "-n", "2", "-m", str(other), "-a", "fast"]
+    assert main([*base, "-o", str(tmp_path / "algos2")]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(xml), "--manifest", str(tmp_path / "algos2.manifest.json")]) == 1
+    err = capsys.readouterr().err
+    assert "nchunksperloop" in err and "index" not in err
+    rc, err, _dt = run(capsys, ["verify", str(xml), "--manifest", str(compiled["json"][1])])
+    assert rc == 2 and "a manifest of msccl-xml files" in err and "--opt" not in err
+    one_clear_line(err)
+    plan, man = compiled["json"]
+    shutil.copy(plan, tmp_path / "x.json")
+    shutil.copy(man, tmp_path / "x.json.manifest.json")
+    assert main(["verify", str(tmp_path / "x.json")]) == 1
+    assert f"describes {plan.name}, not x.json" in capsys.readouterr().err
