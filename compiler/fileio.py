@@ -68,6 +68,8 @@ def load_yaml(text: str) -> Any:
     def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
         seen: set[Any] = set()
         for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges; own keys may override those
+                continue
             key = loader.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
