@@ -301,3 +301,38 @@ def read_xml(text: str, src: str = "<xml>") -> ReadResult:
                 f"gpu {gpu.id}: {per_rank} XML nodes parsed for this rank; the parser holds at most {MAX_NODES}"
             )
     return ReadResult(algo, p.errors, p.notes)
+
+
+# ---------------------------------------------------------------------- what the executor selects a file by
+_ALGO_TAG = re.compile(r"<algo\b[^>]*>")
+
+
+def algo_attrs(text: str) -> dict[str, str]:
+    """The attributes of the first ``<algo>`` start tag, as the executor's lookup (``mscclXmlGetAttrIndex``)
+    reads them: the first of a repeated name. ``{}`` when there is none. A cheap read for choosing among files
+    (what the executor compares before it runs anything); :func:`read_xml` checks the whole file."""
+    tag = _ALGO_TAG.search(text)
+    attrs: dict[str, str] = {}
+    for k, v in _ATTR.findall(tag.group(0) if tag is not None else ""):
+        attrs.setdefault(k, v)
+    return attrs
+
+
+def int_attr(attrs: dict[str, str], key: str) -> int:
+    """An integer attribute of :func:`algo_attrs`; 0 when missing or not an integer (as ``strtol`` gives)."""
+    try:
+        return int(attrs.get(key, "0"))
+    except ValueError:
+        return 0
+
+
+def covers(attrs: dict[str, str], nbytes: int) -> bool:
+    """``minBytes <= nbytes <= maxBytes`` (``maxBytes`` 0: no upper limit), the executor's size test."""
+    hi = int_attr(attrs, "maxBytes")
+    return int_attr(attrs, "minBytes") <= nbytes and (hi == 0 or nbytes <= hi)
+
+
+def selected_for(attrs: dict[str, str], nranks: int, nbytes: int) -> bool:
+    """Would the executor consider the file for an all-to-all of ``nbytes`` per rank over ``nranks`` ranks?
+    (``mscclAvailable`` in msccl-executor-nccl compares the collective, the GPU count and the size.)"""
+    return attrs.get("coll") == "alltoall" and int_attr(attrs, "ngpus") == nranks and covers(attrs, nbytes)

@@ -17,7 +17,6 @@ as XML), and ``DIR.manifest.json`` beside it describes the all-to-all-v packing 
 from __future__ import annotations
 
 import gc
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -34,7 +33,7 @@ from a2acc.backends.msccl_xml.model import (
     MAX_TBS_RCCL,
     Algo,
 )
-from a2acc.backends.msccl_xml.reader import read_xml
+from a2acc.backends.msccl_xml.reader import algo_attrs, covers, read_xml
 from a2acc.backends.msccl_xml.writer import LowerOptions, lower, lower_text, to_xml
 from a2acc.backends.publish import publish_dir
 from a2acc.backends.target import CheckReport, Lowered, default_name, size_window
@@ -438,53 +437,46 @@ class MscclXmlTarget:
 
     def check_text(self, text: str, source: str, manifest: Manifest | None, options: Any) -> CheckReport:
         opts: Options = options if isinstance(options, Options) else Options()
-        layout = manifest.chunk_layout if manifest is not None else None
-        wrong = [] if manifest is None else _selection_errors(text, source, manifest)
-        if any("nchunksperloop" in w or "ngpus" in w for w in wrong):
+        if manifest is None:
+            return _check_algo_text(text, source, opts.dialect, None)
+        attrs = algo_attrs(text)
+        other = _layout_errors(attrs, source, manifest)
+        if other:
             # another layout's manifest: interpreting the file against it would report index errors, not this;
             # what the strict reader finds is said with it
-            return CheckReport(False, (*read_xml(text, source).errors, *wrong))
-        rep = _check_algo_text(text, source, opts.dialect, layout)
-        if not wrong:
-            return rep
-        return replace(rep, ok=False, errors=(*rep.errors, *wrong))
+            return CheckReport(False, (*read_xml(text, source).errors, *other))
+        rep = _check_algo_text(text, source, opts.dialect, manifest.chunk_layout)
+        wrong = _selection_errors(attrs, source, manifest)
+        return replace(rep, ok=False, errors=(*rep.errors, *wrong)) if wrong else rep
 
 
 TARGET = MscclXmlTarget()
 
-_ALGO_TAG = re.compile(r"<algo\b[^>]*>")
 
-
-def _selection_errors(text: str, src: str, manifest: Manifest) -> list[str]:
-    """What keeps the executor from selecting this file for the manifest's packed call (an all-to-all of
-    ``buffer_bytes`` per rank over ``ngpus`` ranks: ``mscclAvailable`` in msccl-executor-nccl compares the
-    collective, the GPU count and ``minBytes <= bytes <= maxBytes``), read as the executor's parser reads the
-    ``<algo>`` tag (the first of a repeated attribute)."""
-    tag = _ALGO_TAG.search(text)
-    if tag is None:
-        return []  # the reader has said so
-
-    def attr(name: str) -> str | None:
-        m = re.search(rf' {name}="([^"]*)"', tag.group(0))
-        return None if m is None else m.group(1)
-
+def _layout_errors(attrs: dict[str, str], src: str, manifest: Manifest) -> list[str]:
+    """Where the ``<algo>`` tag (as the executor reads it: :func:`algo_attrs`) describes another layout than
+    the manifest's: its GPU count or chunks per rank."""
     out: list[str] = []
-    nbytes = manifest.buffer_bytes
-    if attr("coll") != "alltoall":
-        out.append(f'{src}: coll="{attr("coll")}": the manifest describes an alltoall')
-    if attr("ngpus") != str(manifest.ngpus):
-        out.append(f'{src}: ngpus="{attr("ngpus")}": the manifest describes {manifest.ngpus} GPUs')
-    if attr("nchunksperloop") != str(manifest.buffer_chunks):
+    if attrs.get("ngpus") != str(manifest.ngpus):
+        out.append(f'{src}: ngpus="{attrs.get("ngpus")}": the manifest describes {manifest.ngpus} GPUs')
+    if attrs.get("nchunksperloop") != str(manifest.buffer_chunks):
         out.append(
-            f'{src}: nchunksperloop="{attr("nchunksperloop")}": the manifest\'s layout has '
+            f'{src}: nchunksperloop="{attrs.get("nchunksperloop")}": the manifest\'s layout has '
             f"{manifest.buffer_chunks} chunks per rank (a manifest of another file?)"
         )
-    lo, hi = attr("minBytes"), attr("maxBytes")
-    numeric = lo is not None and hi is not None and lo.isdigit() and hi.isdigit()
-    if numeric and not (int(str(lo)) <= nbytes and (int(str(hi)) == 0 or nbytes <= int(str(hi)))):
+    return out
+
+
+def _selection_errors(attrs: dict[str, str], src: str, manifest: Manifest) -> list[str]:
+    """What else keeps the executor from selecting the file for the manifest's packed call (an all-to-all of
+    ``buffer_bytes`` per rank: :func:`a2acc.backends.msccl_xml.reader.selected_for`)."""
+    out: list[str] = []
+    if attrs.get("coll") != "alltoall":
+        out.append(f'{src}: coll="{attrs.get("coll")}": the manifest describes an alltoall')
+    if not covers(attrs, manifest.buffer_bytes):
         out.append(
-            f"{src}: minBytes={lo} maxBytes={hi} exclude the packed call's {nbytes} bytes per rank: the "
-            "executor would never select this file for it"
+            f"{src}: minBytes={attrs.get('minBytes')} maxBytes={attrs.get('maxBytes')} exclude the packed call's "
+            f"{manifest.buffer_bytes} bytes per rank: the executor would never select this file for it"
         )
     return out
 
