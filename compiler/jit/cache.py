@@ -118,23 +118,34 @@ def _is_entry_file(path: Path) -> bool:
     return head == ENTRY_HEAD  # the exact first bytes put() writes, not the words anywhere in a file
 
 
-def _valid_entry(path: Path) -> bool:
-    """An entry a2acc can prove it wrote: an entry file (:func:`_is_entry_file`) whose key is its file name, whose
-    version is its directory's and whose payload matches its checksum. Only these are ever replaced or removed
-    (a user's copy of an entry under another name, or a hand-edited one, is left alone)."""
-    if not _is_entry_file(path):
-        return False
-    try:
-        doc = loads_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return False
-    return (
+def _entry_doc(path: Path) -> dict[str, Any]:
+    """The entry document at ``path`` when it is one a2acc wrote there: the entry format, its key the file name,
+    its version the directory's, its payload matching its checksum; else ``ValueError`` (or the read's
+    ``OSError`` / ``UnicodeDecodeError``) saying why."""
+    doc = loads_json(path.read_text(encoding="utf-8"))
+    ok = (
         isinstance(doc, dict)
-        and doc.get("key") == path.stem
+        and doc.get("format") == ENTRY_FORMAT
         and f"v{doc.get('a2acc_version')}" == path.parent.name
+        and doc.get("key") == path.stem
         and isinstance(doc.get("payload"), dict)
         and _digest(doc["payload"]) == doc.get("sha256")
     )
+    if not ok:
+        raise ValueError("format, version, key or checksum mismatch")
+    return doc
+
+
+def _valid_entry(path: Path) -> bool:
+    """An entry a2acc can prove it wrote (:func:`_is_entry_file` and :func:`_entry_doc`). Only these are ever
+    removed (a user's copy of an entry under another name, or a hand-edited one, is left alone)."""
+    if not _is_entry_file(path):
+        return False
+    try:
+        _entry_doc(path)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return True
 
 
 def _digest(payload: dict[str, Any]) -> str:
@@ -205,18 +216,9 @@ class PlanCache:
         if path is None or not (path.exists() or path.is_symlink()) or not self._usable(path):
             return None
         try:
-            doc = loads_json(path.read_text(encoding="utf-8"))
-            ok = (
-                isinstance(doc, dict)
-                and doc.get("format") == ENTRY_FORMAT
-                and doc.get("a2acc_version") == self.version
-                and doc.get("key") == key
-                and isinstance(doc.get("payload"), dict)
-                and _digest(doc["payload"]) == doc.get("sha256")
-            )
-            if not ok:
-                raise ValueError("format, version, key or checksum mismatch")
-            p = doc["payload"]
+            p = _entry_doc(path)[
+                "payload"
+            ]  # the path is v<version>/<key>.json: its name and directory checked
             entry = CacheEntry(
                 key, p["program"], dict(p.get("files") or {}), p.get("manifest"), dict(p.get("meta") or {})
             )
