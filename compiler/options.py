@@ -116,7 +116,12 @@ def parse_options(cls: type[T], raw: Mapping[str, str] | T | None, *, where: str
     check_ranges(obj, where)
     check = getattr(obj, "check", None)
     if callable(check):
-        check()
+        try:
+            check()
+        except InputError as exc:  # an options class's own check names the CLI flag; say it under ``where``
+            if exc.source != "--opt" or where == "--opt":
+                raise
+            raise type(exc)(where, exc.field, exc.value, exc.allowed) from None
     return obj
 
 
