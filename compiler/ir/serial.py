@@ -369,11 +369,9 @@ def load_program(path: str | Path) -> Program:
     try:
         text = read_text(p)
     except (OSError, UnicodeDecodeError) as exc:
+        why = exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror
         raise PlanFormatError(
-            str(p),
-            "",
-            str(p),
-            f"cannot read the plan file ({exc.__class__.__name__}: {exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror})",
+            str(p), "", str(p), f"cannot read the plan file ({exc.__class__.__name__}: {why})"
         ) from exc
     return program_from_json(text, str(p))
 
