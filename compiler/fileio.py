@@ -94,7 +94,8 @@ def read_text(path: str | os.PathLike[str]) -> str:
         at = head.find(b"\x00")
         if at >= 0:
             raise UnicodeDecodeError("utf-8", head, at, at + 1, "a NUL byte: not a text file")
-        return (head + fh.read()).decode("utf-8")
+        fh.seek(0)  # re-read the head rather than concatenate: a plan file can be gigabytes
+        return fh.read().decode("utf-8")
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
