@@ -157,7 +157,8 @@ def loads(sym: Symmetry, res: Resources, rep: Replica, demand: npt.NDArray[np.fl
     par = np.array(base.parent, dtype=np.int64)
     par[root] = root  # the root's "hop" carries nothing (above) and lands nowhere
     a, b = comp[:, :, par].ravel(), comp.ravel()
-    v = carried.ravel() * (1.0 / len(rep.perms))
+    w = 1.0 / len(rep.perms)  # each image's share
+    v = carried.ravel() * w
     nic_of = np.array([sym.nic_node(r) for r in range(n)], dtype=np.int64)
     na, nb = nic_of[a], nic_of[b]
     intra = a // sym.m == b // sym.m
@@ -171,7 +172,7 @@ def loads(sym: Symmetry, res: Resources, rep: Replica, demand: npt.NDArray[np.fl
     heard = np.bincount(nb * n + a, ~intra & (v > 0), res.nnics * n).reshape(res.nnics, n) > 0
     fan = heard.sum(axis=1)  # per NIC, the distinct ranks it hears from
     xs = np.array([x for x in range(len(par)) if x != root], dtype=np.int64)
-    volume = float((carried[:, :, xs] * (1.0 / len(rep.perms))).ravel().sum())
+    volume = float((carried[:, :, xs] * w).ravel().sum())
     return Load(vec, volume, int(fan.max()))
 
 
