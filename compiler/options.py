@@ -116,12 +116,7 @@ def parse_options(cls: type[T], raw: Mapping[str, str] | T | None, *, where: str
     check_ranges(obj, where)
     check = getattr(obj, "check", None)
     if callable(check):
-        try:
-            check()
-        except InputError as exc:  # an options class's own check names the CLI flag; say it under ``where``
-            if exc.source != "--opt" or where == "--opt":
-                raise
-            raise type(exc)(where, exc.field, exc.value, exc.allowed) from None
+        check()
     return obj
 
 

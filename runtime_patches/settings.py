@@ -160,8 +160,9 @@ def _options(
         if cls is not None:
             parse_options(cls, dict(pairs), where=var)
         return pairs
-    except InputError as exc:
-        problems.append(str(exc))
+    except InputError as exc:  # an options check names the CLI's flag; here the variable is what was set
+        msg = str(exc)
+        problems.append(var + msg[len("--opt") :] if msg.startswith("--opt") else msg)
         return ()
 
 
