@@ -330,9 +330,3 @@ def covers(attrs: dict[str, str], nbytes: int) -> bool:
     """``minBytes <= nbytes <= maxBytes`` (``maxBytes`` 0: no upper limit), the executor's size test."""
     hi = int_attr(attrs, "maxBytes")
     return int_attr(attrs, "minBytes") <= nbytes and (hi == 0 or nbytes <= hi)
-
-
-def selected_for(attrs: dict[str, str], nranks: int, nbytes: int) -> bool:
-    """Would the executor consider the file for an all-to-all of ``nbytes`` per rank over ``nranks`` ranks?
-    (``mscclAvailable`` in msccl-executor-nccl compares the collective, the GPU count and the size.)"""
-    return attrs.get("coll") == "alltoall" and int_attr(attrs, "ngpus") == nranks and covers(attrs, nbytes)

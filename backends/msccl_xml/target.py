@@ -469,7 +469,7 @@ def _layout_errors(attrs: dict[str, str], src: str, manifest: Manifest) -> list[
 
 def _selection_errors(attrs: dict[str, str], src: str, manifest: Manifest) -> list[str]:
     """What else keeps the executor from selecting the file for the manifest's packed call (an all-to-all of
-    ``buffer_bytes`` per rank: :func:`a2acc.backends.msccl_xml.reader.selected_for`)."""
+    ``buffer_bytes`` per rank: :func:`a2acc.backends.msccl_xml.reader.covers`)."""
     out: list[str] = []
     if attrs.get("coll") != "alltoall":
         out.append(f'{src}: coll="{attrs.get("coll")}": the manifest describes an alltoall')

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from a2acc.backends.msccl_xml.reader import algo_attrs, int_attr, selected_for
 from a2acc.errors import PlanFormatError, RuntimeHookError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir.layout import Manifest, find_manifest, load_manifest, manifest_from_json
@@ -191,6 +191,7 @@ class MscclLibrary:
 
 # MSCCL_ALGO_DIR as it was when this process started: the executors read it once, at communicator creation
 _ALGO_DIR_AT_START = os.environ.get("MSCCL_ALGO_DIR")
+_ATTR = re.compile(r'\b(ngpus|nchunksperloop|minBytes|maxBytes|coll)="([^"]*)"')
 
 
 @dataclass(frozen=True)
@@ -203,11 +204,20 @@ class AlgoFile:
     manifest: Manifest | None
 
     def int_attr(self, key: str) -> int:
-        return int_attr(self.attrs, key)
+        try:
+            return int(self.attrs.get(key, "0"))
+        except ValueError:
+            return 0
 
     def selected_for(self, nranks: int, nbytes: int) -> bool:
         """Would the executor consider this file for an all-to-all of ``nbytes`` per rank over ``nranks``?"""
-        return selected_for(self.attrs, nranks, nbytes)
+        lo, hi = self.int_attr("minBytes"), self.int_attr("maxBytes")
+        return (
+            self.attrs.get("coll") == "alltoall"
+            and self.int_attr("ngpus") == nranks
+            and lo <= nbytes
+            and (hi == 0 or nbytes <= hi)
+        )
 
 
 def scan_algo_dir(directory: str | os.PathLike[str]) -> list[AlgoFile]:
@@ -224,9 +234,11 @@ def scan_algo_dir(directory: str | os.PathLike[str]) -> list[AlgoFile]:
             text = p.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
+        head = text[: text.find(">") + 1] if "<algo" in text else ""
+        attrs = dict(_ATTR.findall(head[head.find("<algo") :])) if head else {}
         man_path = find_manifest(p)
         man = load_manifest(man_path) if man_path is not None else None
-        out.append(AlgoFile(p.name, text, algo_attrs(text), man))
+        out.append(AlgoFile(p.name, text, attrs, man))
     return out
 
 
