@@ -23,7 +23,8 @@ Coefficients are scaled (bytes in units of the largest entry) so the LPs stay we
 
 from __future__ import annotations
 
-from collections import deque
+import hashlib
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,6 +105,8 @@ def aggregated_mcf(
     (K, E) flows in bytes or None, T). The engine of :func:`link_mcf` and of the decomposition's master."""
     c = net.cap if cap is None else np.asarray(cap, dtype=np.float64)
     scale = float(np.abs(sup).max()) or 1.0
+    cmax = float(c.max()) if c.size else 1.0
+    cmax = cmax if cmax > 0 else 1.0
     S, E, V = sup.shape[0], net.nedges, net.nnodes
     k = np.repeat(np.arange(S), E)
     e = np.tile(np.arange(E), S)
@@ -111,7 +114,9 @@ def aggregated_mcf(
     t_col = S * E
     rows = np.concatenate([k * V + net.tail[e], k * V + net.head[e], S * V + e, S * V + np.arange(E)])
     cols = np.concatenate([col, col, col, np.full(E, t_col)])
-    vals = np.concatenate([np.ones(S * E), -np.ones(S * E), np.ones(S * E), -c / scale])
+    # T in units of scale / cmax seconds: with supplies and capacities both normalised, the LP of a matrix and
+    # of any multiple of it are the same LP (solved once, :data:`_SOLVED`)
+    vals = np.concatenate([np.ones(S * E), -np.ones(S * E), np.ones(S * E), -c / cmax])
     rhs = (sup / scale).ravel()
     lp = Lp(
         ncols=S * E + 1,
@@ -125,17 +130,42 @@ def aggregated_mcf(
         col_lo=np.zeros(S * E + 1),
         col_hi=np.full(S * E + 1, INF),
     )
-    if acyclic:
-        first, second = _solve_two_phase(lp, t_col, time_limit)
+    key = _lp_key(lp, acyclic)
+    done = _SOLVED.get(key)
+    if done is not None:
+        _SOLVED.move_to_end(key)
+        first, second = done
     else:
-        first, second = Solver(lp, time_limit).run(), None
+        if acyclic:
+            first, second = _solve_two_phase(lp, t_col, time_limit)
+        else:
+            first, second = Solver(lp, time_limit).run(), None
+        if first.status == "optimal" and (second is not None or not acyclic):
+            _SOLVED[key] = (first, second)
+            while len(_SOLVED) > _SOLVED_SIZE:
+                _SOLVED.popitem(last=False)
     best = second if second is not None else first
     if best.x is None:
         return first, None, float("nan")
     flow = np.maximum(best.x[: S * E].reshape(S, E), 0.0) * scale
     if best.status != "optimal" and not _conserves(net, flow, sup):
         return first, None, float("nan")  # a time-limited interior point that does not route the demand
-    return first, flow, max(float(best.x[t_col]), float((flow.sum(axis=0) / c).max()))
+    return first, flow, max(float(best.x[t_col]) * scale / cmax, float((flow.sum(axis=0) / c).max()))
+
+
+#: proven (first, second phase) solutions of :func:`aggregated_mcf`'s LPs, by content: a comparison's sizes
+#: share one chunk pattern, so their LPs are one LP (the solution is the same whether it is looked up or solved)
+_SOLVED: OrderedDict[str, tuple[LpResult, LpResult | None]] = OrderedDict()
+_SOLVED_SIZE = 8
+
+
+def _lp_key(lp: Lp, acyclic: bool) -> str:
+    h = hashlib.sha256(repr((lp.ncols, lp.nrows, acyclic)).encode())
+    for a in (lp.rows, lp.cols, lp.vals, lp.cost, lp.row_lo, lp.row_hi, lp.col_lo, lp.col_hi):
+        arr = np.ascontiguousarray(a)
+        h.update(arr.dtype.str.encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
 
 
 def _conserves(net: FlowNetwork, flow: npt.NDArray[np.float64], sup: npt.NDArray[np.float64]) -> bool:

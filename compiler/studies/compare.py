@@ -15,6 +15,15 @@ file is rescaled to each size, or used as it is when no size is asked for. Bandw
 - ``busbw = algbw * (N-1)/N``, nccl-tests' all-to-all factor (``src/alltoall.cc``: ``AlltoAllGetBw``).
 
 For balanced traffic the two algbw definitions agree; under skew the alltoallv one is larger.
+
+**One chunk pattern for the whole comparison.** Every size is the same traffic shape, so every size is planned
+on the same chunk counts when they fit it: the counts of the largest size's matrix under the default unit
+policy, with each size's own unit (the smallest 16-byte multiple that covers every entry,
+:func:`shared_layout`). A size whose matrix the pattern does not cover, or covers with more than one point of
+padding more than its own layout would (the ``moe`` generator, whose token counts change the shape at small
+sizes), gets its own layout. The matrix itself is never changed: the padding column shows what the layout
+adds. Planners whose search depends only on the counts (syccl's candidates, mcf's flow LP) then do that
+search once per comparison and process, and only simulate per size.
 """
 
 from __future__ import annotations
@@ -36,9 +45,14 @@ from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import resolve_model
 from a2acc.errors import InputError
 from a2acc.fileio import atomic_write_bytes, atomic_write_text
+from a2acc.ir.quantize import DEFAULT_ALIGN, UnitPolicy, padding_bytes, quantize
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import generate
 from a2acc.pipeline import Request, compile
+
+#: a size keeps the comparison's chunk pattern while its padding stays within this share of its payload above
+#: what its own layout would pad
+SHARED_PADDING_SLACK = 0.01
 
 BW_DEFINITIONS = ("fast", "alltoallv")
 PLOT_METRICS = ("busbw", "algbw", "time")
@@ -182,14 +196,15 @@ def compare_rows(
         raise InputError("", "--bw", bw, f"one of {', '.join(BW_DEFINITIONS)}")
     if jobs < 1:
         raise InputError("", "--jobs", jobs, "an integer >= 1")
-    args = (topo, traffic, tuple(algorithms), model, seed, skew, mcf, bw)
+    pattern = _pattern(traffic, topo, sizes, seed, skew)
+    args = (topo, traffic, tuple(algorithms), model, seed, skew, mcf, bw, pattern)
     if jobs == 1 or len(sizes) < 2:
-        at: dict[int, tuple[npt.NDArray[np.int64], tuple[float, str]]] = {}
+        at: dict[int, _SizeInput] = {}
         for alg in algorithms:
             for size in sizes:
                 if size not in at:
-                    at[size] = _matrix_and_bound(traffic, topo, size, seed, skew, mcf)
-                yield _row(topo, *at[size], size, alg, model, bw)
+                    at[size] = _size_input(traffic, topo, size, seed, skew, mcf, pattern)
+                yield _row(topo, at[size], size, alg, model, bw)
         return
     from a2acc.flows.parallel import executor
 
@@ -212,26 +227,35 @@ def size_rows(
     skew: float,
     mcf: bool,
     bw: str,
+    pattern: npt.NDArray[np.int64] | None = None,
 ) -> list[Row]:
     """Every algorithm's row at one size, in table order (a worker process's task)."""
-    m, bound = _matrix_and_bound(traffic, topo, size, seed, skew, mcf)
-    return [_row(topo, m, bound, size, alg, model, bw) for alg in algorithms]
+    at = _size_input(traffic, topo, size, seed, skew, mcf, pattern)
+    return [_row(topo, at, size, alg, model, bw) for alg in algorithms]
 
 
-def _row(
-    topo: Topology,
-    m: npt.NDArray[np.int64],
-    bound: tuple[float, str],
-    size: int,
-    alg: str,
-    model: SimModel | None,
-    bw: str,
-) -> Row:
-    """Plan ``alg`` for ``m`` (verified, or it raises: a wrong plan is a bug; cost-aware planners price their
-    choices under the model), simulate it, set it against the bound (seconds, the binding term)."""
-    bound_s, bound_term = bound
+@dataclass(frozen=True)
+class _SizeInput:
+    """One size's matrix, its layout (the comparison's pattern and this size's unit, or None: its own) and its
+    lower bound (seconds, the binding term)."""
+
+    matrix: npt.NDArray[np.int64]
+    layout: tuple[npt.NDArray[np.int64], int] | None
+    bound: tuple[float, str]
+
+
+def _row(topo: Topology, at: _SizeInput, size: int, alg: str, model: SimModel | None, bw: str) -> Row:
+    """Plan ``alg`` for the size's matrix (verified, or it raises: a wrong plan is a bug; cost-aware planners
+    price their choices under the model), simulate it, set it against the bound."""
+    bound_s, bound_term = at.bound
+    m = at.matrix
     n = topo.nranks
-    res = compile(Request(topo, m, alg, model=model))
+    if at.layout is None:
+        req = Request(topo, m, alg, model=model)
+    else:
+        counts, unit = at.layout
+        req = Request(topo, m, alg, model=model, counts=counts, units=UnitPolicy(unit=unit))
+    res = compile(req)
     prog = res.program
     rep_v = res.verify
     payload = int(m.sum())
@@ -264,13 +288,51 @@ def _row(
     )
 
 
-def _matrix_and_bound(
-    traffic: str | npt.NDArray[np.int64], topo: Topology, size: int, seed: int, skew: float, mcf: bool
-) -> tuple[npt.NDArray[np.int64], tuple[float, str]]:
-    """The matrix at ``size`` and its lower bound (seconds, the binding term)."""
+def _size_input(
+    traffic: str | npt.NDArray[np.int64],
+    topo: Topology,
+    size: int,
+    seed: int,
+    skew: float,
+    mcf: bool,
+    pattern: npt.NDArray[np.int64] | None,
+) -> _SizeInput:
     m = matrix_for(traffic, topo, size, seed, skew)
     rep = lower_bounds(m, topo, mcf=mcf)
-    return m, (rep.seconds, rep.best.name)
+    layout = shared_layout(m, pattern) if pattern is not None else None
+    return _SizeInput(m, layout, (rep.seconds, rep.best.name))
+
+
+def _pattern(
+    traffic: str | npt.NDArray[np.int64], topo: Topology, sizes: Sequence[int], seed: int, skew: float
+) -> npt.NDArray[np.int64] | None:
+    """The comparison's chunk pattern: the largest size's matrix in the default unit policy's counts (its
+    rounding is the finest); None for a single size."""
+    if len(sizes) < 2:
+        return None
+    m = matrix_for(traffic, topo, max(sizes), seed, skew)
+    (_label, unit), *_rest = UnitPolicy().candidates(m, None, DEFAULT_ALIGN)
+    return quantize(m, unit)
+
+
+def shared_layout(
+    m: npt.NDArray[np.int64], pattern: npt.NDArray[np.int64], align: int = DEFAULT_ALIGN
+) -> tuple[npt.NDArray[np.int64], int] | None:
+    """(``pattern``, unit) when ``pattern`` can carry ``m``: the unit is the smallest multiple of ``align``
+    with ``pattern * unit >= m`` everywhere, and the padding is at most :data:`SHARED_PADDING_SLACK` of the
+    payload above that of ``m``'s own layout under the default unit policy. None otherwise (an entry the
+    pattern has no chunk for, or too much padding): the size then gets its own layout."""
+    payload = int(m.sum())
+    if payload == 0 or (m[pattern == 0] > 0).any():
+        return None
+    has = pattern > 0
+    need = int((-(-m[has] // pattern[has])).max())
+    unit = max(-(-need // align) * align, align)
+    (_label, own), *_rest = UnitPolicy().candidates(m, None, align)
+    own_pad = padding_bytes(m, quantize(m, own), own)
+    if padding_bytes(m, pattern, unit) > own_pad + SHARED_PADDING_SLACK * payload:
+        return None
+    return pattern, unit
 
 
 def run_compare(

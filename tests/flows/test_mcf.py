@@ -119,3 +119,22 @@ def test_decomposition_brackets_the_optimum():
         assert dc is not None
         assert dc.bound_s <= opt * (1 + 1e-6) <= dc.time_s * (1 + 1e-6)
         assert dc.time_s <= 1.6 * opt
+
+
+def test_a_multiple_of_a_matrix_is_one_lp_solved_once():
+    """The link LP is normalised in bytes and in time, so a matrix and 7 times it are the same LP: the second
+    is looked up, and gives exactly what solving it afresh gives."""
+    from a2acc.flows import mcf as mcf_mod
+
+    net = _topo({"kind": "torus", "dims": [4, 4]})
+    d = np.random.default_rng(3).integers(0, 50, (16, 16)).astype(np.float64)
+    mcf_mod._SOLVED.clear()
+    a = link_mcf(net, d)
+    assert a is not None and len(mcf_mod._SOLVED) == 1
+    b = link_mcf(net, 7 * d)
+    assert b is not None and len(mcf_mod._SOLVED) == 1
+    assert b.time_s == pytest.approx(7 * a.time_s, rel=1e-12)
+    np.testing.assert_allclose(b.flow, 7 * a.flow, rtol=1e-12, atol=1e-9)
+    mcf_mod._SOLVED.clear()
+    c = link_mcf(net, 7 * d)
+    assert c is not None and c.time_s == b.time_s and np.array_equal(c.flow, b.flow)

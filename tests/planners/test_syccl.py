@@ -276,6 +276,7 @@ def test_byte_identical_across_hash_seeds_and_workers():
     t = load_topology("dgx-a100", 2)
     m = generate("zipf", t.nranks, 1 << 24, 5)
     syccl._SYN.clear()  # solve every LP again, this time in two worker processes
+    syccl._CHOSEN.clear()
     assert _digest(a2acc.plan(t, m, "syccl", workers="2")) == outs[0][0]
 
 
@@ -287,6 +288,36 @@ def test_repeat_calls_are_identical():
     syccl._SYN.clear()
     first = _digest(a2acc.plan(t, m, "syccl"))
     assert _digest(a2acc.plan(t, m, "syccl")) == first  # from the cached synthesis
+
+
+def test_the_same_counts_at_another_chunk_size_reuse_the_candidates_and_plan_as_afresh(monkeypatch):
+    """compare's sizes share one chunk pattern: the second size emits nothing (only simulates), and its plan is
+    the one a process that never saw the first size makes."""
+    from a2acc.ir.quantize import UnitPolicy, quantize
+    from a2acc.pipeline import Request, compile
+    from a2acc.planners import forget, syccl
+
+    t = load_topology("dgx-a100", 2)
+    counts = quantize(generate("zipf", t.nranks, 1 << 22, 3), 4096)
+    emitted = []
+    real_build = syccl.build
+    monkeypatch.setattr(syccl, "build", lambda *a, **k: emitted.append(1) or real_build(*a, **k))
+
+    def run(unit: int) -> str:
+        req = Request(t, counts * unit, "syccl", counts=counts, units=UnitPolicy(unit=unit))
+        return _digest(compile(req).program)
+
+    syccl._SYN.clear()
+    syccl._CHOSEN.clear()
+    run(1024)
+    assert emitted and len(syccl._CHOSEN) == 1
+    emitted.clear()
+    warm = run(1 << 16)
+    assert not emitted
+    syccl._SYN.clear()
+    syccl._CHOSEN.clear()
+    forget()
+    assert run(1 << 16) == warm and emitted
 
 
 def test_time_limit_returns_a_plan_that_says_so(tmp_path, capsys):

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from a2acc.cli import main
-from a2acc.studies.compare import size_label
+from a2acc.ir.quantize import padding_bytes
+from a2acc.model.topology import load_topology
+from a2acc.studies.compare import _pattern, compare_rows, matrix_for, shared_layout, size_label
 
 KEYS = {"time_s", "algbw_GBps", "busbw_GBps", "bound_s", "schedule_s", "stages", "algorithm", "size"}
 ARGS = [
@@ -263,3 +265,29 @@ def test_worker_processes_give_the_rows_of_one_process(tmp_path, capsys):
 def test_jobs_below_one_is_refused(capsys):
     assert main([*ARGS, "--jobs", "0"]) == 2
     assert "--jobs" in capsys.readouterr().err
+
+
+def test_sizes_share_one_chunk_pattern_where_it_fits():
+    topo = load_topology("dgx-h100", 8)
+    sizes = [1 << 20, 1 << 26]
+    pattern = _pattern("zipf", topo, sizes, 0, 0.8)
+    assert pattern is not None and _pattern("zipf", topo, sizes[:1], 0, 0.8) is None
+    m = matrix_for("zipf", topo, 1 << 20, 0, 0.8)
+    layout = shared_layout(m, pattern)
+    assert layout is not None
+    counts, unit = layout
+    assert counts is pattern and unit % 16 == 0
+    assert (counts * unit >= m).all() and not (counts * (unit - 16) >= m).all()  # the smallest that covers
+    rows = list(compare_rows(topo, "zipf", sizes, ["direct"]))
+    assert rows[0].padding_bytes == padding_bytes(m, counts, unit)
+    hole = m.copy()
+    hole[pattern == 0] = 16  # (the diagonal: no chunks there in the pattern)
+    assert shared_layout(hole, pattern) is None
+    # the moe generator's shape changes with the size (whole tokens): small sizes take their own layout
+    moe = _pattern("moe", topo, sizes, 0, 0.8)
+    assert moe is not None and shared_layout(matrix_for("moe", topo, 1 << 20, 0, 0.8), moe) is None
+    # so does a size the pattern would pad by more than a point of its payload over its own layout (16 ranks:
+    # 2.6 % against 0.3 %)
+    small = load_topology("dgx-h100", 2)
+    pat16 = _pattern("zipf", small, sizes, 0, 0.8)
+    assert pat16 is not None and shared_layout(matrix_for("zipf", small, 1 << 20, 0, 0.8), pat16) is None

@@ -29,9 +29,11 @@ dimensions). What came from the slides and what is our design: ``docs/syccl.md``
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -191,7 +193,11 @@ class _Clock:
 
 _SYM: dict[str, Symmetry] = {}
 _SYN: dict[tuple[object, ...], Synthesis] = {}
+#: the candidates chosen for a chunk layout, before simulation (:func:`_evaluate`), per synthesis and layout
+#: (free order, estimate, NIC rounds or None)
+_CHOSEN: dict[tuple[object, ...], tuple[tuple[Program, float, Program | None], ...]] = {}
 _CACHE_SIZE = 16
+_V = TypeVar("_V")
 
 
 def symmetry(topo: Topology) -> Symmetry:
@@ -232,10 +238,15 @@ def plan(req: PlanRequest) -> Program:
     if syn is None:
         syn = _synthesize(topo, sym, opts, clock)
         if not syn.truncated:
-            if len(_SYN) >= _CACHE_SIZE:
-                _SYN.pop(next(iter(_SYN)))
-            _SYN[key] = syn
-    return _evaluate(req, sym, syn, opts, clock)
+            _remember(_SYN, key, syn)
+    return _evaluate(req, sym, syn, opts, clock, key)
+
+
+def _remember(cache: dict[tuple[object, ...], _V], key: tuple[object, ...], value: _V) -> None:
+    """Keep ``value`` in a per-process cache of at most :data:`_CACHE_SIZE` entries (the oldest goes first)."""
+    if len(cache) >= _CACHE_SIZE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
 
 
 def _trivial(req: PlanRequest, sym: Symmetry) -> Program:
@@ -572,7 +583,7 @@ def _evaluation_pool(
     direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
     if direct not in pool:  # latency-bound sizes favour the fewest hops: always consider the direct tree
         pool.append(direct)
-    demand = req.counts.astype(np.float64) * req.unit_bytes
+    demand = req.counts.astype(np.float64)  # in chunks: the choice is the same at every chunk size
     np.fill_diagonal(demand, 0.0)
     off = demand[~np.eye(sym.nranks, dtype=bool)]
     if off.size == 0 or float(off.max()) == float(off.min()) or clock.over():
@@ -588,8 +599,16 @@ def _evaluation_pool(
     return pool, loads
 
 
-def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, clock: _Clock) -> Program:
+def _evaluate(
+    req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, clock: _Clock, key: tuple[object, ...]
+) -> Program:
     """Emit the pool's candidates for the request's chunk counts, time them with the simulator, keep the best.
+
+    Which candidates are emitted, and their Programs, depend on the chunk counts only (the matrix enters in
+    chunks, the sizes in bytes only through the simulation), so they are kept per synthesis and layout
+    (:data:`_CHOSEN`, unless a time limit cut them short): the same counts at another chunk size (``compare``'s
+    sizes share one pattern) reuse them with their bytes rescaled, and only the simulations run again. The
+    Programs are the ones emitting them afresh would give.
 
     Candidates are chosen in order of their busiest port under the actual matrix (5 % buckets; within a bucket
     fewer ops first, then less scale-out fan-in): at most ``evaluate`` of them and, past the first, only while
@@ -599,20 +618,50 @@ def _evaluate(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cl
     chained per NIC in rounds (:func:`a2acc.planners.syccl.emit.build`, ``order="rounds"``: no incast on
     lossy fabrics, and cheap to simulate); ties go to the earlier one."""
     topo = req.topology
-    pool, loads = _evaluation_pool(sym, syn, req, opts, clock)
-    solved = _solve(topo, sym, syn, pool, opts, clock, fine=True)
-    direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
-    chosen = _emit_chosen(req, sym, syn, solved, loads, direct, opts, clock)
+    counts = np.ascontiguousarray(req.counts, dtype=np.int64)
+    ckey = (*key, opts.evaluate, opts.eval_ops, opts.pipeline, hashlib.sha256(counts.tobytes()).hexdigest())
+    chosen = _CHOSEN.get(ckey)
+    if chosen is None:
+        pool, loads = _evaluation_pool(sym, syn, req, opts, clock)
+        solved = _solve(topo, sym, syn, pool, opts, clock, fine=True)
+        direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
+        tally = {  # this layout's sub-demands and LPs (the counters are the last _solve's)
+            "subdemands": syn.counters.get("coarse_subdemands", 0) + syn.counters.get("fine_subdemands", 0),
+            "subdemand_lps": syn.counters.get("coarse_lps", 0) + syn.counters.get("fine_lps", 0),
+        }
+        free = [
+            (replace(p, meta={**p.meta, **tally}), solved[i].estimate)
+            for i, p in _emit_chosen(req, sym, syn, solved, loads, direct, opts, clock)
+        ]
+        chosen = tuple(
+            (p, est, rounds(p, topo) if topo.servers > 1 and not clock.over() else None) for p, est in free
+        )
+        if not clock.hit:
+            _remember(_CHOSEN, ckey, chosen)
     progs: list[Program] = []
-    for _i, prog in chosen:
-        progs.append(prog)
-        if topo.servers > 1 and not clock.over():
-            progs.append(rounds(prog, topo))
+    for prog0, estimate, chained in chosen:
+        progs.append(_for_request(prog0, estimate, req))
+        if chained is not None and not clock.over():
+            progs.append(_for_request(chained, estimate, req))
     times: list[float] = []
     if len(progs) > 1 and not clock.over():
         times = run_all(_simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate")
     best = int(np.argmin(times)) if times else 0
     return _with_outcome(progs[best], sym, syn, clock, times, best)
+
+
+def _for_request(prog: Program, estimate: float, req: PlanRequest) -> Program:
+    """A chosen candidate's Program (emitted for the same counts) with the request's chunk size and matrix."""
+    meta = dict(prog.meta)
+    meta["estimate_us"] = estimate * _pair_bytes(req) * 1e6
+    return replace(prog, unit_bytes=req.unit_bytes, traffic=req.traffic, meta=meta)
+
+
+def _pair_bytes(req: PlanRequest) -> float:
+    """The mean bytes of a pair that sends (the scale of a candidate's per-byte estimate)."""
+    off = req.traffic.astype(np.float64).copy()
+    np.fill_diagonal(off, 0.0)
+    return float(off.sum()) / max(int((off > 0).sum()), 1)
 
 
 def _emit_chosen(
@@ -633,9 +682,7 @@ def _emit_chosen(
     most of a size's planning time, so candidates are emitted a bucket at a time and the buckets after the
     one that fills the selection are never emitted (the selection is the one emitting them all would give).
     Past the first emitted candidate, none is emitted once the time limit is hit."""
-    off = req.traffic.astype(np.float64).copy()
-    np.fill_diagonal(off, 0.0)
-    pair_bytes = float(off.sum()) / max(int((off > 0).sum()), 1)
+    pair_bytes = _pair_bytes(req)
     base: dict[str, MetaValue] = {
         "symmetry": sym.describe(),
         "sketches": len(syn.sketches),
@@ -686,8 +733,6 @@ def _with_outcome(
     its simulated time, and a note when a limit was hit or the topology is only partly symmetric."""
     meta2 = dict(prog.meta)
     meta2["evaluated"] = len(times)
-    meta2["subdemands"] = syn.counters.get("coarse_subdemands", 0) + syn.counters.get("fine_subdemands", 0)
-    meta2["subdemand_lps"] = syn.counters.get("coarse_lps", 0) + syn.counters.get("fine_lps", 0)
     if times:
         meta2["sim_us"] = times[best] * 1e6
     notes = []
