@@ -193,9 +193,8 @@ class _Clock:
 
 _SYM: dict[str, Symmetry] = {}
 _SYN: dict[tuple[object, ...], Synthesis] = {}
-#: the candidates chosen for a chunk layout, before simulation (:func:`_evaluate`), per synthesis and layout
-#: (free order, estimate, NIC rounds or None)
-_CHOSEN: dict[tuple[object, ...], tuple[tuple[Program, float, Program | None], ...]] = {}
+#: the candidates chosen for a chunk layout, before simulation (:func:`_choose`), per synthesis and layout
+_CHOSEN: dict[tuple[object, ...], _Chosen] = {}
 _CACHE_SIZE = 16
 _V = TypeVar("_V")
 
@@ -234,12 +233,28 @@ def plan(req: PlanRequest) -> Program:
         return _trivial(req, sym)
     key: tuple[object, ...] = (topo.fingerprint, opts.candidates, opts.evaluate, opts.epoch_ratio)
     key += (opts.max_epochs, opts.max_depth, opts.prune, opts.search_limit, opts.image_cap)
-    syn = _SYN.get(key)
-    if syn is None:
-        syn = _synthesize(topo, sym, opts, clock)
-        if not syn.truncated:
-            _remember(_SYN, key, syn)
-    return _evaluate(req, sym, syn, opts, clock, key)
+    counts = np.ascontiguousarray(req.counts, dtype=np.int64)
+    ckey = (*key, opts.eval_ops, opts.pipeline, hashlib.sha256(counts.tobytes()).hexdigest())
+    chosen = _CHOSEN.get(ckey)
+    if chosen is None:
+        syn = _SYN.get(key)
+        if syn is None:
+            syn = _synthesize(topo, sym, opts, clock)
+            if not syn.truncated:
+                _remember(_SYN, key, syn)
+        chosen = _choose(req, sym, syn, opts, clock)
+        if not clock.hit:
+            _remember(_CHOSEN, ckey, chosen)
+    return _evaluate(req, sym, chosen, opts, clock)
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """The candidates a layout's evaluation times: (free order, estimate, NIC rounds or None) each, and whether
+    the synthesis they came from was cut short by its search limit."""
+
+    cands: tuple[tuple[Program, float, Program | None], ...]
+    truncated: bool
 
 
 def _remember(cache: dict[tuple[object, ...], _V], key: tuple[object, ...], value: _V) -> None:
@@ -599,16 +614,34 @@ def _evaluation_pool(
     return pool, loads
 
 
-def _evaluate(
-    req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, clock: _Clock, key: tuple[object, ...]
-) -> Program:
-    """Emit the pool's candidates for the request's chunk counts, time them with the simulator, keep the best.
+def _choose(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, clock: _Clock) -> _Chosen:
+    """The candidates to time for the request's chunk counts, emitted (and chained in NIC rounds).
 
-    Which candidates are emitted, and their Programs, depend on the chunk counts only (the matrix enters in
-    chunks, the sizes in bytes only through the simulation), so they are kept per synthesis and layout
-    (:data:`_CHOSEN`, unless a time limit cut them short): the same counts at another chunk size (``compare``'s
-    sizes share one pattern) reuse them with their bytes rescaled, and only the simulations run again. The
-    Programs are the ones emitting them afresh would give.
+    They depend on the chunk counts only (the matrix enters in chunks, the sizes in bytes only through the
+    simulation), so :func:`plan` keeps them per synthesis and layout (:data:`_CHOSEN`, unless a time limit cut
+    them short): the same counts at another chunk size (``compare``'s sizes share one pattern) reuse them with
+    their bytes rescaled, and only the simulations run again. The Programs are the ones emitting them afresh
+    would give (tested)."""
+    topo = req.topology
+    pool, loads = _evaluation_pool(sym, syn, req, opts, clock)
+    solved = _solve(topo, sym, syn, pool, opts, clock, fine=True)
+    direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
+    tally = {  # this layout's sub-demands and LPs (the counters are the last _solve's)
+        "subdemands": syn.counters.get("coarse_subdemands", 0) + syn.counters.get("fine_subdemands", 0),
+        "subdemand_lps": syn.counters.get("coarse_lps", 0) + syn.counters.get("fine_lps", 0),
+    }
+    free = [
+        (replace(p, meta={**p.meta, **tally}), solved[i].estimate)
+        for i, p in _emit_chosen(req, sym, syn, solved, loads, direct, opts, clock)
+    ]
+    cands = tuple(
+        (p, est, rounds(p, topo) if topo.servers > 1 and not clock.over() else None) for p, est in free
+    )
+    return _Chosen(cands, syn.truncated)
+
+
+def _evaluate(req: PlanRequest, sym: Symmetry, chosen: _Chosen, opts: Options, clock: _Clock) -> Program:
+    """Time the chosen candidates (:func:`_choose`) with the simulator at the request's sizes, keep the best.
 
     Candidates are chosen in order of their busiest port under the actual matrix (5 % buckets; within a bucket
     fewer ops first, then less scale-out fan-in): at most ``evaluate`` of them and, past the first, only while
@@ -618,28 +651,8 @@ def _evaluate(
     chained per NIC in rounds (:func:`a2acc.planners.syccl.emit.build`, ``order="rounds"``: no incast on
     lossy fabrics, and cheap to simulate); ties go to the earlier one."""
     topo = req.topology
-    counts = np.ascontiguousarray(req.counts, dtype=np.int64)
-    ckey = (*key, opts.evaluate, opts.eval_ops, opts.pipeline, hashlib.sha256(counts.tobytes()).hexdigest())
-    chosen = _CHOSEN.get(ckey)
-    if chosen is None:
-        pool, loads = _evaluation_pool(sym, syn, req, opts, clock)
-        solved = _solve(topo, sym, syn, pool, opts, clock, fine=True)
-        direct = _pure(syn, next(k for k, sk in enumerate(syn.sketches) if sk.height == 1))
-        tally = {  # this layout's sub-demands and LPs (the counters are the last _solve's)
-            "subdemands": syn.counters.get("coarse_subdemands", 0) + syn.counters.get("fine_subdemands", 0),
-            "subdemand_lps": syn.counters.get("coarse_lps", 0) + syn.counters.get("fine_lps", 0),
-        }
-        free = [
-            (replace(p, meta={**p.meta, **tally}), solved[i].estimate)
-            for i, p in _emit_chosen(req, sym, syn, solved, loads, direct, opts, clock)
-        ]
-        chosen = tuple(
-            (p, est, rounds(p, topo) if topo.servers > 1 and not clock.over() else None) for p, est in free
-        )
-        if not clock.hit:
-            _remember(_CHOSEN, ckey, chosen)
     progs: list[Program] = []
-    for prog0, estimate, chained in chosen:
+    for prog0, estimate, chained in chosen.cands:
         progs.append(_for_request(prog0, estimate, req))
         if chained is not None and not clock.over():
             progs.append(_for_request(chained, estimate, req))
@@ -647,7 +660,7 @@ def _evaluate(
     if len(progs) > 1 and not clock.over():
         times = run_all(_simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate")
     best = int(np.argmin(times)) if times else 0
-    return _with_outcome(progs[best], sym, syn, clock, times, best)
+    return _with_outcome(progs[best], sym, chosen.truncated, clock, times, best)
 
 
 def _for_request(prog: Program, estimate: float, req: PlanRequest) -> Program:
@@ -727,7 +740,7 @@ def _emit_chosen(
 
 
 def _with_outcome(
-    prog: Program, sym: Symmetry, syn: Synthesis, clock: _Clock, times: list[float], best: int
+    prog: Program, sym: Symmetry, truncated: bool, clock: _Clock, times: list[float], best: int
 ) -> Program:
     """The chosen Program with what the evaluation found in its meta: candidates timed, sub-demands and LPs,
     its simulated time, and a note when a limit was hit or the topology is only partly symmetric."""
@@ -736,7 +749,7 @@ def _with_outcome(
     if times:
         meta2["sim_us"] = times[best] * 1e6
     notes = []
-    if syn.truncated or clock.hit:
+    if truncated or clock.hit:
         notes.append("time/search limit hit: best plan found so far, not proven best")
     if not sym.transitive:
         notes.append(
