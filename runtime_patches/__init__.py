@@ -18,7 +18,8 @@ def stats() -> dict[str, object]:
     call while a plan compiled in the background); ``fallbacks`` by reason; ``bucket_hits``; ``cache`` (plans
     taken from memory, disk, or compiled); ``payload_bytes``, ``padding_bytes``, ``residual_bytes``;
     ``overhead_us_median``/``overhead_us_mean`` (the hook's decision time per call, data movement excluded);
-    ``host_syncs`` and ``exchanges_skipped`` (calls that needed no exchange, see :func:`announce`)."""
+    ``host_syncs`` and ``exchanges_skipped`` (calls that needed no exchange, see :func:`announce`), of them
+    ``predicted`` (run with the plan of the call one period back, ``A2ACC_EXCHANGE=adaptive``)."""
     eng = _engine()
     return {} if eng is None else dict(eng.stats.as_dict())
 

@@ -21,7 +21,8 @@ class EngineStats:
     residual at their actual size), ``p2p_sends``/``p2p_recvs`` (messages
     posted) and ``p2p_steps`` (transfer steps) of the ``p2p`` executor; ``host_syncs`` (device-to-host copies
     the engine made: one per exchanged call on a GPU group, none on a CPU group); ``exchanges_skipped`` (handled
-    calls that needed no exchange: the matrix was announced and its plan already agreed); ``phase_s`` (seconds per phase
+    calls that needed no exchange: the matrix was announced and its plan already agreed, or, of them,
+    ``predicted``: ``A2ACC_EXCHANGE=adaptive`` ran the last exchanged matrix's plan); ``phase_s`` (seconds per phase
     of handled calls, see the field); ``cpu_s`` (CPU time of the handled calls in the calling thread: the
     engine's and executor's Python and copies, no waiting);
     ``overhead_us_median``/``overhead_us_mean`` (the hook's decision time per call, exchanges and data
@@ -43,6 +44,7 @@ class EngineStats:
     p2p_steps: int = 0
     host_syncs: int = 0
     exchanges_skipped: int = 0
+    predicted: int = 0
     # seconds spent per phase by handled calls: exchange (the split-size collective), decide (bucket lookup and
     # plan state), pack, start (copies and posts of all steps but the last), wait (blocked in Work.wait inside
     # the executor), tail (the last step and the unpack, waits included)
@@ -72,6 +74,7 @@ class EngineStats:
             "p2p_steps": self.p2p_steps,
             "host_syncs": self.host_syncs,
             "exchanges_skipped": self.exchanges_skipped,
+            "predicted": self.predicted,
             "phase_s": dict(self.phase_s),
             "cpu_s": self.cpu_s,
             "overhead_us_median": float(np.median(over) * 1e6),

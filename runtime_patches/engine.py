@@ -33,6 +33,7 @@ import atexit
 import logging
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -108,6 +109,14 @@ class _Group:
     side: Any = None  # the second process group of the p2p executor's overlap option
     arenas: dict[str, list[Any]] = field(default_factory=dict)  # free arenas per device
     disabled: str = ""  # why a2acc stopped serving this group (set on every rank at the same call)
+    # the adaptive exchange (Engine._predicted, Engine._adapt): the recent calls' matrices with their bucket and
+    # job (newest last), per period p the exchanges in a row whose bucket and frame were those of the call p
+    # before, the period in use and the calls left to run without an exchange. Every rank derives them from
+    # the exchanged matrices alone, so every rank skips the same calls
+    history: deque[_Seen] = field(default_factory=lambda: deque(maxlen=MAX_PERIOD))
+    streaks: list[int] = field(default_factory=lambda: [0] * MAX_PERIOD)
+    period: int = 0
+    skip: int = 0
 
 
 @dataclass
@@ -329,29 +338,45 @@ class Engine:
             t0 = time.perf_counter()
             self._check_announced(known, call)
             pre = None if known is None else self._lookup(g, known, call, group)
+            # no exchange: a call one period back predicts this one (Engine._predicted), or an announced matrix
+            # whose plan every rank already has (see announce). The plan is that matrix's on every rank; what
+            # this rank sends and receives is its own split sizes (the same as its peers' view of them in any
+            # valid call), so a stale prediction or announcement costs residual, never data or a hang
+            ahead = self._predicted(g) if known is None else None
+            if (
+                ahead is None
+                and known is not None
+                and pre is not None
+                and self._agreed_without_exchange(g, pre[1])
+            ):
+                ahead = (known, *pre)
             rows: np.ndarray
-            if known is not None and pre is not None and self._agreed_without_exchange(g, pre[1]):
-                # an announced matrix whose plan every rank already has: no exchange (see announce). The plan
-                # is the announced matrix's on every rank; what this rank sends and receives is its own split
-                # sizes (the same as its peers' view of them in any valid call), so a wrong announcement costs
-                # residual, never data or a hang
-                rows = known.copy()
+            status: int | None
+            if ahead is not None:
+                if known is None:
+                    self._check_unexchanged(call)
+                    self.stats.predicted += 1
+                else:  # the adaptive exchange counts it as a call seen (every rank has the announcement)
+                    g.history.append(_seen(*ahead))
+                base, bucket, j = ahead
+                rows = base.copy()
                 rows[call.rank] = call.in_splits
                 rows[:, call.rank] = call.out_splits
-                bucket, j = pre
                 g.table.settle()
-                status: int | None = g.table.agreed(j)
+                status = g.table.agreed(j)
                 self.stats.exchanges_skipped += 1
                 t1 = t0
             else:
                 got = self._exchange(g, call, known)
                 if got is None:
+                    _forget_calls(g)
                     return None
                 rows = got
                 t1 = time.perf_counter()
                 if pre is None or known is None or not np.array_equal(rows, known):
                     pre = self._lookup(g, rows, call, group)
                 bucket, j = pre
+                self._adapt(g, rows, bucket, j)
                 status = self._status(g, call, j, bucket)
             t2 = time.perf_counter()
             self.stats.overhead_s.append(t2 - t1)
@@ -451,6 +476,49 @@ class Engine:
         status = g.table.agreed(j)
         ex = self.executor if status == OK else self.fallback
         return status != FAILED and bool(getattr(ex, "carries_residual", False))
+
+    def _predicted(self, g: _Group) -> tuple[np.ndarray, Bucket, int] | None:
+        """With ``A2ACC_EXCHANGE=adaptive``: the matrix, bucket and job of the call one period back, when this
+        call is one of those :meth:`_adapt` left to run without an exchange and that job runs without one
+        (settled on every rank at an exchange, an executor that carries residual). Decided from what every rank
+        learned at the exchanges, so every rank decides alike; a call it declines is exchanged on every rank."""
+        if self.settings.exchange != "adaptive" or g.skip <= 0 or not g.period or len(g.history) < g.period:
+            return None
+        g.skip -= 1
+        got = g.history[-g.period]
+        if not self._agreed_without_exchange(g, got.job):
+            return None
+        g.history.append(got)  # the period goes on through the calls it predicts
+        return got.rows, got.bucket, got.job
+
+    def _adapt(self, g: _Group, rows: np.ndarray, bucket: Bucket, j: int) -> None:
+        """After an exchange: per period p (1 to :data:`MAX_PERIOD` calls), whether its matrix found the bucket and
+        frame of the call p before. The shortest period confirmed by the most recent exchanges is used: after
+        1, 2, 3... confirmations in a row the next 1, 2, 4, then at most :data:`MAX_SKIP` calls run without an
+        exchange, each with the plan of the call one period back. A stationary skew is period 1; an MoE layer's
+        dispatch and combine alternate (period 2), L layers forward and backward repeat every 4L calls. A
+        matrix that left its bucket or frame exchanges every call again, and a change while calls are skipped
+        costs at most ``MAX_SKIP`` calls of residual."""
+        seen = _seen(rows, bucket, j)
+        hist = g.history
+        for p in range(1, MAX_PERIOD + 1):
+            same = p <= len(hist) and hist[-p].key == seen.key
+            g.streaks[p - 1] = g.streaks[p - 1] + 1 if same else 0
+        hist.append(seen)
+        g.period = next((p for p in range(1, MAX_PERIOD + 1) if g.streaks[p - 1] > 0), 0)
+        run = g.streaks[g.period - 1] if g.period else 0
+        g.skip = min(1 << (run - 1), MAX_SKIP) if run else 0
+
+    def _check_unexchanged(self, call: _Call) -> None:
+        """A call run without an exchange on every rank cannot take the stock call on one rank alone: tensors
+        a2acc cannot serve in place (which the stock call refuses too) raise, naming the setting."""
+        if not call.eligible:
+            raise AnnounceError(
+                f"a2acc: rank {call.rank}'s call has tensors a2acc cannot serve in place (they must be "
+                "contiguous, of one dtype, device and row shape, with split sizes that add up to their first "
+                "dimensions) while every rank runs the last exchanged plan without an exchange "
+                "(A2ACC_EXCHANGE=adaptive); A2ACC_EXCHANGE=every exchanges on every call"
+            )
 
     def _lookup(self, g: _Group, rows: np.ndarray, call: _Call, group: Any) -> tuple[Bucket, int]:
         """The matrix's bucket and its job number (submitting its plan the first time)."""
@@ -699,6 +767,37 @@ class Engine:
 
         self._finisher.submit(tail)
         return create(fut)
+
+
+#: the most calls in a row ``A2ACC_EXCHANGE=adaptive`` runs without an exchange
+MAX_SKIP = 8
+
+
+#: the longest repeating sequence of calls ``A2ACC_EXCHANGE=adaptive`` looks for (16 MoE layers' dispatch and
+#: combine, forward and backward)
+MAX_PERIOD = 64
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """A call as the adaptive exchange remembers it: its matrix (rows per pair), bucket and job, and the key two
+    calls are the same by (job and relabelling)."""
+
+    rows: np.ndarray
+    bucket: Bucket
+    job: int
+    key: tuple[object, ...]
+
+
+def _seen(rows: np.ndarray, bucket: Bucket, j: int) -> _Seen:
+    return _Seen(rows, bucket, j, (j, None if bucket.ranks is None else tuple(int(x) for x in bucket.ranks)))
+
+
+def _forget_calls(g: _Group) -> None:
+    """A call every rank took the stock path for (decided at its exchange): the adaptive exchange starts over."""
+    g.history.clear()
+    g.streaks = [0] * MAX_PERIOD
+    g.period = g.skip = 0
 
 
 def _fitting(counts: np.ndarray, rows: np.ndarray, row_bytes: int, unit: int, ranks: Any) -> np.ndarray:

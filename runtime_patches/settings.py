@@ -13,6 +13,7 @@ and keeps the stock collectives, never an exception in the job.
 | ``A2ACC_BACKEND_OPTS`` | target options, ``KEY=VALUE,...`` (e.g. ``dialect=rccl``; checked) | by platform |
 | ``A2ACC_BUCKETS`` | ``symmetric``: buckets in canonical form under the topology's symmetries; ``plain`` | ``symmetric`` |
 | ``A2ACC_CACHE_DIR`` | plan cache directory | ``~/.cache/a2acc`` |
+| ``A2ACC_EXCHANGE`` | ``adaptive``: once exchanges keep finding the same bucket, up to 8 calls in a row run the last exchanged matrix's plan without the split-size exchange (each rank's own split sizes travel as they are, rows beyond the plan as residual); ``every``: an exchange per call | ``adaptive`` |
 | ``A2ACC_MISS`` | on a cache miss: ``stock`` (serve the call with the stock collective while the plan compiles in the background) or ``wait`` (compile in the call) | ``stock`` |
 | ``A2ACC_LOG`` | ``debug``, ``info``, ``warning``, ``error`` | ``warning`` |
 
@@ -39,6 +40,7 @@ from a2acc.defaults import DEFAULT_ALGORITHM
 
 MISS_MODES = ("stock", "wait")
 BUCKET_MODES = ("symmetric", "plain")
+EXCHANGE_MODES = ("adaptive", "every")
 LOG_LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -60,6 +62,7 @@ class JitSettings:
     miss: str = "stock"
     executor_opts: tuple[tuple[str, str], ...] = ()
     buckets: str = "symmetric"
+    exchange: str = "adaptive"
 
     @property
     def target(self) -> str | None:
@@ -89,6 +92,7 @@ class JitSettings:
         level_name = _choice(e, "A2ACC_LOG", "warning", tuple(LOG_LEVELS), problems)
         miss = _choice(e, "A2ACC_MISS", "stock", MISS_MODES, problems)
         buckets = _choice(e, "A2ACC_BUCKETS", "symmetric", BUCKET_MODES, problems)
+        exchange = _choice(e, "A2ACC_EXCHANGE", "adaptive", EXCHANGE_MODES, problems)
         if problems:
             return None, problems
         return (
@@ -104,6 +108,7 @@ class JitSettings:
                 miss=miss,
                 executor_opts=opts["A2ACC_EXECUTOR_OPTS"],
                 buckets=buckets,
+                exchange=exchange,
             ),
             [],
         )

@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
         ("A2ACC_EXECUTOR_OPTS", "overlap=maybe", "a boolean"),
         ("A2ACC_EXECUTOR_OPTS", "lanes=2", "known options: overlap"),
         ("A2ACC_BUCKETS", "canonical", "use one of symmetric, plain"),
+        ("A2ACC_EXCHANGE", "never", "use one of adaptive, every"),
     ],
 )
 def test_every_option_is_checked_when_the_settings_are_read(var, value, fragment):

@@ -259,3 +259,30 @@ def test_ranks_holding_different_programs_for_a_bucket_all_take_the_stock_call(t
         assert not any(c["served"] for c in got["calls"])
         assert got["fallbacks"].get("ranks hold different plans", 0) >= 1
     assert "ranks hold different Programs" in errs[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["adaptive", "every"])
+def test_a_stationary_skew_runs_without_the_exchange_in_lockstep(tmp_path, mode):
+    """A2ACC_EXCHANGE=adaptive: once exchanges keep finding the same bucket, calls run the last exchanged
+    matrix's plan with no exchange, the same calls on every rank; the noise and the jumped hot expert in
+    between travel as residual or exchange again, and every result is the stock call's. ``every`` never skips."""
+    env = _env(tmp_path, A2ACC_JIT="1", A2ACC_TOPOLOGY="alps:1", A2ACC_EXCHANGE=mode, A2ACC_LOG="error")
+    results, _errs = _run_world(tmp_path, 4, env, mode="adaptive")
+    calls = [r["checks"] for r in results]
+    assert all(c["same"] for rank in calls for c in rank)
+    predicted = [[i for i, c in enumerate(rank) if c["predicted"]] for rank in calls]
+    assert all(p == predicted[0] for p in predicted)  # lockstep: every rank skipped the same calls
+    if mode == "every":
+        assert predicted[0] == [] and all(r["stats"]["predicted"] == 0 for r in results)
+        return
+    steady = [i for i in predicted[0] if i < 24]
+    assert len(steady) >= 8, predicted[0]  # 1 + 2 + 4 + 8 after the streak builds, less what compiling took
+    assert all(calls[0][i]["served"] for i in predicted[0])
+    # never more than 8 in a row without an exchange
+    runs, run = [], 0
+    for i in range(len(calls[0])):
+        run = run + 1 if i in predicted[0] else 0
+        runs.append(run)
+    assert max(runs) <= 8
+    assert results[0]["stats"]["predicted"] == len(predicted[0])

@@ -11,7 +11,9 @@ argv: rank world port out_json seed [mode]. Modes:
   rejects tensors on any other device and counts host syncs; a2acc's patch is installed after the double;
 - ``content``: rank 1 plans with another planner: every rank must stop before running mismatched Programs;
 - ``capture``: CUDA-graph capture / torch.compile tracing reported by patched checks: the stock call serves,
-  nothing is exchanged, one warning.
+  nothing is exchanged, one warning;
+- ``adaptive``: a stationary skew with per-call noise, then a hot expert that jumps, then the first skew again:
+  records per call whether it was byte-identical, served, and run without an exchange (``A2ACC_EXCHANGE``).
 """
 
 from __future__ import annotations
@@ -162,10 +164,18 @@ def nccl(rank, world, seed, original, eng):
 
     checks = []
     for i in range(12):
-        handled = eng.stats.handled
+        handled, predicted = eng.stats.handled, eng.stats.predicted
         dtype = (torch.float32, torch.bfloat16)[i % 2]
         same, syncs = fake_call(hot(i % world), i, dtype, async_op=bool(i % 3 == 2))
-        checks.append({"i": i, "same": same, "served": eng.stats.handled > handled, "syncs": syncs})
+        checks.append(
+            {
+                "i": i,
+                "same": same,
+                "served": eng.stats.handled > handled,
+                "syncs": syncs,
+                "predicted": eng.stats.predicted > predicted,
+            }
+        )
         time.sleep(0.02)
     # the same rotating hot expert, each call's matrix announced first (what Megatron's dispatcher knows):
     # plans every rank has run without the exchange, so without a host sync
@@ -200,6 +210,36 @@ def nccl(rank, world, seed, original, eng):
         "calls": checks,
         "devices": str(out_a.device),
     }
+
+
+def adaptive(rank, world, seed, original, eng):
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randint(200, 400, (world, world), generator=g)
+    base[:, 1] *= 3  # a stationary hot expert
+
+    def noisy(m):  # every call differs a little (the same draw on every rank)
+        return m + torch.randint(0, 6, m.shape, generator=g)
+
+    jumped = base.clone()
+    jumped[:, 1] //= 3
+    jumped[:, world - 1] *= 4  # the hot expert jumped (another bucket or frame)
+    calls = []
+    plan = (
+        [noisy(base) for _ in range(24)] + [noisy(jumped) for _ in range(3)] + [noisy(base) for _ in range(6)]
+    )
+    for i, rows in enumerate(plan):
+        before = (eng.stats.handled, eng.stats.predicted)
+        same, _ = _call(rows, rank, i, (torch.float32, torch.bfloat16)[i % 2], bool(i % 5 == 4), original)
+        calls.append(
+            {
+                "same": same,
+                "served": eng.stats.handled > before[0],
+                "predicted": eng.stats.predicted > before[1],
+            }
+        )
+        if i < 4:
+            time.sleep(0.1)  # let the first plan compile, so that the steady phase is served
+    return calls
 
 
 def failrank(rank, world, seed, original, eng):
@@ -325,6 +365,7 @@ def main() -> None:
             "capture": capture,
             "failrank": failrank,
             "content": content,
+            "adaptive": adaptive,
         }[mode](rank, world, seed, original, eng)
         result["stats"] = stats()
     dist.barrier()
