@@ -8,9 +8,11 @@ default ``p2p`` executor, ``A2ACC_MISS=stock``). Per workload and dtype the engi
 then every call runs the stock function and the patched one on the same tensors (their order alternates), each
 after a barrier, and the two outputs are compared byte for byte. The call's time is the slowest rank's.
 
-Workloads: ``benchmarks/moe_workloads.py`` (balanced, Zipf 0.8, rotating and jumping hot expert, bursts; rows per
-(source, expert) pair drawn per call, every source routing ``256 x N`` tokens of ``hidden`` elements, about
-1 MiB per peer; seeded, identical on every rank and in ``jit_online.py``).
+Workloads: ``benchmarks/moe_workloads.py`` (balanced, Zipf 0.8, rotating and jumping hot expert, bursts, and one
+MoE layer's dispatch and combine alternating; rows per (source, expert) pair drawn per call, every source routing
+``256 x N`` tokens of ``hidden`` elements, about 1 MiB per peer; seeded, identical on every rank and in
+``jit_online.py``). The engine runs with its defaults, ``A2ACC_EXCHANGE=adaptive`` included: "calls without the
+exchange" counts the calls a period back predicted (and, with ``--announce``, the announced ones).
 
 Reported per workload: calls served by a2acc plans (all calls, and after the first two), padding and residual
 (% of payload), per-call time stock and a2acc (median [min-max] over served calls), bytes each rank sends
