@@ -22,7 +22,7 @@ class EngineStats:
     posted) and ``p2p_steps`` (transfer steps) of the ``p2p`` executor; ``host_syncs`` (device-to-host copies
     the engine made: one per exchanged call on a GPU group, none on a CPU group); ``exchanges_skipped`` (handled
     calls that needed no exchange: the matrix was announced and its plan already agreed, or, of them,
-    ``predicted``: ``A2ACC_EXCHANGE=adaptive`` ran the last exchanged matrix's plan); ``phase_s`` (seconds per phase
+    ``predicted``: ``A2ACC_EXCHANGE=adaptive`` ran the plan of the call one period back); ``phase_s`` (seconds per phase
     of handled calls, see the field); ``cpu_s`` (CPU time of the handled calls in the calling thread: the
     engine's and executor's Python and copies, no waiting);
     ``overhead_us_median``/``overhead_us_mean`` (the hook's decision time per call, exchanges and data

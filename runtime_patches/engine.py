@@ -10,7 +10,8 @@ Per call (all ranks of the call's process group do the same, in the same order):
    sizes, an eligibility flag, the row size and the plan state (:mod:`a2acc.runtime.plans`), on the CPU when
    the group accepts it, else on the data's device (NCCL/RCCL): the call's one host sync. A matrix the caller
    announced (:meth:`Engine.announce`) whose plan every rank settled at an earlier exchange skips it (the plan
-   follows the announcement, the data each rank's own split sizes).
+   follows the announcement, the data each rank's own split sizes), and so do calls that repeat the bucket of
+   the call one period back (``A2ACC_EXCHANGE=adaptive``, :meth:`Engine._adapt`): they run that call's plan.
 4. **Bucket** (:mod:`a2acc.jit.bucket`): a cached layout serving the matrix (in canonical form under the
    topology's symmetries, ``A2ACC_BUCKETS=symmetric``), or a new one; the index evolves from the matrix
    sequence only, so every rank picks the same bucket.
@@ -117,6 +118,7 @@ class _Group:
     streaks: list[int] = field(default_factory=lambda: [0] * MAX_PERIOD)
     period: int = 0
     skip: int = 0
+    every: bool = False  # ranks disagree on A2ACC_EXCHANGE (seen at an exchange): an exchange on every call
 
 
 @dataclass
@@ -342,7 +344,7 @@ class Engine:
             # whose plan every rank already has (see announce). The plan is that matrix's on every rank; what
             # this rank sends and receives is its own split sizes (the same as its peers' view of them in any
             # valid call), so a stale prediction or announcement costs residual, never data or a hang
-            ahead = self._predicted(g) if known is None else None
+            ahead = self._predicted(g, call) if known is None else None
             if (
                 ahead is None
                 and known is not None
@@ -354,7 +356,6 @@ class Engine:
             status: int | None
             if ahead is not None:
                 if known is None:
-                    self._check_unexchanged(call)
                     self.stats.predicted += 1
                 else:  # the adaptive exchange counts it as a call seen (every rank has the announcement)
                     g.history.append(_seen(*ahead))
@@ -477,17 +478,22 @@ class Engine:
         ex = self.executor if status == OK else self.fallback
         return status != FAILED and bool(getattr(ex, "carries_residual", False))
 
-    def _predicted(self, g: _Group) -> tuple[np.ndarray, Bucket, int] | None:
+    def _predicted(self, g: _Group, call: _Call) -> tuple[np.ndarray, Bucket, int] | None:
         """With ``A2ACC_EXCHANGE=adaptive``: the matrix, bucket and job of the call one period back, when this
         call is one of those :meth:`_adapt` left to run without an exchange and that job runs without one
         (settled on every rank at an exchange, an executor that carries residual). Decided from what every rank
-        learned at the exchanges, so every rank decides alike; a call it declines is exchanged on every rank."""
-        if self.settings.exchange != "adaptive" or g.skip <= 0 or not g.period or len(g.history) < g.period:
+        learned at the exchanges, so every rank decides alike; a call it declines is exchanged on every rank.
+        A call it takes whose tensors a2acc cannot serve in place raises before any state changes."""
+        if self.settings.exchange != "adaptive" or g.every or g.skip <= 0 or not g.period:
             return None
-        g.skip -= 1
+        if len(g.history) < g.period:
+            return None
         got = g.history[-g.period]
         if not self._agreed_without_exchange(g, got.job):
+            g.skip -= 1
             return None
+        self._check_unexchanged(call)
+        g.skip -= 1
         g.history.append(got)  # the period goes on through the calls it predicts
         return got.rows, got.bucket, got.job
 
@@ -495,7 +501,8 @@ class Engine:
         """After an exchange: per period p (1 to :data:`MAX_PERIOD` calls), whether its matrix found the bucket and
         frame of the call p before. The shortest period confirmed by the most recent exchanges is used: after
         1, 2, 3... confirmations in a row the next 1, 2, 4, then at most :data:`MAX_SKIP` calls run without an
-        exchange, each with the plan of the call one period back. A stationary skew is period 1; an MoE layer's
+        exchange, each with the plan of the call one period back (the period with the longest run of
+        confirmations; the shortest of equals). A stationary skew is period 1; an MoE layer's
         dispatch and combine alternate (period 2), L layers forward and backward repeat every 4L calls. A
         matrix that left its bucket or frame exchanges every call again, and a change while calls are skipped
         costs at most ``MAX_SKIP`` calls of residual."""
@@ -503,15 +510,17 @@ class Engine:
         hist = g.history
         for p in range(1, MAX_PERIOD + 1):
             same = p <= len(hist) and hist[-p].key == seen.key
-            g.streaks[p - 1] = g.streaks[p - 1] + 1 if same else 0
+            g.streaks[p - 1] = min(g.streaks[p - 1] + 1, _STREAK_CAP) if same else 0
         hist.append(seen)
-        g.period = next((p for p in range(1, MAX_PERIOD + 1) if g.streaks[p - 1] > 0), 0)
-        run = g.streaks[g.period - 1] if g.period else 0
+        # the longest streak, the shortest period among equals (a stationary skew repeats at every period)
+        run, neg = max((g.streaks[p - 1], -p) for p in range(1, MAX_PERIOD + 1))
+        g.period = -neg if run else 0
         g.skip = min(1 << (run - 1), MAX_SKIP) if run else 0
 
     def _check_unexchanged(self, call: _Call) -> None:
         """A call run without an exchange on every rank cannot take the stock call on one rank alone: tensors
-        a2acc cannot serve in place (which the stock call refuses too) raise, naming the setting."""
+        a2acc cannot serve in place (which the stock call refuses too) raise :class:`AnnounceError` (the
+        ``ValueError`` an announced call raises for the same reason), naming the setting."""
         if not call.eligible:
             raise AnnounceError(
                 f"a2acc: rank {call.rank}'s call has tensors a2acc cannot serve in place (they must be "
@@ -530,12 +539,31 @@ class Engine:
         holds), when every rank can take the a2acc path, else None (the same answer on every rank)."""
         n = call.world
         dev = metadata_device(call.group, call.input.device)
-        mine = [*call.in_splits, *call.out_splits, int(call.eligible), call.row_bytes, *g.table.report()]
+        adaptive = int(self.settings.exchange == "adaptive")
+        mine = [
+            *call.in_splits,
+            *call.out_splits,
+            int(call.eligible),
+            call.row_bytes,
+            adaptive,
+            *g.table.report(),
+        ]
         gm = all_gather_ints(mine, call.group, dev, n, call.stock)
         self.stats.host_syncs += int(dev.type != "cpu")
         rows, outs = gm[:, :n], gm[:, n : 2 * n]
-        eligible, row_bytes, prefix, nexc, digest = (gm[:, 2 * n + k] for k in range(5))
-        contents = gm[:, 2 * n + 5 :]
+        eligible, row_bytes, modes, prefix, nexc, digest = (gm[:, 2 * n + k] for k in range(6))
+        contents = gm[:, 2 * n + 6 :]
+        if int(modes.min()) != int(modes.max()) and not g.every:
+            # ranks set A2ACC_EXCHANGE differently: a rank that skips an exchange its peers make hangs them, so
+            # the group exchanges on every call from here, on every rank (this report is the same everywhere)
+            g.every = True
+            _forget_calls(g)
+            self.warn_once(
+                "exchange-modes",
+                "ranks set A2ACC_EXCHANGE differently; exchanging on every call",
+                speak=call.rank == 0,
+                tail="as A2ACC_EXCHANGE=every does",
+            )
         if int(eligible.min()) == 0:
             self.stats.fallback("ineligible tensors")
             return None
@@ -776,9 +804,11 @@ MAX_SKIP = 8
 #: the longest repeating sequence of calls ``A2ACC_EXCHANGE=adaptive`` looks for (16 MoE layers' dispatch and
 #: combine, forward and backward)
 MAX_PERIOD = 64
+#: confirmations counted per period at most (past 4 the skip is at its cap anyway)
+_STREAK_CAP = 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Seen:
     """A call as the adaptive exchange remembers it: its matrix (rows per pair), bucket and job, and the key two
     calls are the same by (job and relabelling)."""
@@ -794,7 +824,9 @@ def _seen(rows: np.ndarray, bucket: Bucket, j: int) -> _Seen:
 
 
 def _forget_calls(g: _Group) -> None:
-    """A call every rank took the stock path for (decided at its exchange): the adaptive exchange starts over."""
+    """The adaptive exchange starts over: at a call whose exchange sent every rank to the stock path (ineligible
+    tensors, split sizes that disagree, ranks that disagree on their plans), or when ranks disagree on
+    ``A2ACC_EXCHANGE``. A plan still compiling or failed does not reset it (its call is still exchanged)."""
     g.history.clear()
     g.streaks = [0] * MAX_PERIOD
     g.period = g.skip = 0

@@ -13,7 +13,7 @@ and keeps the stock collectives, never an exception in the job.
 | ``A2ACC_BACKEND_OPTS`` | target options, ``KEY=VALUE,...`` (e.g. ``dialect=rccl``; checked) | by platform |
 | ``A2ACC_BUCKETS`` | ``symmetric``: buckets in canonical form under the topology's symmetries; ``plain`` | ``symmetric`` |
 | ``A2ACC_CACHE_DIR`` | plan cache directory | ``~/.cache/a2acc`` |
-| ``A2ACC_EXCHANGE`` | ``adaptive``: once exchanges keep finding the same bucket, up to 8 calls in a row run the last exchanged matrix's plan without the split-size exchange (each rank's own split sizes travel as they are, rows beyond the plan as residual); ``every``: an exchange per call | ``adaptive`` |
+| ``A2ACC_EXCHANGE`` | ``adaptive``: once exchanges keep finding the bucket of the call one period back (1 to 64 calls), up to 8 calls in a row run that call's plan without the split-size exchange (each rank's own split sizes travel as they are, rows beyond the plan as residual); ``every``: an exchange per call. Ranks that disagree exchange on every call | ``adaptive`` |
 | ``A2ACC_MISS`` | on a cache miss: ``stock`` (serve the call with the stock collective while the plan compiles in the background) or ``wait`` (compile in the call) | ``stock`` |
 | ``A2ACC_LOG`` | ``debug``, ``info``, ``warning``, ``error`` | ``warning`` |
 

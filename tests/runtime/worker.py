@@ -13,7 +13,8 @@ argv: rank world port out_json seed [mode]. Modes:
 - ``capture``: CUDA-graph capture / torch.compile tracing reported by patched checks: the stock call serves,
   nothing is exchanged, one warning;
 - ``adaptive``: a stationary skew with per-call noise, then a hot expert that jumps, then the first skew again:
-  records per call whether it was byte-identical, served, and run without an exchange (``A2ACC_EXCHANGE``).
+  records per call whether it was byte-identical, served, run without an exchange (``A2ACC_EXCHANGE``), and
+  the residual bytes it sent; ``mixed``: the same with rank 1 set to ``A2ACC_EXCHANGE=every``.
 """
 
 from __future__ import annotations
@@ -228,18 +229,26 @@ def adaptive(rank, world, seed, original, eng):
         [noisy(base) for _ in range(24)] + [noisy(jumped) for _ in range(3)] + [noisy(base) for _ in range(6)]
     )
     for i, rows in enumerate(plan):
-        before = (eng.stats.handled, eng.stats.predicted)
+        before = (eng.stats.handled, eng.stats.predicted, eng.stats.residual_bytes)
         same, _ = _call(rows, rank, i, (torch.float32, torch.bfloat16)[i % 2], bool(i % 5 == 4), original)
         calls.append(
             {
                 "same": same,
                 "served": eng.stats.handled > before[0],
                 "predicted": eng.stats.predicted > before[1],
+                "residual": eng.stats.residual_bytes - before[2],
             }
         )
-        if i < 4:
-            time.sleep(0.1)  # let the first plan compile, so that the steady phase is served
     return calls
+
+
+def mixed(rank, world, seed, original, eng):
+    """``adaptive`` with rank 1 set to ``A2ACC_EXCHANGE=every``: the exchange must notice and stop skipping."""
+    import dataclasses
+
+    if rank == 1:
+        eng.settings = dataclasses.replace(eng.settings, exchange="every")
+    return adaptive(rank, world, seed, original, eng)
 
 
 def failrank(rank, world, seed, original, eng):
@@ -366,6 +375,7 @@ def main() -> None:
             "failrank": failrank,
             "content": content,
             "adaptive": adaptive,
+            "mixed": mixed,
         }[mode](rank, world, seed, original, eng)
         result["stats"] = stats()
     dist.barrier()
