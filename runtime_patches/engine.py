@@ -499,13 +499,12 @@ class Engine:
 
     def _adapt(self, g: _Group, rows: np.ndarray, bucket: Bucket, j: int) -> None:
         """After an exchange: per period p (1 to :data:`MAX_PERIOD` calls), whether its matrix found the bucket and
-        frame of the call p before. The shortest period confirmed by the most recent exchanges is used: after
-        1, 2, 3... confirmations in a row the next 1, 2, 4, then at most :data:`MAX_SKIP` calls run without an
-        exchange, each with the plan of the call one period back (the period with the longest run of
-        confirmations; the shortest of equals). A stationary skew is period 1; an MoE layer's
-        dispatch and combine alternate (period 2), L layers forward and backward repeat every 4L calls. A
-        matrix that left its bucket or frame exchanges every call again, and a change while calls are skipped
-        costs at most ``MAX_SKIP`` calls of residual."""
+        frame of the call p before. The period with the longest run of confirmations by the latest exchanges is
+        used (the shortest of equals): after 1, 2, 3... confirmations in a row the next 1, 2, 4, then at most
+        :data:`MAX_SKIP` calls run without an exchange, each with the plan of the call one period back. A
+        stationary skew is period 1; an MoE layer's dispatch and combine alternate (period 2), L layers forward
+        and backward repeat every 4L calls. A matrix that left its bucket or frame exchanges every call again,
+        and a change while calls are skipped costs at most ``MAX_SKIP`` calls of residual."""
         seen = _seen(rows, bucket, j)
         hist = g.history
         for p in range(1, MAX_PERIOD + 1):
@@ -525,7 +524,7 @@ class Engine:
             raise AnnounceError(
                 f"a2acc: rank {call.rank}'s call has tensors a2acc cannot serve in place (they must be "
                 "contiguous, of one dtype, device and row shape, with split sizes that add up to their first "
-                "dimensions) while every rank runs the last exchanged plan without an exchange "
+                "dimensions) while every rank runs the plan of the call one period back without an exchange "
                 "(A2ACC_EXCHANGE=adaptive); A2ACC_EXCHANGE=every exchanges on every call"
             )
 

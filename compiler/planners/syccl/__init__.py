@@ -196,6 +196,7 @@ _SYN: dict[tuple[object, ...], Synthesis] = {}
 #: the candidates chosen for a chunk layout, before simulation (:func:`_choose`), per synthesis and layout
 _CHOSEN: dict[tuple[object, ...], _Chosen] = {}
 _CACHE_SIZE = 16
+_K = TypeVar("_K")
 _V = TypeVar("_V")
 
 
@@ -204,9 +205,7 @@ def symmetry(topo: Topology) -> Symmetry:
     sym = _SYM.get(topo.fingerprint)
     if sym is None:
         sym = Symmetry(topo)
-        if len(_SYM) >= _CACHE_SIZE:
-            _SYM.pop(next(iter(_SYM)))
-        _SYM[topo.fingerprint] = sym
+        _remember(_SYM, topo.fingerprint, sym)
     return sym
 
 
@@ -257,7 +256,7 @@ class _Chosen:
     truncated: bool
 
 
-def _remember(cache: dict[tuple[object, ...], _V], key: tuple[object, ...], value: _V) -> None:
+def _remember(cache: dict[_K, _V], key: _K, value: _V) -> None:
     """Keep ``value`` in a per-process cache of at most :data:`_CACHE_SIZE` entries (the oldest goes first)."""
     if len(cache) >= _CACHE_SIZE:
         cache.pop(next(iter(cache)))
@@ -651,11 +650,12 @@ def _evaluate(req: PlanRequest, sym: Symmetry, chosen: _Chosen, opts: Options, c
     chained per NIC in rounds (:func:`a2acc.planners.syccl.emit.build`, ``order="rounds"``: no incast on
     lossy fabrics, and cheap to simulate); ties go to the earlier one."""
     topo = req.topology
+    pair_bytes = _pair_bytes(req)
     progs: list[Program] = []
     for prog0, estimate, chained in chosen.cands:
-        progs.append(_for_request(prog0, estimate, req))
+        progs.append(_for_request(prog0, estimate * pair_bytes, req))
         if chained is not None and not clock.over():
-            progs.append(_for_request(chained, estimate, req))
+            progs.append(_for_request(chained, estimate * pair_bytes, req))
     times: list[float] = []
     if len(progs) > 1 and not clock.over():
         times = run_all(_simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate")
@@ -663,11 +663,15 @@ def _evaluate(req: PlanRequest, sym: Symmetry, chosen: _Chosen, opts: Options, c
     return _with_outcome(progs[best], sym, chosen.truncated, clock, times, best)
 
 
-def _for_request(prog: Program, estimate: float, req: PlanRequest) -> Program:
-    """A chosen candidate's Program (emitted for the same counts) with the request's chunk size and matrix."""
-    meta = dict(prog.meta)
-    meta["estimate_us"] = estimate * _pair_bytes(req) * 1e6
-    return replace(prog, unit_bytes=req.unit_bytes, traffic=req.traffic, meta=meta)
+def _for_request(prog: Program, estimate_s: float, req: PlanRequest) -> Program:
+    """A chosen candidate's Program (emitted for the same counts) with the request's chunk size and matrix, and
+    its estimate (seconds) at the request's sizes."""
+    return replace(
+        prog,
+        unit_bytes=req.unit_bytes,
+        traffic=req.traffic,
+        meta={**prog.meta, "estimate_us": estimate_s * 1e6},
+    )
 
 
 def _pair_bytes(req: PlanRequest) -> float:
@@ -695,7 +699,6 @@ def _emit_chosen(
     most of a size's planning time, so candidates are emitted a bucket at a time and the buckets after the
     one that fills the selection are never emitted (the selection is the one emitting them all would give).
     Past the first emitted candidate, none is emitted once the time limit is hit."""
-    pair_bytes = _pair_bytes(req)
     base: dict[str, MetaValue] = {
         "symmetry": sym.describe(),
         "sketches": len(syn.sketches),
@@ -716,7 +719,6 @@ def _emit_chosen(
             sv = solved[i]
             meta = dict(base)
             meta["sketch"] = f"{sv.cand.name}: {sv.cand.describe}"
-            meta["estimate_us"] = sv.estimate * pair_bytes * 1e6
             meta["lp_status"] = ",".join(sv.statuses)
             routes = _source_routes(sym, syn, sv.cand)
             emitted[i] = build(req, sym, routes, sv.subs, sv.level_offset, opts.pipeline, meta)
