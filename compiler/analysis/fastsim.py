@@ -51,7 +51,7 @@ import heapq
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -451,10 +451,38 @@ def simulate_fast(
             _routes_of(prog, topo, digest).setup(mdl), tolerance=tolerance, payload_bytes=total
         )
         with _MEMO_LOCK:
-            _MEMO[key] = res
-            if len(_MEMO) > _MEMO_SIZE:
-                _MEMO.popitem(last=False)
+            _remember(key, res)
     return res if res.total_bytes == total else dataclasses.replace(res, total_bytes=total)
+
+
+SimMemoEntry = tuple[tuple[str, str, str, float], SimResult]
+
+
+def memo_export(
+    progs: Sequence[Program], topo: Topology, *, model: SimModel | None = None
+) -> list[SimMemoEntry]:
+    """The remembered simulations of ``progs`` on ``topo`` under ``model`` at the default tolerance, for
+    another process's :func:`memo_import` (a comparison's ``auto`` row times the rows' plans computed in other
+    workers). Keys are content, so an imported result is exactly what :func:`simulate_fast` would compute."""
+    mdl = resolve_model(topo, model, None)
+    keys = [(_program_digest(p), topo.fingerprint, repr(mdl), float(DEFAULT_TOLERANCE)) for p in progs]
+    with _MEMO_LOCK:
+        return [(k, _MEMO[k]) for k in keys if k in _MEMO]
+
+
+def memo_import(entries: Sequence[SimMemoEntry]) -> None:
+    """Remember simulations another process ran (:func:`memo_export`)."""
+    with _MEMO_LOCK:
+        for k, res in entries:
+            _remember(k, res)
+
+
+def _remember(key: tuple[str, str, str, float], res: SimResult) -> None:
+    """Remember one simulation, the newest last, at most :data:`_MEMO_SIZE`; the lock is held."""
+    _MEMO[key] = res
+    _MEMO.move_to_end(key)
+    if len(_MEMO) > _MEMO_SIZE:
+        _MEMO.popitem(last=False)
 
 
 def forget() -> None:

@@ -281,13 +281,14 @@ static int retire(sim_t *s, double horizon, double now, int *seeded) {
             for (Py_ssize_t j = 0; j < k; j++) s->lcount[s->rows[f * k + j]] -= 1;
     for (Py_ssize_t f = 0; f < nf; f++)
         if (s->fin[f] && finish(s, s->ids[f], s->val[f * NVAL + PROJ], now)) return -1;
-    /* links of the ended flows that were saturated (before anything is cleared) */
-    int unsat = 0;
+    /* links of the ended flows that were saturated (before anything is cleared), listed in lqueue (free
+     * outside solve; each link enters once, so nl entries suffice) */
+    Py_ssize_t unsat = 0;
     for (Py_ssize_t f = 0; f < nf; f++)
         if (s->fin[f])
             for (Py_ssize_t j = 0; j < k; j++) {
                 i64 l = s->rows[f * k + j];
-                if (s->sat[l] == 1) { s->sat[l] = 2; unsat = 1; } /* 2: to clear */
+                if (s->sat[l] == 1) { s->sat[l] = 2; s->lqueue[unsat++] = l; } /* 2: to clear */
             }
     Py_ssize_t keep = 0;
     for (Py_ssize_t f = 0; f < nf; f++) {
@@ -302,8 +303,7 @@ static int retire(sim_t *s, double horizon, double now, int *seeded) {
     }
     s->nf = keep;
     if (unsat) {
-        for (Py_ssize_t l = 0; l <= s->nl; l++)
-            if (s->sat[l] == 2) s->sat[l] = 0;
+        for (Py_ssize_t u = 0; u < unsat; u++) s->sat[s->lqueue[u]] = 0;
         for (Py_ssize_t f = 0; f < keep; f++) {
             int held = 0;
             for (Py_ssize_t j = 0; j < k && !held; j++) held = s->bn[f * k + j] && s->sat[s->rows[f * k + j]];

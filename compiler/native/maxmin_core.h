@@ -7,6 +7,9 @@
  * Each round: count flows per link (weighted), share = remaining / count; a flow's fair share is the smallest
  * share on its links; a link on which every crossing flow has its minimum there is a local bottleneck and fixes
  * all its flows at that share.
+ *
+ * Only the links the rows name are touched (listed once at the start): a round costs O(flows x k + links used),
+ * not O(all links), and the values of the links no row names are never read, so the rates are the same floats.
  */
 #ifndef A2ACC_MAXMIN_CORE_H
 #define A2ACC_MAXMIN_CORE_H
@@ -27,26 +30,37 @@ static int maxmin_core(const int64_t *rows0, Py_ssize_t nf, Py_ssize_t k, const 
     int64_t *notmin = malloc(sizeof(int64_t) * (size_t)nl);
     Py_ssize_t *idx = malloc(sizeof(Py_ssize_t) * nfa);
     unsigned char *fix = malloc(nfa);
+    /* the links the rows name (the pad included), each once: used[0..nu) */
+    Py_ssize_t *used = malloc(sizeof(Py_ssize_t) * (size_t)nl);
+    unsigned char *seen = calloc((size_t)nl, 1);
     int status = 0;
-    if (!rem || !cnt || !share || !fmin || !notmin || !idx || !fix) {
+    if (!rem || !cnt || !share || !fmin || !notmin || !idx || !fix || !used || !seen) {
         status = -1;
         goto out;
     }
+    Py_ssize_t nu = 0;
+    used[nu++] = pad;
+    seen[pad] = 1;
+    for (Py_ssize_t x = 0; x < nf * k; x++) {
+        int64_t l = rows0[x];
+        if (!seen[l]) { seen[l] = 1; used[nu++] = (Py_ssize_t)l; }
+    }
     for (Py_ssize_t f = 0; f < nf; f++) rate[f] = 0.0;
-    for (Py_ssize_t l = 0; l < ncap; l++) rem[l] = cap[l];
-    rem[pad] = INFINITY;
+    for (Py_ssize_t u = 0; u < nu; u++) rem[used[u]] = used[u] == pad ? INFINITY : cap[used[u]];
     Py_ssize_t live = nf;
     for (Py_ssize_t i = 0; i < nf; i++) idx[i] = i;
     while (live > 0) {
-        for (Py_ssize_t l = 0; l < nl; l++) { cnt[l] = 0.0; notmin[l] = 0; }
+        for (Py_ssize_t u = 0; u < nu; u++) { cnt[used[u]] = 0.0; notmin[used[u]] = 0; }
         for (Py_ssize_t a = 0; a < live; a++) {
             Py_ssize_t f = idx[a];
             double wf = w0 ? w0[f] : 1.0;
             for (Py_ssize_t j = 0; j < k; j++) cnt[rows0[f * k + j]] += wf;
         }
         cnt[pad] = 0.0;
-        for (Py_ssize_t l = 0; l < nl; l++)
+        for (Py_ssize_t u = 0; u < nu; u++) {
+            Py_ssize_t l = used[u];
             share[l] = cnt[l] == 0.0 ? INFINITY : rem[l] / (cnt[l] > 1.0 ? cnt[l] : 1.0);
+        }
         for (Py_ssize_t a = 0; a < live; a++) {
             const int64_t *r = rows0 + idx[a] * k;
             double mn = share[r[0]];
@@ -68,14 +82,15 @@ static int maxmin_core(const int64_t *rows0, Py_ssize_t nf, Py_ssize_t k, const 
         for (Py_ssize_t a = 0; a < live; a++)
             if (fix[a]) rate[idx[a]] = fmin[a];
         /* rem -= bincount(rows[fix], weights=repeat(r * w, k)): accumulate in flow order first */
-        for (Py_ssize_t l = 0; l < nl; l++) cnt[l] = 0.0;
+        for (Py_ssize_t u = 0; u < nu; u++) cnt[used[u]] = 0.0;
         for (Py_ssize_t a = 0; a < live; a++) {
             if (!fix[a]) continue;
             Py_ssize_t f = idx[a];
-            double used = w0 ? fmin[a] * w0[f] : fmin[a];
-            for (Py_ssize_t j = 0; j < k; j++) cnt[rows0[f * k + j]] += used;
+            double spent = w0 ? fmin[a] * w0[f] : fmin[a];
+            for (Py_ssize_t j = 0; j < k; j++) cnt[rows0[f * k + j]] += spent;
         }
-        for (Py_ssize_t l = 0; l < nl; l++) {
+        for (Py_ssize_t u = 0; u < nu; u++) {
+            Py_ssize_t l = used[u];
             rem[l] -= cnt[l];
             if (rem[l] < 0.0) rem[l] = 0.0;
         }
@@ -89,7 +104,7 @@ static int maxmin_core(const int64_t *rows0, Py_ssize_t nf, Py_ssize_t k, const 
         live = keep;
     }
 out:
-    free(rem); free(cnt); free(share); free(fmin); free(notmin); free(idx); free(fix);
+    free(rem); free(cnt); free(share); free(fmin); free(notmin); free(idx); free(fix); free(used); free(seen);
     return status;
 }
 

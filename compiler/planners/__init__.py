@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,9 +153,14 @@ def run(name: str, req: PlanRequest) -> Program:
     prog = get_planner(name)(req)
     with _MEMO_LOCK:
         _MEMO[key] = prog
-        while len(_MEMO) > 1 and sum(len(p.table) for p in _MEMO.values()) > _MEMO_OPS:
-            _MEMO.popitem(last=False)
+        _trim()
     return prog
+
+
+def _trim() -> None:
+    """Drop the oldest plans past :data:`_MEMO_OPS` ops (the newest is always kept); the lock is held."""
+    while len(_MEMO) > 1 and sum(len(p.table) for p in _MEMO.values()) > _MEMO_OPS:
+        _MEMO.popitem(last=False)
 
 
 def forget() -> None:
@@ -168,3 +173,29 @@ def remembered(name: str, req: PlanRequest) -> Program | None:
     """The plan :func:`run` made for exactly this request, if it is still remembered."""
     with _MEMO_LOCK:
         return _MEMO.get(_memo_key(name, req))
+
+
+MemoEntry = tuple[tuple[str, ...], Program]
+
+
+def memo_keys() -> frozenset[tuple[str, ...]]:
+    """The keys of the plans remembered now (to export, later, only what was planned after)."""
+    with _MEMO_LOCK:
+        return frozenset(_MEMO)
+
+
+def memo_export(before: frozenset[tuple[str, ...]] = frozenset()) -> list[MemoEntry]:
+    """The remembered plans whose keys are not in ``before``, oldest first: what a worker process planned, to
+    hand to another process's :func:`memo_import` (a comparison's ``auto`` row reuses the plans of the rows
+    computed elsewhere). Keys are content, so an imported plan is exactly what :func:`run` would make."""
+    with _MEMO_LOCK:
+        return [(k, p) for k, p in _MEMO.items() if k not in before]
+
+
+def memo_import(entries: Sequence[MemoEntry]) -> None:
+    """Remember plans another process made (:func:`memo_export`)."""
+    with _MEMO_LOCK:
+        for k, p in entries:
+            _MEMO[k] = p
+            _MEMO.move_to_end(k)
+        _trim()

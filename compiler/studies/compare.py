@@ -39,16 +39,19 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.analysis.bounds import lower_bounds
-from a2acc.analysis.fastsim import simulate_fast
+from a2acc.analysis.fastsim import SimMemoEntry, simulate_fast
+from a2acc.analysis.fastsim import memo_export as sim_memo_export
+from a2acc.analysis.fastsim import memo_import as sim_memo_import
 from a2acc.analysis.incast import IncastModel
 from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import resolve_model
-from a2acc.errors import InputError
+from a2acc.errors import InputError, InternalError
 from a2acc.fileio import atomic_write_bytes, atomic_write_text
 from a2acc.ir.quantize import DEFAULT_ALIGN, UnitPolicy, padding_bytes, quantize
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import generate
 from a2acc.pipeline import Request, compile
+from a2acc.planners import MemoEntry, applies, available, memo_export, memo_import, memo_keys
 
 #: a size keeps the comparison's chunk pattern while its padding stays within this share of its payload above
 #: what its own layout would pad
@@ -188,16 +191,14 @@ def compare_rows(
 ) -> Iterator[Row]:
     """Rows in table order (algorithm blocks, sizes ascending), each yielded as soon as it is computed.
 
-    ``jobs`` > 1 computes the sizes in that many worker processes (one size per task, every algorithm of it in
-    table order, so ``auto`` reuses what the size's other rows planned, as in one process). Every row is a pure
-    function of its request, so the rows are the same; only the order they are computed in changes, and a row
-    is yielded once it and every row before it in table order are done."""
+    ``jobs`` > 1 computes them in that many worker processes (:func:`_parallel_rows`). Every row is a pure
+    function of its request, so the rows are the same as in one process; only the order they are computed in
+    changes, and a row is yielded once it and every row before it in table order are done."""
     if bw not in BW_DEFINITIONS:
         raise InputError("", "--bw", bw, f"one of {', '.join(BW_DEFINITIONS)}")
     if jobs < 1:
         raise InputError("", "--jobs", jobs, "an integer >= 1")
     pattern = _pattern(traffic, topo, sizes, seed, skew)
-    args = (topo, traffic, tuple(algorithms), model, seed, skew, mcf, bw, pattern)
     if jobs == 1 or len(sizes) < 2:
         at: dict[int, _SizeInput] = {}
         for alg in algorithms:
@@ -206,32 +207,123 @@ def compare_rows(
                     at[size] = _size_input(traffic, topo, size, seed, skew, mcf, pattern)
                 yield _row(topo, at[size], size, alg, model, bw)
         return
+    common = _Inputs(topo, traffic, model, seed, skew, mcf, bw, pattern)
+    yield from _parallel_rows(tuple(sizes), tuple(algorithms), common, jobs)
+
+
+#: planners whose search depends on the chunk counts alone (syccl's candidates, mcf's flow LP), done once per
+#: process and pattern: with workers, each runs in one task over every size, so the comparison pays it once
+WHOLE_COMPARISON = ("syccl", "mcf")
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What every row of a comparison shares (sent to each worker task)."""
+
+    topo: Topology
+    traffic: str | npt.NDArray[np.int64]
+    model: SimModel | None
+    seed: int
+    skew: float
+    mcf: bool
+    bw: str
+    pattern: npt.NDArray[np.int64] | None
+
+
+def _parallel_rows(
+    sizes: tuple[int, ...], algorithms: tuple[str, ...], common: _Inputs, jobs: int
+) -> Iterator[Row]:
+    """The rows from worker processes, in table order. Tasks:
+
+    - each :data:`WHOLE_COMPARISON` planner: its rows at every size, in one task (its search once);
+    - the other planners: one task per size;
+    - with ``auto`` listed, the planners it tries (every other one that applies) are planned and simulated
+      even where not listed (their rows are not shown), as ``auto`` in one process would plan them;
+    - ``auto`` at a size, in this process once every task that covers the size is done: the plans and
+      simulations those tasks made there are handed to it (:func:`a2acc.planners.memo_import`,
+      :func:`a2acc.analysis.fastsim.memo_import`), so it only verifies and compares them, as it does in one
+      process after the rows above it (and nothing is sent back to a worker).
+
+    Whole-comparison tasks are submitted first: a worker takes each, the others take the per-size tasks."""
+    from concurrent.futures import FIRST_COMPLETED, Future, wait
+
     from a2acc.flows.parallel import executor
+
+    topo = common.topo
+    listed = set(algorithms)
+    order = [(a, size) for a in algorithms for size in sizes]
+    sizes = tuple(dict.fromkeys(sizes))  # a size asked twice is computed once
+    tried = [e.name for e in available() if e.name != AUTO and applies(e.name, topo) is None]
+    wanted = [
+        *[a for a in algorithms if a != AUTO],
+        *(a for a in tried if AUTO in listed and a not in listed),
+    ]
+    whole = [a for a in wanted if a in WHOLE_COMPARISON]
+    per_size = tuple(a for a in wanted if a not in WHOLE_COMPARISON)
+    done: dict[tuple[str, int], Row] = {}
+    seeds: dict[int, list[_Seeds]] = {size: [] for size in sizes}
+    waiting = {size: len(whole) + (1 if per_size else 0) for size in sizes}  # tasks before a size's auto row
+
+    def settle(size: int, made: _Seeds | None) -> None:
+        if made is not None:
+            seeds[size].append(made)
+            waiting[size] -= 1
+        if waiting[size] == 0 and AUTO in listed:
+            rows, _made = _task((AUTO,), (size,), common, seeds.pop(size))
+            done[(AUTO, size)] = rows[0][0]
 
     with executor(min(jobs, len(sizes))) as ex:
         if ex is None:  # pragma: no cover - more than one worker asked for
             raise InputError("", "--jobs", jobs, "an integer >= 1")
-        futures = {size: ex.submit(size_rows, size, *args) for size in sizes}
-        for a, _alg in enumerate(algorithms):
+        tasks: dict[Future[_TaskResult], tuple[int, ...]] = {}
+        for a in whole:
+            tasks[ex.submit(_task, (a,), sizes, common, [])] = sizes
+        if per_size:
             for size in sizes:
-                yield futures[size].result()[a]
+                tasks[ex.submit(_task, per_size, (size,), common, [])] = (size,)
+        for size in sizes:  # auto with nothing to wait for
+            if waiting[size] == 0:
+                settle(size, None)
+        i = 0
+        while i < len(order):
+            if order[i] in done:
+                yield done[order[i]]
+                i += 1
+                continue
+            if not tasks:  # pragma: no cover - every row has a task
+                raise InternalError(f"compare: no task computes the row {order[i]}")
+            finished, _ = wait(tasks, return_when=FIRST_COMPLETED)
+            for f in finished:
+                at = tasks.pop(f)
+                rows, made = f.result()
+                for size, size_rows, size_made in zip(at, rows, made):
+                    done.update(((r.algorithm, size), r) for r in size_rows if r.algorithm in listed)
+                    settle(size, size_made)
 
 
-def size_rows(
-    size: int,
-    topo: Topology,
-    traffic: str | npt.NDArray[np.int64],
-    algorithms: tuple[str, ...],
-    model: SimModel | None,
-    seed: int,
-    skew: float,
-    mcf: bool,
-    bw: str,
-    pattern: npt.NDArray[np.int64] | None = None,
-) -> list[Row]:
-    """Every algorithm's row at one size, in table order (a worker process's task)."""
-    at = _size_input(traffic, topo, size, seed, skew, mcf, pattern)
-    return [_row(topo, at, size, alg, model, bw) for alg in algorithms]
+_Seeds = tuple[list[MemoEntry], list[SimMemoEntry]]  # the plans and simulations a task made at one size
+_TaskResult = tuple[list[list[Row]], list[_Seeds]]
+
+
+def _task(
+    algorithms: tuple[str, ...], sizes: tuple[int, ...], common: _Inputs, given: list[_Seeds]
+) -> _TaskResult:
+    """A worker's task: ``algorithms``' rows at each of ``sizes`` (table order within a size), and per size the
+    plans and simulations it made there (for that size's ``auto`` row); ``given`` are other tasks' ones."""
+    c = common
+    for plans, sims in given:
+        memo_import(plans)
+        sim_memo_import(sims)
+    rows: list[list[Row]] = []
+    made: list[_Seeds] = []
+    for size in sizes:
+        before = memo_keys()
+        at = _size_input(c.traffic, c.topo, size, c.seed, c.skew, c.mcf, c.pattern)
+        rows.append([_row(c.topo, at, size, alg, c.model, c.bw) for alg in algorithms])
+        plans = memo_export(before)
+        made.append((plans, sim_memo_export([p for _k, p in plans], c.topo, model=c.model)))
+    return rows, made
 
 
 @dataclass(frozen=True)
@@ -278,7 +370,7 @@ def _row(topo: Topology, at: _SizeInput, size: int, alg: str, model: SimModel | 
         bound_term=bound_term,
         schedule_s=res.timings.get("plan", 0.0),
         stages=_int_meta(prog.meta.get("stages")),
-        ops=len(prog.ops),
+        ops=len(prog.table),  # (prog.ops would build every op tuple only to count them)
         chunks=int(prog.counts.sum()),
         nwrong=len(rep_v.errors) if rep_v is not None else 0,
         padding_bytes=prog.padding_bytes,

@@ -246,20 +246,54 @@ def test_a_partial_model_file_takes_its_transports_defaults(tmp_path):
 
 
 def test_worker_processes_give_the_rows_of_one_process(tmp_path, capsys):
-    """``--jobs 2`` computes the sizes in two worker processes: the same rows (every figure but the planners'
-    own timings), in the same table order, as ``--jobs 1``."""
+    """``--jobs 2`` computes the rows in two worker processes (syccl's at every size in one task, fast's and
+    direct's per size, mcf for auto only, then auto per size): the same rows (every figure but the planners' own
+    timings), in the same table order, as ``--jobs 1``."""
     rows = {}
     for jobs in ("1", "2"):
         out = tmp_path / f"j{jobs}.json"
         argv = ["compare", "-t", "dgx-h100", "-n", "2", "--traffic", "zipf", "--sizes", "1M,16M,64M"]
-        assert main([*argv, "-a", "fast,direct,auto", "--jobs", jobs, "-J", str(out)]) == 0
+        assert main([*argv, "-a", "fast,direct,syccl,auto", "--jobs", jobs, "-J", str(out)]) == 0
         capsys.readouterr()
         rows[jobs] = [
             {k: v for k, v in r.items() if k not in ("schedule_s", "sched")}
             for r in json.loads(out.read_text())["rows"]
         ]
-    assert rows["1"] == rows["2"] and len(rows["1"]) == 9
-    assert [r["algorithm"] for r in rows["2"]] == ["fast"] * 3 + ["direct"] * 3 + ["auto"] * 3
+    assert rows["1"] == rows["2"] and len(rows["1"]) == 12
+    assert [r["algorithm"] for r in rows["2"]] == ["fast"] * 3 + ["direct"] * 3 + ["syccl"] * 3 + ["auto"] * 3
+
+
+def test_auto_in_another_process_reuses_the_plans_and_simulations_of_the_rows(monkeypatch):
+    """What a worker's task made at a size (plans and simulations, by content) is handed to that size's auto
+    task: in a process that planned nothing, auto then plans and simulates nothing again and picks the fastest
+    row."""
+    from a2acc import planners
+    from a2acc.analysis import fastsim
+    from a2acc.studies import compare
+
+    topo = load_topology("dgx-h100", 2)
+    sizes = (1 << 20, 1 << 24)
+    common = compare._Inputs(topo, "zipf", None, 0, 0.8, False, "fast", _pattern("zipf", topo, sizes, 0, 0.8))
+    names = ("fast", "direct", "spreadout", "hierarchical", "syccl", "mcf")
+    rows, made = compare._task(names, sizes[1:], common, [])
+    planners.forget()
+    fastsim.forget()  # as in another process
+
+    def only_auto(name):
+        if name != "auto":
+            raise AssertionError(f"{name} planned again")
+        return real(name)
+
+    def no_simulation(*_a, **_k):
+        raise AssertionError("simulated again")
+
+    real = planners.get_planner
+    monkeypatch.setattr(planners, "get_planner", only_auto)
+    monkeypatch.setattr(fastsim, "simulate_setup", no_simulation)
+    (auto_rows,), _made = compare._task(("auto",), sizes[1:], common, made)
+    assert auto_rows[0].time_s == min(r.time_s for r in rows[0])
+    with pytest.raises(AssertionError, match="planned again"):  # without them it would plan
+        compare._task(("auto",), sizes[:1], common, [])
 
 
 def test_jobs_below_one_is_refused(capsys):

@@ -730,11 +730,11 @@ def _emit_chosen(
         if len(chosen) >= opts.evaluate:
             break
         progs = [(i, p) for i in range(len(solved)) if bucket[i] == b and (p := emit(i)) is not None]
-        for i, prog in sorted(progs, key=lambda ip: (len(ip[1].ops), stats[ip[0]][1], ip[0])):
-            if len(chosen) >= opts.evaluate or (chosen and total + len(prog.ops) > opts.eval_ops):
+        for i, prog in sorted(progs, key=lambda ip: (len(ip[1].table), stats[ip[0]][1], ip[0])):
+            if len(chosen) >= opts.evaluate or (chosen and total + len(prog.table) > opts.eval_ops):
                 continue
             chosen.append((i, prog))
-            total += len(prog.ops)
+            total += len(prog.table)
     for i, sv in enumerate(solved):
         if sv.cand == direct and all(j != i for j, _p in chosen) and (dprog := emit(i)) is not None:
             chosen.append((i, dprog))
