@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -42,6 +43,15 @@ def loads_json(text: str, *, unique_keys: bool = False, **kwargs: Any) -> Any:
         raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
     except _DuplicateKey as exc:
         raise json.JSONDecodeError(f"key {exc.args[0]!r} appears twice in one object", text, 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise json.JSONDecodeError(_too_long(exc), text, 0) from None
+
+
+def _too_long(exc: ValueError) -> str:
+    digits = sys.get_int_max_str_digits()
+    return f"a number of more than {digits} digits" if "digits" in str(exc) else f"unreadable ({exc})"
 
 
 class _DuplicateKey(ValueError):
@@ -70,6 +80,10 @@ def load_yaml(text: str) -> Any:
         for key_node, _value in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges; own keys may override those
                 continue
+            if not isinstance(key_node, yaml.ScalarNode):  # `? [1, 2]`: no setting is named by a list or map
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a key must be a name, not a list or mapping", key_node.start_mark
+                )
             key = loader.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -79,23 +93,51 @@ def load_yaml(text: str) -> Any:
         return loader.construct_mapping(node, deep=deep)
 
     _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    return yaml.load(text, Loader=_Loader)
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError:
+        raise
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise yaml.YAMLError(_too_long(exc)) from None
 
 
 #: how much of a file is looked at before it is read whole
 SNIFF_BYTES = 1 << 16
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
+class TooLarge(ValueError):
+    """A file longer than its reader's limit (raised before more than the limit is read)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"larger than {limit} bytes")
+        self.limit = limit
+
+
+def read_text(path: str | os.PathLike[str], max_bytes: int | None = None) -> str:
     """A UTF-8 text file's content; a file whose first 64 KiB hold a NUL byte is refused before the rest is read
-    (``UnicodeDecodeError``, as for any undecodable file: a 3 GB file of zeros took 6 GB to refuse)."""
+    (``UnicodeDecodeError``, as for any undecodable file: a 3 GB file of zeros took 6 GB to refuse), and one
+    longer than ``max_bytes`` once that much is read (:class:`TooLarge`; a device such as ``/dev/zero`` has no
+    size to check first)."""
     with open(path, "rb") as fh:
         head = fh.read(SNIFF_BYTES)
         at = head.find(b"\x00")
         if at >= 0:
             raise UnicodeDecodeError("utf-8", head, at, at + 1, "a NUL byte: not a text file")
         fh.seek(0)  # re-read the head rather than concatenate: a plan file can be gigabytes
-        return fh.read().decode("utf-8")
+        if max_bytes is None:
+            return fh.read().decode("utf-8")
+        data = fh.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise TooLarge(max_bytes)
+        return data.decode("utf-8")
+
+
+def size_words(n: int) -> str:
+    """``64 MiB`` for a limit in bytes (powers of two; plain bytes otherwise)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

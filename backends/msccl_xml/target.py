@@ -72,6 +72,11 @@ def choose_proto(buffer_bytes: int) -> str:
     return "LL" if buffer_bytes < 512 * 1024 else "Simple"
 
 
+#: channels per rank RCCL's MSCCL runs at most (NCCL's runs 32; the plan's own channels are checked against the
+#: dialect's limit after lowering)
+MAX_INSTANCES = 128
+
+
 @dataclass(frozen=True)
 class Options:
     dialect: Literal["nccl", "rccl"] = field(
@@ -100,8 +105,13 @@ class Options:
     )
 
     def check(self) -> None:
-        if self.instances < 1:
-            raise InputError("--opt", "instances", self.instances, "must be an integer >= 1")
+        if not 1 <= self.instances <= MAX_INSTANCES:
+            raise InputError(
+                "--opt",
+                "instances",
+                self.instances,
+                f"must be in 1..{MAX_INSTANCES} (the most channels an executor runs; NCCL's is 32)",
+            )
         if not 0 <= self.priority <= 99:
             raise InputError("--opt", "priority", self.priority, "must be in 0..99")
         self.dtype_list()
@@ -411,6 +421,15 @@ class MscclXmlTarget:
         present = [p for p in out.iterdir() if p.is_file()] if out.is_dir() else []
         foreign = [p.name for p in present if p.name not in owned]
         _refuse_foreign(out, foreign, man_path, force)
+        clash = sorted(name for name in lowered.files if name in foreign)
+        if clash:  # --force writes beside such files, never over them
+            raise InputError(
+                str(out / clash[0]),
+                "-o",
+                clash[0],
+                "a file a2acc did not write has the name of one it would write (--force leaves files it did not "
+                "write in place): move it, or choose another directory",
+            )
         if dir_manifest and not foreign:  # the directory and its manifest replaced as one set
             described = {p.name for p in present if p.name in owned and find_manifest(p) == man_path}
             return publish_dir(

@@ -158,10 +158,10 @@ def _fast_op(d: Any) -> Op | None:
     if type(d) is not dict or not d.keys() <= _FAST_OP_KEYS:
         return None
     name = d.get("name")
-    if name not in _OP_NAME_SET:
+    if type(name) is not str or name not in _OP_NAME_SET:
         return None
     ct = d.get("channel_type")
-    if ct is not None and ct not in CHANNEL_TYPES:
+    if ct is not None and (type(ct) is not str or ct not in CHANNEL_TYPES):
         return None
     ids = sems = src = dst = None
     if "channel_ids" in d and (ids := _ints(d["channel_ids"], 255)) is None:

@@ -60,6 +60,11 @@ CALL_DSL = (
 )
 
 
+#: thread blocks per rank a plan may ask for at most (a GPU runs a few hundred resident ones; the defaults are 108
+#: and 110)
+MAX_THREADBLOCKS = 1024
+
+
 @dataclass(frozen=True)
 class Options:
     target: Literal["nvidia", "amd"] = field(
@@ -106,9 +111,12 @@ class Options:
     )
 
     def check(self) -> None:
-        if self.max_threadblocks < 0:
+        if not 0 <= self.max_threadblocks <= MAX_THREADBLOCKS:
             raise InputError(
-                "--opt", "max_threadblocks", self.max_threadblocks, "must be >= 0 (0: by target)"
+                "--opt",
+                "max_threadblocks",
+                self.max_threadblocks,
+                f"must be in 0..{MAX_THREADBLOCKS} (0: by target)",
             )
         if not 2 <= self.launches <= 8:
             raise InputError(

@@ -46,7 +46,7 @@ import yaml
 
 from a2acc.analysis.incast import DEFAULT_DT_ALPHA, DEFAULT_WINDOW_BYTES, ROCE_RTO_S, IncastModel
 from a2acc.errors import InputError
-from a2acc.fileio import load_yaml
+from a2acc.fileio import TooLarge, load_yaml, read_text, size_words
 from a2acc.model.topology import Topology
 
 MODEL_FILE_VERSION = 1
@@ -288,7 +288,7 @@ def _check_layout(data: Any, src: str) -> tuple[object, str, dict[Any, Any]]:
             raise ModelFileError(
                 src, str(k), data[k], f"unknown field; allowed: {', '.join(_TOP + _TOP_INFO)}"
             )
-    if data.get("version") != MODEL_FILE_VERSION:
+    if isinstance(data.get("version"), bool) or data.get("version") != MODEL_FILE_VERSION:  # (True == 1)
         raise ModelFileError(
             src, "version", data.get("version"), f"this a2acc reads version {MODEL_FILE_VERSION}"
         )
@@ -334,11 +334,19 @@ def _parse_incast(inc_raw: dict[Any, Any], bi: IncastModel, transport: str, src:
     )
 
 
+#: the largest params file read (one is a few hundred bytes)
+MAX_MODEL_FILE_BYTES = 1 << 20
+
+
 def load_model(path: str | Path) -> SimModel:
     """Read a params file written by ``a2acc calibrate -o`` (or by hand)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p, MAX_MODEL_FILE_BYTES)
+    except TooLarge:
+        raise ModelFileError(
+            str(p), "", p.name, f"larger than {size_words(MAX_MODEL_FILE_BYTES)}: not a params file"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelFileError(str(p), "", str(p), f"cannot read the file ({exc.__class__.__name__})") from exc
     try:

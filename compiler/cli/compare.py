@@ -31,6 +31,7 @@ from a2acc.studies.compare import (
     check_plot_backend,
     compare_rows,
     format_row,
+    matrix_for,
     own_size,
     owned_csv,
     owned_json,
@@ -169,6 +170,8 @@ def _sizes(args: argparse.Namespace, matrix: npt.NDArray[np.int64] | None) -> tu
     if args.sizes is None and matrix is not None:
         return [own_size(matrix)], True
     sizes = parse_size_range(args.sizes or DEFAULT_SIZES)
+    if not sizes:
+        raise InputError("", "--sizes", args.sizes, "one or more sizes, e.g. 1M:1G:x4 or 1M,64M")
     if any(s <= 0 for s in sizes):
         raise InputError("", "--sizes", args.sizes, "sizes of at least 1 byte per GPU")
     return sizes, False
@@ -194,6 +197,8 @@ def _run(args: argparse.Namespace) -> int:
         tdesc += " (at its own size)" if at_own else " (rescaled to each size)"
     algos = _algorithms(args, topo)
     model = model_from_args(args, topo)
+    _jobs(args.jobs, len(sizes))  # the rest of the input checked before the header is printed
+    matrix_for(traffic, topo, sizes[0], args.seed, args.skew)
     print(_header(topo, tdesc, model.describe(), model.source, args.bw), flush=True)
     rows = _rows(args, topo, traffic, sizes, algos, model)
     print(f"# bound terms: {', '.join(sorted({r.bound_term for r in rows}))}")
@@ -219,6 +224,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any work, output files a2acc did not write (unless ``--force``) or that are inputs."""
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        raise InputError("", "--plot", args.plot, "a .png file name (the plot is written as PNG)")
     outputs = [
         Output(flag, path, owned)
         for flag, path, owned in (

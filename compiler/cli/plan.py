@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+import numpy.typing as npt
+
 from a2acc.cli.common import (
     add_opt_args,
     add_time_limit_arg,
@@ -72,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
     _check_output(args)
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
-    unit = parse_size(args.unit, field="--unit") if args.unit else None
+    unit = _unit(args.unit, m) if args.unit else None
     res = compile(
         Request(
             topo,
@@ -88,6 +91,18 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unit(text: str, m: npt.NDArray[np.int64]) -> int:
+    """``--unit``: at least 1 byte and at most the matrix's largest entry rounded up to 16 bytes (one chunk per
+    pair; a larger unit only pads)."""
+    unit = parse_size(text, field="--unit")
+    top = max(-(-int(m.max()) // 16) * 16, 16)
+    if not 1 <= unit <= top:
+        raise InputError(
+            "", "--unit", text, f"a chunk size in 1..{top} bytes (the largest entry, rounded up to 16)"
+        )
+    return unit
+
+
 def _check_output(args: argparse.Namespace) -> None:
     """``-o`` is required (past ``--opt help``) and may not replace a file a2acc did not write, nor an input."""
     if not args.output:
@@ -95,10 +110,10 @@ def _check_output(args: argparse.Namespace) -> None:
 
         raise InputError("", "--output", None, "give the plan JSON to write with -o FILE")
     from a2acc.fileio import Output, check_outputs
-    from a2acc.ir.serial import is_plan_json
+    from a2acc.ir.serial import is_own_plan_json
 
     check_outputs(
-        [Output("-o/--output", args.output, lambda head: is_plan_json(head.decode("utf-8", "replace")))],
+        [Output("-o/--output", args.output, lambda head: is_own_plan_json(head.decode("utf-8", "replace")))],
         [args.traffic or "", args.topology or ""],
         force=args.force,
     )

@@ -11,7 +11,16 @@ from a2acc.cli.common import seed
 from a2acc.errors import InputError
 from a2acc.fileio import Output, atomic_write_bytes, check_outputs
 from a2acc.model.topology import load_topology
-from a2acc.model.traffic import GENERATORS, MoeSpec, generate, load_matrix, matrix_bytes, owned_matrix, stats
+from a2acc.model.traffic import (
+    GENERATORS,
+    MoeSpec,
+    generate,
+    load_matrix,
+    matrix_bytes,
+    owned_matrix,
+    stats,
+    validate_matrix,
+)
 from a2acc.model.units import format_bytes, parse_size
 
 
@@ -77,6 +86,7 @@ def _gen(args: argparse.Namespace) -> int:
         raise InputError(
             "traffic gen", "--size", args.size, "the generated matrix is all zeros; use a larger size"
         )
+    validate_matrix(m, f"traffic gen {args.kind}")  # a limit the parameters pass is theirs, not the output's
     data = matrix_bytes(m, Path(args.output).suffix, args.output)
     topo_input = [args.topology] if args.topology else []
     check_outputs([Output("-o/--output", args.output, owned_matrix, data)], topo_input, force=args.force)

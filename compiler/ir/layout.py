@@ -412,6 +412,9 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
         need = int(max(lay.input_sizes.max(), lay.output_sizes.max()))
         if buffer_chunks < need:
             raise _mfail(path, "buffer_chunks", buffer_chunks, f"must hold the largest rank's {need} chunks")
+        target_options = doc.get("target_options") or {}
+        if not isinstance(target_options, dict):
+            raise _mfail(path, "target_options", target_options, "an object of option names and values")
         return Manifest(
             target=str(doc.get("target", "msccl-xml")),
             file=str(doc.get("file", doc.get("xml", ""))),
@@ -422,11 +425,16 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
             counts=counts,
             traffic_bytes=doc.get("traffic_bytes"),
             call=str(doc["unit_rules"].get("call", "")),
-            options=tuple(sorted((str(k), str(v)) for k, v in (doc.get("target_options") or {}).items())),
+            options=tuple(sorted((str(k), str(v)) for k, v in target_options.items())),
             dtypes=_read_dtypes(doc["unit_rules"].get("dtypes"), path),
             selection=str(doc["unit_rules"].get("selection", "")),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        AttributeError,
+    ) as exc:  # (a list or number where an object goes)
         raise _mfail(path, "", "manifest", f"missing or malformed field ({exc})") from exc
 
 

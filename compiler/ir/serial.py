@@ -17,6 +17,7 @@ read; it is dropped on reading. See ``docs/ir.md``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,10 @@ def program_from_json(text: str, source: str = "<plan>") -> Program:
     if fields != want_fields:
         raise PlanFormatError(src, "op_fields", fields, f"expected {want_fields}")
     machine = _machine(doc.get("machine"), n, src) if version == 2 else None
+    if (
+        version == 2 and "topology" not in doc
+    ):  # every version-2 plan records it ("" when planned without one)
+        raise PlanFormatError(src, "topology", None, "a version-2 plan records its topology's fingerprint")
     topo = doc.get("topology", "") if version == 2 else ""
     if not isinstance(topo, str):
         raise PlanFormatError(src, "topology", topo, "must be a topology fingerprint string")
@@ -193,6 +198,9 @@ def program_from_json(text: str, source: str = "<plan>") -> Program:
     meta = doc.get("meta") or {}
     if not isinstance(meta, dict):
         raise PlanFormatError(src, "meta", meta, "must be a JSON object")
+    for key in ("name", "algorithm"):
+        if not isinstance(doc.get(key, ""), str):
+            raise PlanFormatError(src, key, doc.get(key), "must be a string")
     return Program(
         name=str(doc.get("name", "")),
         algorithm=str(doc.get("algorithm", "")),
@@ -219,7 +227,7 @@ def _plan_doc(text: str, src: str) -> tuple[dict[str, Any], int]:
     if doc.get("format") != IR_FORMAT:
         raise PlanFormatError(src, "format", doc.get("format"), f"expected '{IR_FORMAT}'")
     version = doc.get("version")
-    if version not in READ_VERSIONS:
+    if isinstance(version, bool) or version not in READ_VERSIONS:  # (True == 1 in Python)
         raise PlanFormatError(
             src, "version", version, f"this a2acc reads plan versions {list(READ_VERSIONS)}"
         )
@@ -377,6 +385,17 @@ def load_program(path: str | Path) -> Program:
 
 
 def is_plan_json(head: str) -> bool:
-    """Content detection for ``a2acc verify``: a JSON object whose format is a2acc's plan format."""
+    """Content detection for ``a2acc verify``: a JSON object whose format is a2acc's plan format (anywhere in its
+    head: a hand-edited plan may reorder its keys)."""
     s = head.lstrip()
     return s.startswith("{") and f'"format":"{IR_FORMAT}"' in s.replace(" ", "")[:400]
+
+
+_OWN_PLAN = re.compile(r'\A\s*\{\s*"format"\s*:\s*"' + re.escape(IR_FORMAT) + '"')
+
+
+def is_own_plan_json(head: str) -> bool:
+    """Whether a file's head is a plan as :func:`program_to_json` writes it: the format is the object's first key.
+    What ``plan -o`` may replace without ``--force`` (a user's JSON that merely mentions the format somewhere,
+    e.g. in a nested object, is not a2acc's)."""
+    return _OWN_PLAN.match(head) is not None

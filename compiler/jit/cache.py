@@ -136,6 +136,18 @@ def _entry_doc(path: Path) -> dict[str, Any]:
     return doc
 
 
+def _payload_types(entry: CacheEntry) -> list[str]:
+    """What in an entry's payload has a type a2acc never writes (a hand-made entry with a valid checksum)."""
+    bad = []
+    if not isinstance(entry.program_json, str):
+        bad.append("its program is not a JSON text")
+    if any(not isinstance(text, str) for text in entry.files.values()):
+        bad.append("a file's content is not text")
+    if entry.manifest is not None and not isinstance(entry.manifest, str):
+        bad.append("its manifest is not a JSON text")
+    return bad
+
+
 def _valid_entry(path: Path) -> bool:
     """An entry a2acc can prove it wrote (:func:`_is_entry_file` and :func:`_entry_doc`). Only these are ever
     removed (a user's copy of an entry under another name, or a hand-edited one, is left alone)."""
@@ -231,9 +243,10 @@ class PlanCache:
             )
             return None
         bad = [why for name in entry.files if (why := check_file_name(name)) is not None]
+        bad += _payload_types(entry)
         if bad:  # a checksum-valid entry that a2acc would never have written: refused, left alone
             self.stats["corrupt"] += 1
-            self._warn(path, f"names a file a2acc would not write ({bad[0]}): refused, left alone")
+            self._warn(path, f"holds what a2acc never writes ({bad[0]}): refused, left alone")
             return None
         return entry
 

@@ -49,7 +49,7 @@ import networkx as nx
 import yaml
 
 from a2acc.errors import TopologyError
-from a2acc.fileio import load_yaml, loads_json
+from a2acc.fileio import TooLarge, load_yaml, loads_json, read_text, size_words
 from a2acc.model import graphs
 from a2acc.model.network import Network, Route
 from a2acc.model.units import parse_bandwidth, parse_latency, parse_size
@@ -450,7 +450,7 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
         raise TopologyError(src, "", type(data).__name__, "a topology file must be a YAML/JSON mapping")
     _check_keys(data, _TOP_KEYS, src, "")
     version = data.get("version")
-    if version != 1:
+    if isinstance(version, bool) or version != 1:  # (True == 1 in Python)
         raise TopologyError(
             src, "version", version, "this a2acc reads topology schema version 1 ('version: 1')"
         )
@@ -557,10 +557,18 @@ def _scale_out(raw: Any, m: int, src: str) -> ScaleOut:
     return ScaleOut(min(nics, m), nbw * per_gpu, nlat, wiring, transport, buffer)
 
 
+#: the largest topology file read (a 16384-GPU direct-connect graph listed edge by edge is a few MiB)
+MAX_TOPOLOGY_FILE_BYTES = 16 << 20
+
+
 def _read_mapping(path: Path) -> Any:
     src = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, MAX_TOPOLOGY_FILE_BYTES)
+    except TooLarge:
+        raise TopologyError(
+            src, "", path.name, f"larger than {size_words(MAX_TOPOLOGY_FILE_BYTES)}: not a topology file"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TopologyError(
             src, "", str(path), f"cannot read the file ({exc.__class__.__name__}: {exc})"

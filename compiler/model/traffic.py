@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import TrafficMatrixError
-from a2acc.fileio import atomic_write_bytes, loads_json
+from a2acc.fileio import TooLarge, atomic_write_bytes, loads_json, read_text, size_words
 from a2acc.model.topology import MAX_RANKS
 
 Matrix = npt.NDArray[np.int64]
@@ -158,6 +158,12 @@ def _check_rank_sums(out: Matrix, source: str) -> None:
             )
 
 
+#: the largest JSON matrix read (4096 ranks of 12-digit entries take ~200 MB; .npy is memory-mapped instead), and
+#: the longest line of a CSV or text matrix (16384 entries of up to 64 characters)
+MAX_JSON_BYTES = 1 << 30
+MAX_LINE_CHARS = 1 << 20
+
+
 def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
     """Read a matrix file (format by extension, see module doc) and validate it."""
     p = Path(path)
@@ -173,7 +179,12 @@ def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
                     src, "", p.name, f"not a valid .npy array file ({exc or 'empty'})"
                 ) from exc
         elif suffix == ".json":
-            text = p.read_text(encoding="utf-8")
+            try:
+                text = read_text(p, MAX_JSON_BYTES)
+            except TooLarge:
+                raise TrafficMatrixError(
+                    src, "", p.name, f"larger than {size_words(MAX_JSON_BYTES)}: use .npy for large matrices"
+                ) from None
             try:
                 doc = loads_json(text)
             except json.JSONDecodeError as exc:
@@ -216,7 +227,14 @@ def _read_rows(p: Path, src: str, *, csv_cells: bool) -> npt.NDArray[np.float64]
     rows: list[npt.NDArray[np.float64]] = []
     n = MAX_RANKS
     with open(p, encoding="utf-8", newline="" if csv_cells else None) as fh:
-        for line in fh:
+        for line in iter(lambda: fh.readline(MAX_LINE_CHARS + 1), ""):
+            if len(line) > MAX_LINE_CHARS:  # (a file of NULs or one endless line: refused at this length)
+                raise TrafficMatrixError(
+                    src,
+                    f"row {len(rows)}",
+                    f"a line of more than {MAX_LINE_CHARS} characters",
+                    f"one row of at most {MAX_RANKS} entries per line",
+                )
             if csv_cells:
                 too_long = line.count(",") >= n  # counting allocates nothing: refused before it is split
                 if not line.strip(", \t\r\n"):
@@ -325,6 +343,11 @@ def _zipf_entries(rng: np.random.Generator, s: float, shape: tuple[int, int], vm
     return rng.choice(ranks, size=shape, p=p)
 
 
+#: the widest log-normal spread generated: exp(20 x 6 standard deviations) is ~1e52, still a float, and one
+#: entry then carries all of a row
+MAX_SIGMA = 20.0
+
+
 def generate(
     kind: str,
     nranks: int,
@@ -342,8 +365,8 @@ def generate(
         raise TrafficMatrixError(src, "KIND", kind, f"allowed generators: {', '.join(GENERATORS)}")
     if nranks < 1 or nranks > MAX_RANKS:
         raise TrafficMatrixError(src, "--ranks", nranks, f"must be in 1..{MAX_RANKS}")
-    if align < 1:
-        raise TrafficMatrixError(src, "--align", align, "must be >= 1 byte")
+    if not 1 <= align <= MAX_RANK_BYTES:
+        raise TrafficMatrixError(src, "--align", align, f"must be 1 to {MAX_RANK_BYTES} bytes")
     if size is not None and not 0 <= size <= MAX_RANK_BYTES:
         raise TrafficMatrixError(src, "--size", size, f"must be 0 to {MAX_RANK_BYTES} bytes per rank")
     if kind != "moe" and size is None:
@@ -362,8 +385,13 @@ def generate(
     elif kind == "zipf":
         raw = _zipf_entries(rng, skew, (n, n))
     else:
-        if not (sigma > 0 and math.isfinite(sigma)):
-            raise TrafficMatrixError(src, "--sigma", sigma, "must be a finite number > 0")
+        if not 0 < sigma <= MAX_SIGMA:
+            raise TrafficMatrixError(
+                src,
+                "--sigma",
+                sigma,
+                f"must be in (0, {MAX_SIGMA:g}] (past that the entries overflow a float)",
+            )
         raw = rng.lognormal(0.0, sigma, size=(n, n))
     if n > 1:
         np.fill_diagonal(raw, 0.0)

@@ -27,12 +27,16 @@ def parse_size(text: str | int, *, source: str = "", field: str = "size") -> int
             raise InputError(
                 source, field, text, "use a byte count with an optional K/M/G/T suffix, e.g. 64M"
             )
-        exact = float(m.group(1)) * _SIZE_MULT[m.group(2).upper()]
-        if exact != int(exact):
-            raise InputError(
-                source, field, text, "sizes are whole bytes (e.g. 1.5K = 1536 is fine, 100.7 is not)"
-            )
-        value = int(exact)
+        mult = _SIZE_MULT[m.group(2).upper()]
+        if m.group(1).isdigit():  # whole numbers exactly (through a float, 2^63 - 1 became 2^63)
+            value = int(m.group(1)) * mult
+        else:
+            exact = float(m.group(1)) * mult
+            if exact != int(exact):
+                raise InputError(
+                    source, field, text, "sizes are whole bytes (e.g. 1.5K = 1536 is fine, 100.7 is not)"
+                )
+            value = int(exact)
     if value < 0:
         raise InputError(source, field, text, "sizes must be non-negative")
     return value

@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import InputError
+from a2acc.fileio import TooLarge, read_text, size_words
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import MAX_RANK_BYTES
 
@@ -112,9 +113,17 @@ def read_logs(
     return _group(raw, iterations)
 
 
+#: the largest log read (FAST's logs are ~10 KiB, a long nccl-tests sweep with NCCL INFO lines a few MiB)
+MAX_LOG_BYTES = 256 << 20
+
+
 def _read(path: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_text(path, MAX_LOG_BYTES)
+    except TooLarge:
+        raise LogFormatError(
+            path, "", Path(path).name, f"larger than {size_words(MAX_LOG_BYTES)}: not a measurement log"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LogFormatError(path, "", path, f"cannot read the file ({exc.__class__.__name__})") from exc
 

@@ -14,6 +14,7 @@ from tests.cli.bad_inputs.common import one_clear_line, run, zipf16
     ("opt", "fragment"),
     [
         ("instances=0", "instances"),
+        ("instances=2147483648", "must be in 1..128"),  # (it overflowed the compiled lowering's int)
         ("size_range=1M:1K", "MIN must be <= MAX"),
         ("size_range=1K:2K", "buffer size"),
     ],
@@ -126,3 +127,40 @@ def test_instances_past_the_channel_limit_is_an_input_error(tmp_path, capsys):
     assert rc == 2 and "instances" in err and "at most 32" in err
     one_clear_line(err)
     assert not (tmp_path / "out").exists()
+
+
+def test_force_never_writes_over_a_file_it_did_not_write(tmp_path, capsys):
+    """``--force`` writes beside files a2acc did not write, never over one that has the name it would use."""
+    m = zipf16(tmp_path / "m.npy")
+    out = tmp_path / "o"
+    argv = ["compile", "-t", "dgx-h100", "-n", "2", "-m", m, "-o", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    (name,) = [p.name for p in out.iterdir()]
+    for p in [*out.iterdir(), tmp_path / "o.manifest.json"]:
+        p.unlink()
+    (out / name).write_text("user xml", encoding="utf-8")
+    rc, err, _ = run(capsys, [*argv, "--force"])
+    assert rc == 2 and name in err
+    one_clear_line(err)
+    assert (out / name).read_text(encoding="utf-8") == "user xml"
+
+
+def test_mscclpp_thread_blocks_are_bounded(tmp_path, capsys):
+    m = zipf16(tmp_path / "m.npy")
+    argv = [
+        "compile",
+        "-t",
+        "dgx-h100",
+        "-n",
+        "2",
+        "-m",
+        m,
+        "-b",
+        "mscclpp-json",
+        "-o",
+        str(tmp_path / "p.json"),
+    ]
+    rc, err, _ = run(capsys, [*argv, "--opt", "max_threadblocks=2147483648"])
+    assert rc == 2 and "max_threadblocks" in err
+    one_clear_line(err)

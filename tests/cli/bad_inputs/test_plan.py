@@ -244,3 +244,27 @@ def test_report_shows_a_hand_edited_meta_instead_of_crashing(tmp_path, capsys):
     assert main(["report", str(plan)]) == 0
     out = capsys.readouterr().out
     assert "b 2.0, a [1], c 'fast'" in out
+
+
+@pytest.mark.parametrize("unit", ["9223372036854775807", "8191T", "0"])
+def test_unit_is_bounded_by_the_largest_entry(tmp_path, capsys, unit):
+    m = zipf16(tmp_path / "m.npy")
+    out = tmp_path / "p.json"
+    rc, err, _ = run(capsys, ["plan", "-t", "dgx-h100", "-n", "2", "-m", m, "--unit", unit, "-o", str(out)])
+    assert rc == 2 and "--unit" in err and "largest entry" in err
+    one_clear_line(err)
+    assert not out.exists()
+
+
+def test_a_json_that_only_mentions_the_plan_format_is_not_replaced(tmp_path, capsys):
+    m = zipf16(tmp_path / "m.npy")
+    notes = tmp_path / "notes.json"
+    text = '{"my_notes": "important", "embedded": {"format": "a2acc.program"}}'
+    notes.write_text(text, encoding="utf-8")
+    rc, err, _ = run(capsys, ["plan", "-t", "dgx-h100", "-n", "2", "-m", m, "-o", str(notes)])
+    assert rc == 2 and "--force" in err
+    assert notes.read_text(encoding="utf-8") == text
+    rc, _err, _ = run(capsys, ["plan", "-t", "dgx-h100", "-n", "2", "-m", m, "-o", str(tmp_path / "p.json")])
+    assert rc == 0
+    rc, _err, _ = run(capsys, ["plan", "-t", "dgx-h100", "-n", "2", "-m", m, "-o", str(tmp_path / "p.json")])
+    assert rc == 0  # its own plan is replaced

@@ -157,3 +157,34 @@ def test_show_gives_the_bandwidth_of_summed_parallel_links(tmp_path, capsys):
 
     assert main(["topo", "show", str(path)]) == 0
     assert "6 directed edges of 25 to 60 GB/s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("version: 1\nservers: " + "9" * 5000 + "\ngpus_per_server: 4\n", "more than 4300 digits"),
+        ("version: 1\n? [1, 2]\n: 3\n", "a key must be a name"),
+        ("version: true\nservers: 1\ngpus_per_server: 4\n", "version"),
+    ],
+)
+def test_numbers_too_long_keys_that_are_lists_and_a_boolean_version_are_refused(
+    tmp_path, capsys, text, fragment
+):
+    p = tmp_path / "t.yaml"
+    p.write_text(text, encoding="utf-8")
+    rc, err, _ = run(capsys, ["topo", "show", str(p)])
+    assert rc == 2 and fragment in err
+    one_clear_line(err)
+
+
+def test_a_topology_file_past_the_limit_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch):
+    import a2acc.model.topology as topology
+
+    monkeypatch.setattr(topology, "MAX_TOPOLOGY_FILE_BYTES", 1000)
+    p = tmp_path / "t.yaml"
+    p.write_text("# " + "x" * 2000 + "\nversion: 1\n", encoding="utf-8")
+    rc, err, _ = run(capsys, ["topo", "show", str(p)])
+    assert rc == 2 and "larger than 1000 bytes" in err
+    one_clear_line(err)
+    rc, err, _ = run(capsys, ["topo", "show", "/dev/zero"])  # no size to check first: the NUL refuses it
+    assert rc == 2 and "NUL" in err

@@ -72,6 +72,12 @@ def test_generator_limits(tmp_path, capsys):
         (["moe", "--ranks", "8", "--size", "1P", "--hidden", "1"], "--size"),
         (["zipf", "--ranks", "8", "--size", "100000T"], "--size"),
         (["zipf", "--ranks", "8", "--size", "1M", "--seed", "-1"], "--seed"),
+        (["lognormal", "--ranks", "8", "--size", "1M", "--sigma", "1000"], "--sigma"),
+        (["zipf", "--ranks", "8", "--size", "1M", "--align", "99999999999999999999"], "--align"),
+        (
+            ["zipf", "--ranks", "8", "--size", "1024T"],
+            "traffic gen zipf: row",
+        ),  # the generator's, not the file's
     ],
 )
 def test_generator_sizes_and_seeds_are_bounded_before_work(tmp_path, capsys, args, flag):
@@ -170,3 +176,24 @@ def test_text_matrices_refused_before_they_are_held(tmp_path, capsys, name, text
     assert rc == 2 and field in err
     one_clear_line(err)
     assert peak < 8 * len(text) + (32 << 20), peak
+
+
+def test_endless_text_matrices_are_refused_at_the_line_limit(tmp_path, capsys, monkeypatch):
+    import a2acc.model.traffic as traffic
+
+    monkeypatch.setattr(traffic, "MAX_LINE_CHARS", 100)
+    monkeypatch.setattr(traffic, "MAX_JSON_BYTES", 100)
+    (tmp_path / "long.csv").write_text("1," * 200 + "\n", encoding="utf-8")
+    (tmp_path / "big.json").write_text(json.dumps([[0, 1], [1, 0]]) + " " * 200, encoding="utf-8")
+    for name, fragment in (("long.csv", "row 0: value 'a line of more than 100"), ("big.json", "use .npy")):
+        rc, err, _ = run(capsys, ["traffic", "show", str(tmp_path / name)])
+        assert rc == 2 and fragment in err, err
+        one_clear_line(err)
+
+
+def test_a_matrix_entry_of_more_digits_than_python_reads_is_one_line(tmp_path, capsys):
+    p = tmp_path / "m.json"
+    p.write_text('{"matrix": [[0, ' + "9" * 5000 + "], [1, 0]]}", encoding="utf-8")
+    rc, err, _ = run(capsys, ["traffic", "show", str(p)])
+    assert rc == 2 and "more than 4300 digits" in err
+    one_clear_line(err)

@@ -48,6 +48,8 @@ def _manifest(tmp_path):
         (lambda d: d["ranks"][0]["input"][1].__setitem__(0, 99), "contiguous layout"),
         (lambda d: d.update(buffer_chunks=1), "buffer_chunks"),
         (lambda d: d.update(ngpus=10**9), "ngpus"),
+        (lambda d: d.update(target_options="x"), "target_options"),
+        (lambda d: d.update(target_options=[1]), "target_options"),
     ],
 )
 def test_bad_manifests(tmp_path, capsys, mutate, fragment):
@@ -91,6 +93,9 @@ def _tamper_stage(doc):
         (_tamper_traffic, "traffic_bytes[0][1]"),
         (_tamper_machine, "machine.node[0]"),
         (_tamper_stage, "ops[0].stage"),
+        (lambda d: d.pop("topology"), "topology"),  # simulate's wrong-topology refusal reads it
+        (lambda d: d.update(version=True), "version"),  # (True == 1 in Python)
+        (lambda d: d.update(algorithm=10**30), "algorithm"),
     ],
 )
 def test_a_plan_that_contradicts_itself_is_refused_by_the_reader(tmp_path, capsys, tamper, fragment):
@@ -230,3 +235,16 @@ def test_a_manifest_of_another_file_is_said_so(compiled, tmp_path, capsys):
     shutil.copy(man, tmp_path / "x.json.manifest.json")
     assert main(["verify", str(tmp_path / "x.json")]) == 1
     assert f"describes {plan.name}, not x.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("field", "value"), [("name", {}), ("name", [1]), ("channel_type", {})])
+def test_an_mscclpp_op_field_of_the_wrong_type_fails_verification(compiled, tmp_path, capsys, field, value):
+    """An op name that is an object raised 'unhashable type' from the reader's fast path."""
+    plan, man = compiled["json"]
+    doc = json.loads(plan.read_text(encoding="utf-8"))
+    doc["gpus"][0]["threadblocks"][0]["ops"][0][field] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc), encoding="utf-8")
+    rc = main(["verify", str(bad), "--manifest", str(man)])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"ops[0].{field}" in err and "must be a string" in err and "Traceback" not in err
