@@ -138,6 +138,8 @@ def split_pairs(pairs: Iterable[str], where: str = "--opt") -> list[tuple[str, s
             first = False
             if not eq or not key.strip():
                 raise InputError(where, "", part, "use KEY=VALUE (e.g. --opt dialect=rccl)")
+            if any(k == key.strip() for k, _v in out):  # the last would silently win
+                raise InputError(where, key.strip(), value.strip(), "given twice; give each option once")
             out.append((key.strip(), value.strip()))
     return out
 

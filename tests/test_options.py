@@ -28,3 +28,10 @@ def test_pairs_and_list_values(items, pairs):
 def test_a_part_without_a_key_is_refused_where_no_value_precedes_it(items):
     with pytest.raises(InputError):
         split_pairs(items)
+
+
+@pytest.mark.parametrize("items", [["shape=staged,shape=direct"], ["a=1", "a=2"]])
+def test_an_option_given_twice_is_refused(items):
+    """The last value silently won: ``shape=staged,shape=direct`` planned the direct shape."""
+    with pytest.raises(InputError, match="given twice"):
+        split_pairs(items)

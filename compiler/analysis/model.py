@@ -258,6 +258,8 @@ def parse_model(data: Any, source: str) -> SimModel:
     base = transport_defaults(str(transport))
     incast = _parse_incast(inc_raw, base.incast, str(transport), src)
     source_txt = data.get("source", f"model file {source}")
+    if not isinstance(source_txt, str):
+        raise ModelFileError(src, "source", source_txt, "a string (where the parameters come from)")
     return SimModel(
         name=name,
         transport=str(transport),
@@ -314,8 +316,11 @@ def _parse_incast(inc_raw: dict[Any, Any], bi: IncastModel, transport: str, src:
     may be null (no storm ceiling)."""
     storm_default = bi.storm_s * 1e3 if math.isfinite(bi.storm_s) else None
     storm = _num(src, "incast.storm_ms", inc_raw.get("storm_ms", storm_default), 1e-6, 1e9, allow_none=True)
+    name = inc_raw.get("name", bi.name if bi.name != "off" else transport)
+    if not isinstance(name, str) or not name:
+        raise ModelFileError(src, "incast.name", name, "a non-empty string")
     return IncastModel(
-        name=str(inc_raw.get("name", bi.name if bi.name != "off" else transport)),
+        name=name,
         buffer_bytes=_req_num(
             src, "incast.buffer_bytes", inc_raw.get("buffer_bytes", bi.buffer_bytes), 0, 2**40
         ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from a2acc.errors import InputError
 from a2acc.jit.cache import PlanCache, default_cache_dir
@@ -33,7 +34,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _cache(args: argparse.Namespace) -> PlanCache:
-    return PlanCache(args.dir or default_cache_dir())
+    where = Path(args.dir) if args.dir else default_cache_dir()
+    if where.exists() and not where.is_dir():
+        raise InputError("", "--dir", str(where), "a cache directory (this is a file)")
+    return PlanCache(where)
 
 
 def _ls(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,7 +187,7 @@ def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
                     src, "", p.name, f"larger than {size_words(MAX_JSON_BYTES)}: use .npy for large matrices"
                 ) from None
             try:
-                doc = loads_json(text)
+                doc = loads_json(text, unique_keys=True)  # "matrix" twice: the last would silently win
             except json.JSONDecodeError as exc:
                 raise TrafficMatrixError(src, "", p.name, f"not valid JSON ({exc})") from exc
             if isinstance(doc, dict):
@@ -269,10 +270,15 @@ def _read_rows(p: Path, src: str, *, csv_cells: bool) -> npt.NDArray[np.float64]
     return np.stack(rows)
 
 
+_NUMBER = re.compile(r"\A[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+
+
 def _row_values(cells: list[str], i: int, src: str) -> npt.NDArray[np.float64]:
     vals: list[float] = []
     for j, c in enumerate(cells):
         try:
+            if not _NUMBER.match(c):  # float() also takes "1_000", Arabic-Indic and full-width digits
+                raise ValueError(c)
             vals.append(float(c))
         except ValueError:
             raise TrafficMatrixError(

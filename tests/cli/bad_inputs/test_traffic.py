@@ -24,6 +24,10 @@ TEXT = {
     "mixed.json": json.dumps([[1, "x"], [3, 4]]),
     "ragged.csv": "1,2\n3\n",
     "neg.csv": "\n".join(",".join(["-1"] * 16) for _ in range(16)),
+    # float() reads these as numbers; a matrix file means plain ASCII numbers
+    "underscore.csv": "\n".join(",".join(["1_000"] * 16) for _ in range(16)),
+    "arabic-digits.csv": "\n".join(",".join(["\u0661"] * 16) for _ in range(16)),
+    "matrix-twice.json": '{"matrix": ' + json.dumps([[1] * 16] * 16) + ', "matrix": [[1]]}',
 }
 
 
