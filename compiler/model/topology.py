@@ -462,9 +462,11 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
     name = str(raw_name or Path(source).stem or "topology")
     mem = _bw(data.get("memory_bandwidth", 2000), source=src, field="memory_bandwidth")
     if "direct" in data:
-        for k in ("intra", "inter"):
-            if k in data:
-                raise TopologyError(src, k, data[k], "a direct-connect topology has no intra/inter sections")
+        for k in ("intra", "inter", "servers", "gpus_per_server"):
+            if k in data:  # (servers was silently ignored: the graph's node count is the GPU count)
+                raise TopologyError(
+                    src, k, data[k], "a direct-connect topology has no servers, gpus_per_server, intra or inter"
+                )
         dc = _direct(data["direct"], src)
         return Topology(name, dc.nodes, 1, mem, dc, src)
     servers = _pos_int(data.get("servers", 1), src, "servers")

@@ -13,6 +13,7 @@ from tests.cli.bad_inputs.common import one_clear_line, run
     ("doc", "fragment"),
     [
         ({"direct": {"kind": "hypercube", "dimension": 40, "bandwidth": 10}}, "direct.dimension"),
+        ({"servers": 2, "direct": {"kind": "torus", "dims": [4, 4], "bandwidth": 10}}, "servers"),
         ({"direct": {"kind": "torus", "dims": [1000, 1000], "bandwidth": 10}}, "direct.dims"),
         ({"direct": {"kind": "genkautz", "n": 10**6, "degree": 4, "bandwidth": 10}}, "direct.n"),
         (
