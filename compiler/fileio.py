@@ -123,13 +123,15 @@ def read_text(path: str | os.PathLike[str], max_bytes: int | None = None) -> str
         at = head.find(b"\x00")
         if at >= 0:
             raise UnicodeDecodeError("utf-8", head, at, at + 1, "a NUL byte: not a text file")
-        fh.seek(0)  # re-read the head rather than concatenate: a plan file can be gigabytes
-        if max_bytes is None:
+        if max_bytes is not None:  # (no seek: a pipe or a process substitution reads too)
+            data = head + fh.read(max(max_bytes + 1 - len(head), 0))
+            if len(data) > max_bytes:
+                raise TooLarge(max_bytes)
+            return data.decode("utf-8")
+        if fh.seekable():  # re-read the head rather than concatenate: a plan file can be gigabytes
+            fh.seek(0)
             return fh.read().decode("utf-8")
-        data = fh.read(max_bytes + 1)
-        if len(data) > max_bytes:
-            raise TooLarge(max_bytes)
-        return data.decode("utf-8")
+        return (head + fh.read()).decode("utf-8")
 
 
 def size_words(n: int) -> str:

@@ -31,3 +31,25 @@ def test_read_text_refuses_nul_bytes_from_the_head(tmp_path):
         read_text(p)
     p.write_text('{"ok": "\u00e9"}')
     assert read_text(p) == '{"ok": "\u00e9"}'
+
+
+def test_text_inputs_read_from_a_pipe(tmp_path):
+    """A topology or params file given as ``<(...)`` or ``/dev/stdin`` is a pipe: no seek back to the head."""
+    import subprocess
+    import sys
+
+    from a2acc.fileio import TooLarge, read_text
+
+    code = (
+        "import sys; from a2acc.fileio import read_text; "
+        "print(read_text('/dev/stdin', 1 << 20) == 'version: 1\\n' * 5000)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], input="version: 1\n" * 5000, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "True"
+    p = tmp_path / "t.yaml"
+    p.write_text("x" * 100, encoding="utf-8")
+    assert read_text(p, 100) == "x" * 100
+    with pytest.raises(TooLarge):
+        read_text(p, 99)

@@ -317,10 +317,10 @@ def _parse_incast(inc_raw: dict[Any, Any], bi: IncastModel, transport: str, src:
     storm_default = bi.storm_s * 1e3 if math.isfinite(bi.storm_s) else None
     storm = _num(src, "incast.storm_ms", inc_raw.get("storm_ms", storm_default), 1e-6, 1e9, allow_none=True)
     name = inc_raw.get("name", bi.name if bi.name != "off" else transport)
-    if not isinstance(name, str) or not name:
+    if isinstance(name, (dict, list)) or name is None or name == "":
         raise ModelFileError(src, "incast.name", name, "a non-empty string")
     return IncastModel(
-        name=name,
+        name="off" if name is False else str(name),  # (YAML reads an unquoted off as false)
         buffer_bytes=_req_num(
             src, "incast.buffer_bytes", inc_raw.get("buffer_bytes", bi.buffer_bytes), 0, 2**40
         ),

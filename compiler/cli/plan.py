@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-import numpy.typing as npt
-
 from a2acc.cli.common import (
     add_opt_args,
     add_time_limit_arg,
@@ -20,6 +17,7 @@ from a2acc.cli.common import (
 from a2acc.errors import InputError
 from a2acc.ir.passes import PASSES
 from a2acc.ir.quantize import DEFAULT_TARGET_CHUNKS, UnitPolicy
+from a2acc.model.traffic import MAX_RANK_BYTES
 from a2acc.model.units import format_bytes, parse_size
 from a2acc.pipeline import Request, Result, compile
 from a2acc.planners import DEFAULT_ALGORITHM, available
@@ -75,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     _check_output(args)
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
-    unit = _unit(args.unit, m) if args.unit else None
+    unit = _unit(args.unit) if args.unit else None
     res = compile(
         Request(
             topo,
@@ -91,15 +89,12 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _unit(text: str, m: npt.NDArray[np.int64]) -> int:
-    """``--unit``: at least 1 byte and at most the matrix's largest entry rounded up to 16 bytes (one chunk per
-    pair; a larger unit only pads)."""
+def _unit(text: str) -> int:
+    """``--unit``: 1 byte to the most a rank may send (a unit past the largest entry only pads: the report shows
+    how much)."""
     unit = parse_size(text, field="--unit")
-    top = max(-(-int(m.max()) // 16) * 16, 16)
-    if not 1 <= unit <= top:
-        raise InputError(
-            "", "--unit", text, f"a chunk size in 1..{top} bytes (the largest entry, rounded up to 16)"
-        )
+    if not 1 <= unit <= MAX_RANK_BYTES:
+        raise InputError("", "--unit", text, f"a chunk size of 1 to {MAX_RANK_BYTES} bytes (2**50)")
     return unit
 
 

@@ -465,7 +465,10 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
         for k in ("intra", "inter", "servers", "gpus_per_server"):
             if k in data:  # (servers was silently ignored: the graph's node count is the GPU count)
                 raise TopologyError(
-                    src, k, data[k], "a direct-connect topology has no servers, gpus_per_server, intra or inter"
+                    src,
+                    k,
+                    data[k],
+                    "a direct-connect topology has no servers, gpus_per_server, intra or inter",
                 )
         dc = _direct(data["direct"], src)
         return Topology(name, dc.nodes, 1, mem, dc, src)

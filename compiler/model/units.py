@@ -28,6 +28,8 @@ def parse_size(text: str | int, *, source: str = "", field: str = "size") -> int
                 source, field, text, "use a byte count with an optional K/M/G/T suffix, e.g. 64M"
             )
         mult = _SIZE_MULT[m.group(2).upper()]
+        if len(m.group(1)) > 30:  # past any size (and past the digits Python converts to an int)
+            raise InputError(source, field, text, "a size of at most 30 digits")
         if m.group(1).isdigit():  # whole numbers exactly (through a float, 2^63 - 1 became 2^63)
             value = int(m.group(1)) * mult
         else:

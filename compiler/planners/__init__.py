@@ -12,6 +12,7 @@ files. To run one, use :func:`a2acc.pipeline.compile` (or :func:`a2acc.plan`), w
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from collections import OrderedDict
@@ -153,8 +154,25 @@ def run(name: str, req: PlanRequest) -> Program:
     prog = get_planner(name)(req)
     with _MEMO_LOCK:
         _MEMO[key] = prog
+        twin = _unlimited_key(name, req, prog)
+        if twin is not None:
+            _MEMO[twin] = prog
         _trim()
     return prog
+
+
+def _unlimited_key(name: str, req: PlanRequest, prog: Program) -> tuple[str, ...] | None:
+    """The key of the same request without its time limit, when the limit did not cut the search: a searching
+    planner (syccl, mcf) returns the same plan then, and says in ``meta["note"]`` when it stopped early or is
+    not proven best (a plan with a note is never taken for an unlimited one). None otherwise."""
+    limit = getattr(req.options, "time_limit", None)
+    if not isinstance(limit, (int, float)) or limit <= 0 or "note" in prog.meta:
+        return None
+    try:
+        unlimited = dataclasses.replace(req, options=dataclasses.replace(req.options, time_limit=0.0))
+    except (TypeError, ValueError):  # pragma: no cover - options that are not a dataclass
+        return None
+    return _memo_key(name, unlimited)
 
 
 def _trim() -> None:

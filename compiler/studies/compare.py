@@ -51,7 +51,7 @@ from a2acc.ir.quantize import DEFAULT_ALIGN, UnitPolicy, padding_bytes, quantize
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import generate
 from a2acc.pipeline import Request, compile
-from a2acc.planners import MemoEntry, applies, available, memo_export, memo_import, memo_keys
+from a2acc.planners import MemoEntry, applies, available, memo_export, memo_import, memo_keys, options_type
 
 #: a size keeps the comparison's chunk pattern while its padding stays within this share of its payload above
 #: what its own layout would pad
@@ -199,7 +199,7 @@ def compare_rows(
     if jobs < 1:
         raise InputError("", "--jobs", jobs, "an integer >= 1")
     pattern = _pattern(traffic, topo, sizes, seed, skew)
-    if jobs == 1 or len(sizes) < 2:
+    if jobs == 1 or len(set(sizes)) < 2:
         at: dict[int, _SizeInput] = {}
         for alg in algorithms:
             for size in sizes:
@@ -239,7 +239,9 @@ def _parallel_rows(
     - each :data:`WHOLE_COMPARISON` planner: its rows at every size, in one task (its search once);
     - the other planners: one task per size;
     - with ``auto`` listed, the planners it tries (every other one that applies) are planned and simulated
-      even where not listed (their rows are not shown), as ``auto`` in one process would plan them;
+      even where not listed (their rows are not shown), as ``auto`` in one process would plan them: a
+      searching one with auto's budget as its time limit, its plan handed on only when the limit did not cut
+      it short (else auto plans it again within what is left of its budget, as in one process);
     - ``auto`` at a size, in this process once every task that covers the size is done: the plans and
       simulations those tasks made there are handed to it (:func:`a2acc.planners.memo_import`,
       :func:`a2acc.analysis.fastsim.memo_import`), so it only verifies and compares them, as it does in one
@@ -261,13 +263,19 @@ def _parallel_rows(
     ]
     whole = [a for a in wanted if a in WHOLE_COMPARISON]
     per_size = tuple(a for a in wanted if a not in WHOLE_COMPARISON)
+    # a searching planner run for auto only gets auto's budget as its time limit, as auto gives it in one process;
+    # its plan reaches auto only when the limit did not cut it short (a2acc.planners.run remembers it then as the
+    # unlimited plan); otherwise auto plans it again within what is left of its own budget
+    budget = f"{options_type(AUTO)().budget_s:g}"
+    limited = {a: {"time_limit": budget} for a in whole if a not in listed}
     done: dict[tuple[str, int], Row] = {}
     seeds: dict[int, list[_Seeds]] = {size: [] for size in sizes}
     waiting = {size: len(whole) + (1 if per_size else 0) for size in sizes}  # tasks before a size's auto row
 
     def settle(size: int, made: _Seeds | None) -> None:
         if made is not None:
-            seeds[size].append(made)
+            if AUTO in listed:  # (kept only for auto's row)
+                seeds[size].append(made)
             waiting[size] -= 1
         if waiting[size] == 0 and AUTO in listed:
             rows, _made = _task((AUTO,), (size,), common, seeds.pop(size))
@@ -278,7 +286,7 @@ def _parallel_rows(
             raise InputError("", "--jobs", jobs, "an integer >= 1")
         tasks: dict[Future[_TaskResult], tuple[int, ...]] = {}
         for a in whole:
-            tasks[ex.submit(_task, (a,), sizes, common, [])] = sizes
+            tasks[ex.submit(_task, (a,), sizes, common, [], limited.get(a))] = sizes
         if per_size:
             for size in sizes:
                 tasks[ex.submit(_task, per_size, (size,), common, [])] = (size,)
@@ -307,10 +315,15 @@ _TaskResult = tuple[list[list[Row]], list[_Seeds]]
 
 
 def _task(
-    algorithms: tuple[str, ...], sizes: tuple[int, ...], common: _Inputs, given: list[_Seeds]
+    algorithms: tuple[str, ...],
+    sizes: tuple[int, ...],
+    common: _Inputs,
+    given: list[_Seeds],
+    options: dict[str, str] | None = None,
 ) -> _TaskResult:
     """A worker's task: ``algorithms``' rows at each of ``sizes`` (table order within a size), and per size the
-    plans and simulations it made there (for that size's ``auto`` row); ``given`` are other tasks' ones."""
+    plans and simulations it made there (for that size's ``auto`` row); ``given`` are other tasks' ones;
+    ``options`` the planner options of every row (default: none)."""
     c = common
     for plans, sims in given:
         memo_import(plans)
@@ -320,7 +333,7 @@ def _task(
     for size in sizes:
         before = memo_keys()
         at = _size_input(c.traffic, c.topo, size, c.seed, c.skew, c.mcf, c.pattern)
-        rows.append([_row(c.topo, at, size, alg, c.model, c.bw) for alg in algorithms])
+        rows.append([_row(c.topo, at, size, alg, c.model, c.bw, options) for alg in algorithms])
         plans = memo_export(before)
         made.append((plans, sim_memo_export([p for _k, p in plans], c.topo, model=c.model)))
     return rows, made
@@ -336,17 +349,27 @@ class _SizeInput:
     bound: tuple[float, str]
 
 
-def _row(topo: Topology, at: _SizeInput, size: int, alg: str, model: SimModel | None, bw: str) -> Row:
+def _row(
+    topo: Topology,
+    at: _SizeInput,
+    size: int,
+    alg: str,
+    model: SimModel | None,
+    bw: str,
+    options: dict[str, str] | None = None,
+) -> Row:
     """Plan ``alg`` for the size's matrix (verified, or it raises: a wrong plan is a bug; cost-aware planners
     price their choices under the model), simulate it, set it against the bound."""
     bound_s, bound_term = at.bound
     m = at.matrix
     n = topo.nranks
     if at.layout is None:
-        req = Request(topo, m, alg, model=model)
+        req = Request(topo, m, alg, model=model, planner_options=options)
     else:
         counts, unit = at.layout
-        req = Request(topo, m, alg, model=model, counts=counts, units=UnitPolicy(unit=unit))
+        req = Request(
+            topo, m, alg, model=model, counts=counts, units=UnitPolicy(unit=unit), planner_options=options
+        )
     res = compile(req)
     prog = res.program
     rep_v = res.verify

@@ -91,7 +91,7 @@ def test_params_file_round_trip(tmp_path):
         ({"version": 1, "transport": "ib", "fill_bytes": -1}, "fill_bytes", "a number in"),
         ({"version": True, "transport": "ib"}, "version", "version 1"),  # (True == 1 in Python)
         ({"version": 1, "transport": "ib", "source": {"a": 1}}, "source", "a string"),
-        ({"version": 1, "transport": "roce", "incast": {"name": 7}}, "incast.name", "a non-empty string"),
+        ({"version": 1, "transport": "roce", "incast": {"name": [7]}}, "incast.name", "a non-empty string"),
     ],
 )
 def test_bad_params_files_name_file_field_value_and_what_is_allowed(doc, field, allowed):

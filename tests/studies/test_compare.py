@@ -274,8 +274,13 @@ def test_auto_in_another_process_reuses_the_plans_and_simulations_of_the_rows(mo
     topo = load_topology("dgx-h100", 2)
     sizes = (1 << 20, 1 << 24)
     common = compare._Inputs(topo, "zipf", None, 0, 0.8, False, "fast", _pattern("zipf", topo, sizes, 0, 0.8))
-    names = ("fast", "direct", "spreadout", "hierarchical", "syccl", "mcf")
-    rows, made = compare._task(names, sizes[1:], common, [])
+    quick = ("fast", "direct", "spreadout", "hierarchical")
+    rows, made = compare._task(quick, sizes[1:], common, [])
+    # the searching ones as compare runs them for auto alone: with auto's budget as their time limit (not cut
+    # short here, so each serves as the unlimited plan auto looks up)
+    searched, made2 = compare._task(("syccl", "mcf"), sizes[1:], common, [], {"time_limit": "30"})
+    rows[0] += searched[0]
+    made = [*made, *made2]
     planners.forget()
     fastsim.forget()  # as in another process
 
@@ -287,13 +292,26 @@ def test_auto_in_another_process_reuses_the_plans_and_simulations_of_the_rows(mo
     def no_simulation(*_a, **_k):
         raise AssertionError("simulated again")
 
-    real = planners.get_planner
+    real, real_sim = planners.get_planner, fastsim.simulate_setup
     monkeypatch.setattr(planners, "get_planner", only_auto)
     monkeypatch.setattr(fastsim, "simulate_setup", no_simulation)
     (auto_rows,), _made = compare._task(("auto",), sizes[1:], common, made)
     assert auto_rows[0].time_s == min(r.time_s for r in rows[0])
     with pytest.raises(AssertionError, match="planned again"):  # without them it would plan
         compare._task(("auto",), sizes[:1], common, [])
+    # a search its time limit cut short (a note in its meta) is not taken for the unlimited plan: auto plans it
+    # again within its own budget, as in one process
+    monkeypatch.setattr(planners, "get_planner", real)
+    monkeypatch.setattr(fastsim, "simulate_setup", real_sim)
+    _rows, cut = compare._task(("syccl",), sizes[:1], common, [], {"time_limit": "0.001"})
+    planners.forget()
+    monkeypatch.setattr(
+        planners,
+        "get_planner",
+        lambda n: (_ for _ in ()).throw(AssertionError(f"{n} again")) if n == "syccl" else real(n),
+    )
+    with pytest.raises(AssertionError, match="syccl again"):
+        compare._task(("auto",), sizes[:1], common, cut)
 
 
 def test_jobs_below_one_is_refused(capsys):

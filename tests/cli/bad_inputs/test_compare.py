@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from a2acc.cli import main
 from tests.cli.bad_inputs.common import one_clear_line, run
 
 BASE = ["compare", "-t", "dgx-h100", "-n", "2", "--traffic", "zipf", "-a", "direct"]
@@ -92,3 +95,12 @@ def test_outputs_it_wrote_are_replaced_and_symlinks_refused(tmp_path, capsys):
     rc, err, _dt = run(capsys, [*COMPARE, "-J", str(link), "--force"])
     assert rc == 2 and "symbolic link" in err and link.is_symlink()
     one_clear_line(err)
+
+
+def test_a_size_given_twice_with_workers(tmp_path, capsys):
+    """Sizes that are one size after de-duplication took the workers' path and failed ("--jobs 2 is invalid")."""
+    out = tmp_path / "r.json"
+    argv = ["compare", "-t", "dgx-h100", "-n", "1", "--traffic", "uniform", "-a", "direct", "--jobs", "2"]
+    assert main([*argv, "--sizes", "1M,1024K", "-J", str(out)]) == 0
+    capsys.readouterr()
+    assert [r["size"] for r in json.loads(out.read_text())["rows"]] == [1 << 20, 1 << 20]
