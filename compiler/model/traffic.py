@@ -270,7 +270,10 @@ def _read_rows(p: Path, src: str, *, csv_cells: bool) -> npt.NDArray[np.float64]
     return np.stack(rows)
 
 
-_NUMBER = re.compile(r"\A[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+#: what a matrix cell may spell (inf and nan too: the matrix check then says they must be finite)
+_NUMBER = re.compile(
+    r"\A[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)\Z", re.IGNORECASE
+)
 
 
 def _row_values(cells: list[str], i: int, src: str) -> npt.NDArray[np.float64]:
