@@ -164,7 +164,7 @@ def _mutate(doc: dict, muts: list[tuple[str, int, int, int]]) -> dict:
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=90, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 @given(st.integers(0, len(BASES) - 1), st.lists(_MUT, min_size=1, max_size=3), st.booleans())
 def test_never_accepts_what_the_reference_rejects(i, muts, with_manifest):

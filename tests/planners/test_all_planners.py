@@ -51,7 +51,7 @@ def problems(draw):
 
 
 @pytest.mark.parametrize("algorithm", PLANNERS)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems(), unit=st.sampled_from([16, 64, 1000]))
 def test_every_planner_verifies(algorithm, problem, unit):
     topo, m = problem
