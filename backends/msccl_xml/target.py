@@ -52,6 +52,7 @@ from a2acc.ir.program import Program
 from a2acc.ir.quantize import DTYPE_BYTES, selecting_dtypes, selection_align
 from a2acc.model.units import parse_size
 from a2acc.native import xmlinterp as _native
+from a2acc.options import bounded
 
 CALL = (
     "ncclAllToAll(send, recv, count, dtype) with count = buffer_bytes_per_rank / (ngpus * sizeof(dtype)) elements "
@@ -86,7 +87,13 @@ class Options:
     proto: Literal["auto", "Simple", "LL", "LL128"] = field(
         default="auto", metadata={"help": "protocol; auto: LL below 512 KiB per rank, else Simple"}
     )
-    instances: int = field(default=1, metadata={"help": "split every transfer over this many channels"})
+    instances: int = bounded(
+        1,
+        1,
+        MAX_INSTANCES,
+        "split every transfer over this many channels",
+        "the most channels an executor runs; NCCL's is 32",
+    )
     tb_layout: Literal["auto", "split", "combined"] = field(
         default="auto", metadata={"help": "one tb per (peer, direction), or one per peer for both directions"}
     )
@@ -105,13 +112,6 @@ class Options:
     )
 
     def check(self) -> None:
-        if not 1 <= self.instances <= MAX_INSTANCES:
-            raise InputError(
-                "--opt",
-                "instances",
-                self.instances,
-                f"must be in 1..{MAX_INSTANCES} (the most channels an executor runs; NCCL's is 32)",
-            )
         if not 0 <= self.priority <= 99:
             raise InputError("--opt", "priority", self.priority, "must be in 0..99")
         self.dtype_list()

@@ -36,6 +36,7 @@ from a2acc.ir.layout import Manifest, export_manifest_path, manifest_file, manif
 from a2acc.ir.program import Program
 from a2acc.ir.quantize import DTYPE_BYTES
 from a2acc.model.units import parse_size
+from a2acc.options import bounded, check_ranges
 
 # thread blocks per rank that stay co-resident by default: the SMs of an A100 (108; H100 has 132, V100 80) and
 # the CUs of one MI250X GCD (110; MI300X has 304). All thread blocks of a plan spin on each other.
@@ -99,8 +100,12 @@ class Options:
             "help": "data: order ops that share bytes; all: every Program dependency with a shared rank"
         },
     )
-    max_threadblocks: int = field(
-        default=0, metadata={"help": "thread blocks per rank at most (0: 108 on nvidia, 110 on amd)"}
+    max_threadblocks: int = bounded(
+        0,
+        0,
+        MAX_THREADBLOCKS,
+        "thread blocks per rank at most (0: 108 on nvidia, 110 on amd)",
+        "0: by target",
     )
     size_range: str = field(
         default="",
@@ -111,13 +116,6 @@ class Options:
     )
 
     def check(self) -> None:
-        if not 0 <= self.max_threadblocks <= MAX_THREADBLOCKS:
-            raise InputError(
-                "--opt",
-                "max_threadblocks",
-                self.max_threadblocks,
-                f"must be in 0..{MAX_THREADBLOCKS} (0: by target)",
-            )
         if not 2 <= self.launches <= 8:
             raise InputError(
                 "--opt", "launches", self.launches, "must be in 2..8 (cross-launch hazards need two)"
@@ -282,6 +280,7 @@ class _MscclppTarget:
     # ------------------------------------------------------------------ lower
     def lower(self, program: Program, options: Any, *, name: str | None = None) -> Lowered:
         opts = _opts(options)
+        check_ranges(opts)  # (a library caller's Options never went through parse_options)
         opts.check()
         c = program.layout.buffer_chunks
         buffer_bytes = c * program.unit_bytes

@@ -14,7 +14,7 @@ from tests.cli.bad_inputs.common import one_clear_line, run, zipf16
     ("opt", "fragment"),
     [
         ("instances=0", "instances"),
-        ("instances=2147483648", "must be in 1..128"),  # (it overflowed the compiled lowering's int)
+        ("instances=2147483648", "allowed 1 to 128"),  # (it overflowed the compiled lowering's int)
         ("size_range=1M:1K", "MIN must be <= MAX"),
         ("size_range=1K:2K", "buffer size"),
     ],
