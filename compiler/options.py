@@ -152,10 +152,18 @@ def route(
     tf = {f.name for f in dataclasses.fields(target_cls)} if target_cls is not None else set()
     planner: dict[str, str] = {}
     target: dict[str, str] = {}
+    spelled: dict[tuple[bool, str], str] = {}  # (planner side?, option) -> the key it was given as
+
+    def put(side: dict[str, str], name: str, key: str, value: str) -> None:
+        first = spelled.setdefault((side is planner, name), key)
+        if first != key:  # time_limit=1,planner.time_limit=2: the last would silently win
+            raise InputError(where, key, value, f"the same option as '{first}'; give each option once")
+        side[name] = value
+
     for key, value in pairs:
         side, dot, bare = key.partition(".")
         if dot and side in ("planner", "backend"):
-            (planner if side == "planner" else target)[bare] = value
+            put(planner if side == "planner" else target, bare, key, value)
             continue
         if key in pf and key in tf:
             raise InputError(
@@ -165,9 +173,9 @@ def route(
                 f"both the planner and the backend take '{key}': write planner.{key}= or backend.{key}=",
             )
         if key in pf:
-            planner[key] = value
+            put(planner, key, key, value)
         elif key in tf:
-            target[key] = value
+            put(target, key, key, value)
         else:
             known = sorted(pf | tf)
             raise InputError(

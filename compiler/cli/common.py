@@ -108,5 +108,10 @@ def resolve_opts(
             )
         if not 0 < limit < 1e7:  # the planners' own bound on time_limit, said here under the flag's name
             raise InputError("", "--time-limit", limit, "seconds, more than 0 and less than 1e7")
+        given = [k for k, _v in pairs if k in ("time_limit", "planner.time_limit")]
+        if given:  # one of the two would silently win
+            raise InputError(
+                "", "--time-limit", limit, f"also given as --opt {given[0]}=...; give the time limit once"
+            )
         pairs.append(("planner.time_limit", str(limit)))
     return route(pairs, pcls, tcls)

@@ -247,6 +247,15 @@ def _traffic(
         return args.traffic, None, f"{args.traffic} (seed {args.seed}, skew {args.skew})"
     if Path(args.traffic).exists():
         matrix = load_matrix(args.traffic, expect_ranks=topo.nranks)
+        if int(matrix.sum()) == int(
+            matrix.trace()
+        ):  # times of 0 and bandwidths of inf, a plot without a scale
+            raise InputError(
+                args.traffic,
+                "",
+                "no bytes between GPUs",
+                "a matrix with a non-zero entry off the diagonal (a comparison scales it to --sizes)",
+            )
         return matrix, matrix, args.traffic
     raise InputError(
         "", "--traffic", args.traffic, f"not a file and not a generator ({', '.join(GENERATORS)})"

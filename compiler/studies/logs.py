@@ -283,7 +283,10 @@ def _nccl_tests(
     left_out = 0
     for no, line in enumerate(lines, 1):
         s = line.strip()
-        if not s or s.startswith("#") or not s.split()[0].isdigit():
+        head = s.split()[0] if s else ""
+        if head[:1] == "-" and head[1:].isdigit() and len(s.split()) >= 11:  # a row, with a size no run has
+            raise LogFormatError(path, f"line {no}, size", head[:60], "bytes per rank, 0 or more")
+        if not s or s.startswith("#") or not head.isdigit():
             continue  # comments, and what is no row: the command echo, NCCL INFO lines, UCX warnings
         row = _nccl_row(s.split(), path, no, topo.nranks)
         if isinstance(row, str):

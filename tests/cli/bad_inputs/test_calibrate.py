@@ -64,6 +64,7 @@ def test_a_log_with_no_usable_row_is_an_error(tmp_path, capsys):
         (_row(1 << 20, "1e999"), "a time in us"),
         (_row(1 << 20, "fast"), "a time in us"),
         (_row(1 << 20, "50.0", wrong="x"), "#wrong"),
+        (_row(-(1 << 20), "50.0"), "bytes per rank, 0 or more"),  # was skipped as a line that is no row
     ],
 )
 def test_values_no_run_can_produce_are_one_clear_line(tmp_path, capsys, row, fragment):

@@ -104,3 +104,29 @@ def test_a_size_given_twice_with_workers(tmp_path, capsys):
     assert main([*argv, "--sizes", "1M,1024K", "-J", str(out)]) == 0
     capsys.readouterr()
     assert [r["size"] for r in json.loads(out.read_text())["rows"]] == [1 << 20, 1 << 20]
+
+
+def test_a_matrix_that_moves_nothing_between_gpus_is_refused(tmp_path, capsys):
+    """It printed times of 0 and bandwidths of inf and plotted them."""
+    import numpy as np
+
+    path = tmp_path / "m.npy"
+    np.save(path, np.diag(np.arange(1, 17, dtype=np.int64) * 1024))  # self-copies only
+    plot = tmp_path / "c.png"
+    argv = [
+        "compare",
+        "-t",
+        "dgx-h100",
+        "-n",
+        "2",
+        "--traffic",
+        str(path),
+        "-a",
+        "direct",
+        "--plot",
+        str(plot),
+    ]
+    rc, err, _ = run(capsys, argv)
+    assert rc == 2 and "no bytes between GPUs" in err and "m.npy" in err
+    one_clear_line(err)
+    assert not plot.exists()

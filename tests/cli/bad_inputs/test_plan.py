@@ -272,3 +272,21 @@ def test_a_json_that_only_mentions_the_plan_format_is_not_replaced(tmp_path, cap
     assert rc == 0
     rc, _err, _ = run(capsys, ["plan", "-t", "dgx-h100", "-n", "2", "-m", m, "-o", str(tmp_path / "p.json")])
     assert rc == 0  # its own plan is replaced
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--time-limit", "5", "--opt", "time_limit=2"], "give the time limit once"),
+        (["--time-limit", "5", "--opt", "planner.time_limit=2"], "give the time limit once"),
+        (["--opt", "time_limit=1,planner.time_limit=2"], "the same option as 'time_limit'"),
+    ],
+)
+def test_one_option_given_two_ways_is_refused(tmp_path, capsys, extra, fragment):
+    """Each pair was accepted and one value silently won."""
+    m = zipf16(tmp_path / "m.npy")
+    argv = ["plan", "-t", "dgx-h100", "-n", "2", "-m", m, "-a", "mcf", *extra, "-o", str(tmp_path / "p.json")]
+    rc, err, _ = run(capsys, argv)
+    assert rc == 2 and fragment in err
+    one_clear_line(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npy"]
