@@ -155,6 +155,11 @@ def _case(name: str, workers: str) -> dict[str, Any]:
         **{f"{k}%": 100 * v / bound_raw for k, v in gap.items()},
         "padding%": 100 * prog.padding_bytes / max(int(m.sum()), 1),
         "window": prog.meta.get("window"),
+        "deps": prog.meta.get(
+            "deps"
+        ),  # the Program's form (admission, or hop-only where it simulated faster)
+        "schedule_us": prog.meta.get("schedule_us"),
+        "other_form_us": prog.meta.get("admission_us", prog.meta.get("hop_only_us")),  # the form not kept
         "sha256": hashlib.sha256(prog.to_json().encode()).hexdigest()[:16],
     }
 

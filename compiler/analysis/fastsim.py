@@ -485,11 +485,19 @@ def _remember(key: tuple[str, str, str, float], res: SimResult) -> None:
         _MEMO.popitem(last=False)
 
 
-def forget() -> None:
-    """Drop every remembered simulation (benchmarks that time cold planning call it between runs)."""
+def forget(prog: Program | None = None) -> None:
+    """Drop every remembered simulation (benchmarks that time cold planning call it between runs), or only
+    those of ``prog`` (a planner discarding a large candidate: at 1024 GPUs its routes and result are GBs)."""
     with _MEMO_LOCK:
-        _MEMO.clear()
-        _ROUTES.clear()
+        if prog is None:
+            _MEMO.clear()
+            _ROUTES.clear()
+            return
+        digest = _program_digest(prog)
+        for key in [k for k in _MEMO if k[0] == digest]:
+            del _MEMO[key]
+        for rkey in [k for k in _ROUTES if k[0] == digest]:
+            del _ROUTES[rkey]
 
 
 def _routes_of(prog: Program, topo: Topology, digest: str) -> Routes:

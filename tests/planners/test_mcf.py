@@ -43,6 +43,49 @@ def test_plans_reach_the_lp_optimum_on_a_skewed_torus(formulation):
     assert {op.link for op in prog.ops if op.src_rank != op.dst_rank} == {"direct"}
 
 
+def test_a_schedule_its_program_does_not_reproduce_is_replaced_by_the_hop_only_form(monkeypatch):
+    """Where the admission form simulates more than ROBUST_SLACK above the list schedule (at scale: the
+    16x4x4 torus 1.09x, the 16x8x8 one 1.5x), the hop-only form is built and simulated too and the faster
+    kept. Forced here with a negative slack on a small torus: both forms verify (the pipeline checks the
+    kept one), the kept one is the faster, and its meta says which it is and what it simulated to."""
+    t = _torus([8, 2])
+    m = generate("zipf", t.nranks, 4 << 20, 3)
+    kept = a2acc.plan(t, m, "mcf")
+    assert kept.meta["deps"] == "admission"  # small: the Program reproduces its schedule
+    assert kept.meta["simulated_us"] == pytest.approx(kept.meta["schedule_us"], rel=1e-9)
+    monkeypatch.setattr(mcf_planner, "ROBUST_SLACK", -1.0)
+    forced = a2acc.plan(t, generate("zipf", t.nranks, 4 << 20, 4), "mcf")  # another matrix: not remembered
+    sim = simulate_fast(forced, t).time_s * 1e6
+    assert sim == pytest.approx(forced.meta["simulated_us"], rel=1e-12)
+    if forced.meta["deps"] == "hop":
+        assert sim < forced.meta["admission_us"]
+        assert np.diff(forced.table.dep_ptr).max() <= 1  # each op waits for its piece's previous hop only
+    else:
+        assert forced.meta["deps"] == "admission" and forced.meta["hop_only_us"] >= sim
+
+
+def test_the_hop_only_form_is_kept_when_it_simulates_faster(monkeypatch):
+    """The choice itself, with the admission form's simulation made 3x slower (what the dynamics did to it at
+    scale): the hop-only form is kept, verified, and says what the other form simulated to."""
+    import dataclasses
+
+    from a2acc.analysis import fastsim
+
+    real = fastsim.simulate_fast
+
+    def chaotic(prog, topo, **kw):
+        res = real(prog, topo, **kw)
+        slow = prog.meta.get("deps") == "admission"
+        return dataclasses.replace(res, time_s=res.time_s * 3) if slow else res
+
+    monkeypatch.setattr(fastsim, "simulate_fast", chaotic)
+    t = _torus([8, 2])
+    prog = a2acc.plan(t, generate("zipf", t.nranks, 4 << 20, 7), "mcf")  # verified by the pipeline
+    assert prog.meta["deps"] == "hop" and np.diff(prog.table.dep_ptr).max() <= 1
+    assert prog.meta["simulated_us"] == pytest.approx(real(prog, t).time_s * 1e6, rel=1e-12)
+    assert prog.meta["admission_us"] > prog.meta["simulated_us"]
+
+
 def test_punctured_torus_still_plans():
     t = _torus([3, 3], removed=[[0, 1], [4, 5]])
     prog = a2acc.plan(t, generate("uniform", 9, 1 << 20, 2), "mcf")
