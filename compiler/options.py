@@ -156,7 +156,7 @@ def route(
 
     def put(side: dict[str, str], name: str, key: str, value: str) -> None:
         first = spelled.setdefault((side is planner, name), key)
-        if first != key:  # time_limit=1,planner.time_limit=2: the last would silently win
+        if name in side:  # time_limit=1,planner.time_limit=2: the last would silently win
             raise InputError(where, key, value, f"the same option as '{first}'; give each option once")
         side[name] = value
 

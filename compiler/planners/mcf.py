@@ -341,26 +341,29 @@ def _robust(
     arrived, shared fairly) is built and simulated too; the faster is kept. ``meta.deps`` says which."""
     from a2acc.analysis.fastsim import forget, simulate_fast
 
-    prog = _build(req, net, routes, pc, tm, stage, {**meta, "deps": "admission"})
+    def form(admission: bool) -> Program:
+        timed = tm if admission else replace(tm, after=np.full(pc.nhops, -1))  # no admitters: hop-only
+        return _build(
+            req, net, routes, pc, timed, stage, {**meta, "deps": "admission" if admission else "hop"}
+        )
+
+    def kept(prog: Program, **times: float) -> Program:
+        return replace(prog, meta={**prog.meta, **{k: v * 1e6 for k, v in times.items()}})
+
+    prog = form(admission=True)
     first = simulate_fast(prog, req.topology).time_s
     if first <= tm.makespan * (1 + ROBUST_SLACK):
-        return _with_meta(prog, simulated_us=first * 1e6)
+        return kept(prog, simulated_us=first)
     # one candidate in memory at a time: at 1024 GPUs a Program, its routes and its simulation are GBs
     forget(prog)
     del prog
-    free = Timed(tm.order, np.full(pc.nhops, -1), tm.ready, tm.end, tm.window, tm.passes)
-    alt = _build(req, net, routes, pc, free, stage, {**meta, "deps": "hop"})
+    alt = form(admission=False)
     second = simulate_fast(alt, req.topology).time_s
     if second < first:
-        return _with_meta(alt, simulated_us=second * 1e6, admission_us=first * 1e6)
+        return kept(alt, simulated_us=second, admission_us=first)
     forget(alt)
     del alt
-    prog = _build(req, net, routes, pc, tm, stage, {**meta, "deps": "admission"})  # the same Program again
-    return _with_meta(prog, simulated_us=first * 1e6, hop_only_us=second * 1e6)
-
-
-def _with_meta(prog: Program, **extra: float) -> Program:
-    return replace(prog, meta={**prog.meta, **extra})
+    return kept(form(admission=True), simulated_us=first, hop_only_us=second)  # the same Program again
 
 
 def _stages(routes: rt.Routes, pc: Pieces) -> I64:
@@ -397,7 +400,7 @@ def _build(
 ) -> Program:
     """The Program: self copies, then one op per hop in admission order (vectorised). A hop writes to scratch
     on its relay (allocated in admission order) or to the destination's output; it depends on the piece's
-    previous hop and on the op whose end admitted it."""
+    previous hop and on the op whose end admitted it (none where ``tm.after`` is -1: the hop-only form)."""
     counts, n = req.counts, req.nranks
     b = ProgramBuilder(f"mcf-{n}", "mcf", counts, req.unit_bytes, req.traffic, topology=req.topology)
     diag = np.flatnonzero(np.diag(counts) > 0)
