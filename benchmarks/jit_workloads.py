@@ -12,7 +12,10 @@ Workloads: ``benchmarks/moe_workloads.py`` (balanced, Zipf 0.8, rotating and jum
 MoE layer's dispatch and combine alternating; rows per (source, expert) pair drawn per call, every source routing
 ``256 x N`` tokens of ``hidden`` elements, about 1 MiB per peer; seeded, identical on every rank and in
 ``jit_online.py``). The engine runs with its defaults, ``A2ACC_EXCHANGE=adaptive`` included: "calls without the
-exchange" counts the calls a period back predicted (and, with ``--announce``, the announced ones).
+exchange" counts the calls a period back predicted (and, with ``--announce``, the announced ones); and
+``A2ACC_TUNE=measure`` (``--tune off`` to run the planner's plans only): ``ran`` gives the served calls per planner
+whose plan ran them (the bucket's first calls alternate between the planner's and the direct plan), ``kept`` what
+each bucket's measurement kept (``plan`` or ``direct``).
 
 Reported per workload: calls served by a2acc plans (all calls, and after the first two), padding and residual
 (% of payload), per-call time stock and a2acc (median [min-max] over served calls), bytes each rank sends
@@ -135,6 +138,7 @@ def _launch(world: int, topo: str, args: argparse.Namespace, tmp: str) -> list[l
         A2ACC_EXECUTOR_OPTS=args.executor_opts,
         A2ACC_BUCKETS=args.buckets,
         A2ACC_ALGORITHM=args.algorithm,
+        A2ACC_TUNE=args.tune,
         OMP_NUM_THREADS="1",
         PYTHONWARNINGS="ignore",
         PYTHONPATH=os.pathsep.join(
@@ -217,6 +221,10 @@ def _summarise(world: int, topo: str, ranks: list[list[dict]], python_time: bool
             "msgs_vs_bound": worst,
             "identical": same,
             "exchanges_skipped": sum(s.get("exchanges_skipped", 0) for s in st) / max(len(st), 1),
+            # A2ACC_TUNE=measure: buckets whose measurement kept the planner's plan or the direct one, and the
+            # served calls each planner's plans ran (rank 0; every rank runs the same)
+            "kept": st[0].get("tuned", {}),
+            "by_algorithm": st[0].get("by_algorithm", {}),
         }
         if python_time:
             handled = max(sum(s["handled"] for s in st), 1)
@@ -240,8 +248,15 @@ def _print(rows: list[dict]) -> None:
             f"{100 * r['served_after_2']:>6.0f}% {100 * r['padding']:>5.1f} {100 * r['residual']:>6.1f} "
             f"{r['stock_ms']:>24} {r['a2acc_ms']:>24} {r['ratio']:>5.2f} "
             f"{r['sent_mib_stock']:>6.2f}/{r['sent_mib_a2acc']:<6.2f} {r['msgs_within_bound']!s:>10} "
-            f"{r['identical']!s:>5}" + (f"  cpu {r['python_ms']:.2f} ms" if "python_ms" in r else "")
+            f"{r['identical']!s:>5}"
+            + (f"  cpu {r['python_ms']:.2f} ms" if "python_ms" in r else "")
+            + f"  ran {_pairs(r['by_algorithm'])}"
+            + (f"  kept {_pairs(r['kept'])}" if r["kept"] else "")
         )
+
+
+def _pairs(d: dict) -> str:
+    return ",".join(f"{k}:{v}" for k, v in sorted(d.items())) or "-"
 
 
 def _print_summary(rows: list[dict]) -> None:
@@ -281,6 +296,12 @@ def main() -> None:
     ap.add_argument("--executor-opts", default="", help="A2ACC_EXECUTOR_OPTS, e.g. overlap=true")
     ap.add_argument("--buckets", default="symmetric", choices=("symmetric", "plain"))
     ap.add_argument("--algorithm", default="fast")
+    ap.add_argument(
+        "--tune",
+        default="measure",
+        choices=("measure", "off"),
+        help="A2ACC_TUNE: measure each bucket's plan against its direct plan and keep the faster (default), or off",
+    )
     ap.add_argument(
         "--topology",
         action="append",

@@ -13,7 +13,10 @@ PHASES = ("exchange", "decide", "pack", "start", "wait", "tail")
 
 @dataclass
 class EngineStats:
-    """``calls`` reaching the engine; ``handled`` by a2acc plans (``by_executor`` says which ran them);
+    """``calls`` reaching the engine; ``handled`` by a2acc plans (``by_executor`` says which ran them,
+    ``by_algorithm`` which planner made them: the configured one, or ``direct`` where ``A2ACC_TUNE=measure``
+    measured it faster); ``tuned`` (buckets whose measurement kept the planner's plan, ``plan``, or the direct
+    one, ``direct``);
     ``stock_while_compiling`` (served by the stock call while a plan compiled in the background);
     ``fallbacks`` by reason; ``bucket_hits``; ``cache`` (plans taken from memory, disk, or compiled);
     ``payload_bytes``, ``padding_bytes``, ``residual_bytes`` of handled calls; ``sent_bytes`` (bytes this rank
@@ -33,6 +36,8 @@ class EngineStats:
     stock_while_compiling: int = 0
     fallbacks: Counter[str] = field(default_factory=Counter)
     by_executor: Counter[str] = field(default_factory=Counter)
+    by_algorithm: Counter[str] = field(default_factory=Counter)
+    tuned: Counter[str] = field(default_factory=Counter)
     bucket_hits: int = 0
     cache: dict[str, int] = field(default_factory=lambda: {"memory": 0, "disk": 0, "compiled": 0})
     payload_bytes: int = 0
@@ -63,6 +68,8 @@ class EngineStats:
             "stock_while_compiling": self.stock_while_compiling,
             "fallbacks": dict(self.fallbacks),
             "by_executor": dict(self.by_executor),
+            "by_algorithm": dict(self.by_algorithm),
+            "tuned": dict(self.tuned),
             "bucket_hits": self.bucket_hits,
             "cache": dict(self.cache),
             "payload_bytes": self.payload_bytes,

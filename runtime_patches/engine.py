@@ -19,7 +19,10 @@ Per call (all ranks of the call's process group do the same, in the same order):
    background thread while the stock collective serves (``A2ACC_MISS=wait``: in the call); it runs once every
    rank has it and the ranks' Programs for it were compared equal (the exchanged plan state says so), so all
    ranks switch at the same call.
-6. **Execute** (:mod:`a2acc.runtime.executors`): pack the caller's rows into the executor's arena on the data's
+6. **Measure** (:mod:`a2acc.runtime.tuning`, ``A2ACC_TUNE=measure``): a bucket's first served calls alternate
+   between its plan and its direct plan, each rank timing its part; an exchange carries the medians and every
+   rank keeps the same one.
+7. **Execute** (:mod:`a2acc.runtime.executors`): pack the caller's rows into the executor's arena on the data's
    device (:mod:`a2acc.runtime.packing`, the layout every manifest describes; the arena is pooled), run the
    plan, send rows beyond the layout (residual) with the stock call, unpack. With ``async_op=True`` the tail
    completes behind a real ``torch.distributed.Work``.
@@ -59,6 +62,7 @@ from a2acc.runtime.packing import byte_view, copy_segments, row_bytes_of
 from a2acc.runtime.plans import FAILED, OK, Plan, PlanTable, digest56
 from a2acc.runtime.plans import FALLBACK as STATUS_FALLBACK
 from a2acc.runtime.settings import JitSettings, parse_topology_spec
+from a2acc.runtime.tuning import ALTERNATIVE, DIRECT, PLAN, UNDECIDED, WIDTH, Trial, Tuner
 
 log = logging.getLogger("a2acc.runtime")
 
@@ -107,6 +111,7 @@ class _Group:
     topology: Topology
     index: BucketIndex
     table: PlanTable
+    tuner: Tuner
     side: Any = None  # the second process group of the p2p executor's overlap option
     arenas: dict[str, list[Any]] = field(default_factory=dict)  # free arenas per device
     disabled: str = ""  # why a2acc stopped serving this group (set on every rank at the same call)
@@ -157,6 +162,13 @@ class Engine:
         self.fallback: Executor = get_executor(FALLBACK)
         self.overlap = bool(getattr(opts, "overlap", False))
         self.symmetric = settings.buckets == "symmetric" and info(settings.executor).relabels
+        # A2ACC_TUNE=measure: for executors that run the Program itself (their plans need no lowered file) and a
+        # planner other than the one measured against
+        self.tune = (
+            settings.tune == "measure"
+            and info(settings.executor).backend == "none"
+            and settings.algorithm != ALTERNATIVE
+        )
         self._groups: dict[tuple[int, ...], _Group | str] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
@@ -242,7 +254,7 @@ class Engine:
             layouts = getattr(self.executor, "layouts", None)
             for counts, unit in layouts(world) if layouts is not None else ():
                 index.pin(counts, unit)  # layouts the executor already holds files for (a2acc compile)
-            state = _Group(ranks, topo, index, PlanTable(world))
+            state = _Group(ranks, topo, index, PlanTable(world), Tuner(self.tune, decided=self.stats.tuned))
             if self.overlap and topo.servers > 1:
                 state.side = self._side_group(group, ranks, device)
             if dist.get_rank() == ranks[0]:
@@ -270,18 +282,20 @@ class Engine:
             return None
 
     # ------------------------------------------------------------------ plans (background thread)
-    def _load(self, g: _Group, bucket: Bucket, group: Any) -> Plan:
-        key = bucket.key
+    def _load(self, g: _Group, bucket: Bucket, group: Any, key: str, algorithm: str) -> Plan:
+        """The plan of ``bucket`` by ``algorithm`` (the configured planner, or the measured alternative under its
+        own ``key``), from the cache or compiled; prepared for the executor that will run it."""
+        options = self.planner_options if algorithm == self.settings.algorithm else None
         entry, where = self.cache.get_or_compile(
             key,
             lambda: compile_entry(
                 g.topology,
                 bucket.layout,
                 bucket.unit,
-                self.settings.algorithm,
+                algorithm,
                 self.settings.target,
                 key,
-                self.planner_options,
+                options,
                 self.backend_options,
             ),
         )
@@ -294,15 +308,15 @@ class Engine:
         plan.prepared[ex.name] = ex.prepare(plan.prog, entry)
         return plan
 
-    def _submit(self, g: _Group, bucket: Bucket, group: Any) -> Future[Plan]:
+    def _submit(self, g: _Group, bucket: Bucket, group: Any, key: str, algorithm: str) -> Future[Plan]:
         if self.settings.miss == "wait":
             fut: Future[Plan] = Future()
             try:
-                fut.set_result(self._load(g, bucket, group))
+                fut.set_result(self._load(g, bucket, group, key, algorithm))
             except Exception as exc:
                 fut.set_exception(exc)
             return fut
-        return self._compiler.submit(self._load, g, bucket, group)
+        return self._compiler.submit(self._load, g, bucket, group, key, algorithm)
 
     # ------------------------------------------------------------------ the call
     def run(
@@ -385,8 +399,12 @@ class Engine:
                 return None
             self.stats.phase_s["exchange"] += t1 - t0
             self.stats.phase_s["decide"] += t2 - t1
-            finish = self._execute(g, call, g.table.plans[j], status, bucket, rows, stock)
+            jj, trial, which = self._pick(g, j, status)
+            mark = g.tuner.begin(call.input.device) if trial is not None else None
+            finish = self._execute(g, call, g.table.plans[jj], status, bucket, rows, stock)
             self.stats.add_cpu(time.thread_time() - cpu0)
+            if trial is not None:
+                finish = _timed(finish, g.tuner, mark, trial, which)
             if not async_op:
                 finish()
                 return True
@@ -468,11 +486,34 @@ class Engine:
                 tail="rows beyond the plan's layout travel as residual",
             )
 
+    def _pick(self, g: _Group, j: int, status: int) -> tuple[int, Trial | None, int]:
+        """The job that serves a call of job ``j`` (agreed status ``status``): ``j``, or its direct plan once
+        measured faster; while the two are measured (:mod:`a2acc.runtime.tuning`), either in turn for
+        ``SAMPLES`` calls each, with the trial and which of the two it is (0: the planner's, 1: direct), then
+        ``j`` until the next exchange decides. Every input is the same on every rank: the agreed plan state and
+        the count of calls the bucket served."""
+        t = g.tuner.trials.get(j)
+        if t is None or t.winner == PLAN:
+            return j, None, PLAN
+        table = g.table
+        if not table.runnable(t.alt):  # still compiling (or not yet compared) somewhere
+            return j, None, PLAN
+        if t.winner == UNDECIDED:
+            a, b = table.plans.get(j), table.plans.get(t.alt)
+            if table.agreed(t.alt) != status or a is None or b is None:
+                g.tuner.settle(t, PLAN)  # the direct plan failed somewhere, or runs on another executor
+            elif a.prog.scratch == b.prog.scratch and a.prog.ops == b.prog.ops:
+                g.tuner.settle(t, PLAN)  # the same transfers (one server): nothing to measure
+            elif (which := g.tuner.served(t)) is not None:
+                return (t.alt if which == DIRECT else j), t, which
+        return (t.alt, None, DIRECT) if t.winner == DIRECT else (j, None, PLAN)
+
     def _agreed_without_exchange(self, g: _Group, j: int) -> bool:
         """Whether job ``j`` runs with no exchange: every rank had settled it at the last exchange, it did not
         fail anywhere, and whichever executor runs it carries rows beyond the layout in its own messages (a
-        residual exchanged by a stock collective would need every rank to agree that there is one)."""
-        if not g.table.runnable(j):
+        residual exchanged by a stock collective would need every rank to agree that there is one), and no
+        measurement waits for an exchange to decide it (:mod:`a2acc.runtime.tuning`)."""
+        if not g.table.runnable(j) or g.tuner.awaiting:  # a measurement to decide: exchange
             return False
         status = g.table.agreed(j)
         ex = self.executor if status == OK else self.fallback
@@ -529,9 +570,16 @@ class Engine:
             )
 
     def _lookup(self, g: _Group, rows: np.ndarray, call: _Call, group: Any) -> tuple[Bucket, int]:
-        """The matrix's bucket and its job number (submitting its plan the first time)."""
+        """The matrix's bucket and its job number (submitting its plan the first time, and with
+        ``A2ACC_TUNE=measure`` the direct plan it is measured against as the next job)."""
         bucket = g.index.lookup(rows * call.row_bytes)
-        return bucket, g.table.job(bucket.key, lambda: self._submit(g, bucket, group))
+        algorithm = self.settings.algorithm
+        j = g.table.job(bucket.key, lambda: self._submit(g, bucket, group, bucket.key, algorithm))
+        if g.tuner.on and j not in g.tuner.trials:
+            key = g.index.key_for(bucket, ALTERNATIVE)
+            alt = g.table.job(key, lambda: self._submit(g, bucket, group, key, ALTERNATIVE))
+            g.tuner.trials[j] = Trial(alt)
+        return bucket, j
 
     def _exchange(self, g: _Group, call: _Call, known: np.ndarray | None) -> np.ndarray | None:
         """The call's one exchange: the rows matrix (the plan table learns what every rank has settled and
@@ -546,12 +594,13 @@ class Engine:
             call.row_bytes,
             adaptive,
             *g.table.report(),
+            *g.tuner.report(),
         ]
         gm = all_gather_ints(mine, call.group, dev, n, call.stock)
         self.stats.host_syncs += int(dev.type != "cpu")
         rows, outs = gm[:, :n], gm[:, n : 2 * n]
         eligible, row_bytes, modes, prefix, nexc, digest = (gm[:, 2 * n + k] for k in range(6))
-        contents = gm[:, 2 * n + 6 :]
+        contents, tuned = gm[:, 2 * n + 6 : -WIDTH], gm[:, -WIDTH:]
         if int(modes.min()) != int(modes.max()) and not g.every:
             # ranks set A2ACC_EXCHANGE differently: a rank that skips an exchange its peers make hangs them, so
             # the group exchanges on every call from here, on every rank (this report is the same everywhere)
@@ -584,6 +633,11 @@ class Engine:
             g.table.merge(extra, nexc)
         if not g.table.agree(contents, int(prefix.min())):
             self._plans_differ(g, call)
+            return None
+        if not g.tuner.decide(tuned):
+            g.disabled = "ranks set A2ACC_TUNE differently"  # their job lists differ: stop for good
+            self.stats.fallback(g.disabled)
+            self.warn_once("tune", "ranks set A2ACC_TUNE differently", speak=call.rank == 0)
             return None
         if known is not None and not np.array_equal(known, rows):
             self.warn_once("announce", "ranks announced different matrices; using the exchanged split sizes")
@@ -719,6 +773,7 @@ class Engine:
         s = self.stats
         s.handled += 1
         s.by_executor[ex.name] += 1
+        s.by_algorithm[str(plan.entry.meta.get("algorithm", ""))] += 1
         s.bucket_hits += int(bucket.hit)
         where = plan.source if plan.used == 0 else "memory"  # first use: where the plan came from
         s.cache[where] = s.cache.get(where, 0) + 1
@@ -743,6 +798,7 @@ class Engine:
         s.last = {
             "served": True,
             "executor": ex.name,
+            "algorithm": plan.entry.meta.get("algorithm", ""),
             "key": plan.key,
             "source": where,
             "hit": bucket.hit,
@@ -820,6 +876,16 @@ class _Seen:
 
 def _seen(rows: np.ndarray, bucket: Bucket, j: int) -> _Seen:
     return _Seen(rows, bucket, j, (j, None if bucket.ranks is None else tuple(int(x) for x in bucket.ranks)))
+
+
+def _timed(finish: Any, tuner: Tuner, mark: Any, trial: Trial, which: int) -> Any:
+    """``finish`` that gives the measured trial this rank's time of the call when it is done."""
+
+    def run() -> None:
+        finish()
+        tuner.end(mark, trial, which)
+
+    return run
 
 
 def _forget_calls(g: _Group) -> None:

@@ -14,6 +14,7 @@ and keeps the stock collectives, never an exception in the job.
 | ``A2ACC_BUCKETS`` | ``symmetric``: buckets in canonical form under the topology's symmetries; ``plain`` | ``symmetric`` |
 | ``A2ACC_CACHE_DIR`` | plan cache directory | ``~/.cache/a2acc`` |
 | ``A2ACC_EXCHANGE`` | ``adaptive``: once exchanges keep finding the bucket of the call one period back (1 to 64 calls), up to 8 calls in a row run that call's plan without the split-size exchange (each rank's own split sizes travel as they are, rows beyond the plan as residual); ``every``: an exchange per call. Ranks that disagree exchange on every call | ``adaptive`` |
+| ``A2ACC_TUNE`` | ``measure``: each bucket's first calls alternate between the planner's plan and the direct plan, and the faster on the job's own fabric is kept (:mod:`a2acc.runtime.tuning`); ``off``: the planner's plan always | ``measure`` |
 | ``A2ACC_MISS`` | on a cache miss: ``stock`` (serve the call with the stock collective while the plan compiles in the background) or ``wait`` (compile in the call) | ``stock`` |
 | ``A2ACC_LOG`` | ``debug``, ``info``, ``warning``, ``error`` | ``warning`` |
 
@@ -41,6 +42,7 @@ from a2acc.defaults import DEFAULT_ALGORITHM
 MISS_MODES = ("stock", "wait")
 BUCKET_MODES = ("symmetric", "plain")
 EXCHANGE_MODES = ("adaptive", "every")
+TUNE_MODES = ("measure", "off")
 LOG_LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -63,6 +65,7 @@ class JitSettings:
     executor_opts: tuple[tuple[str, str], ...] = ()
     buckets: str = "symmetric"
     exchange: str = "adaptive"
+    tune: str = "measure"
 
     @property
     def target(self) -> str | None:
@@ -93,6 +96,7 @@ class JitSettings:
         miss = _choice(e, "A2ACC_MISS", "stock", MISS_MODES, problems)
         buckets = _choice(e, "A2ACC_BUCKETS", "symmetric", BUCKET_MODES, problems)
         exchange = _choice(e, "A2ACC_EXCHANGE", "adaptive", EXCHANGE_MODES, problems)
+        tune = _choice(e, "A2ACC_TUNE", "measure", TUNE_MODES, problems)
         if problems:
             return None, problems
         return (
@@ -109,6 +113,7 @@ class JitSettings:
                 executor_opts=opts["A2ACC_EXECUTOR_OPTS"],
                 buckets=buckets,
                 exchange=exchange,
+                tune=tune,
             ),
             [],
         )

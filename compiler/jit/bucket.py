@@ -128,6 +128,11 @@ class BucketIndex:
         self._fp = self.topology.fingerprint
         self._sym = Symmetry(self.topology) if self.symmetric else None
 
+    def key_for(self, bucket: Bucket, planner: str) -> str:
+        """The key ``bucket``'s layout has when planned by ``planner`` (no options) for this index's backend:
+        the key a job running that planner caches it under, so the two share cache entries."""
+        return bucket_key(bucket.layout, bucket.unit, planner, self.backend, self._fp)
+
     def pin(self, layout: npt.NDArray[np.int64], unit: int) -> str:
         """Offer a fixed layout (e.g. one ``a2acc compile`` wrote for the executor) before any other: a matrix
         it serves within both budgets uses it, in the matrix's own rank order. Returns its bucket key."""

@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
         ("A2ACC_EXECUTOR_OPTS", "lanes=2", "known options: overlap"),
         ("A2ACC_BUCKETS", "canonical", "use one of symmetric, plain"),
         ("A2ACC_EXCHANGE", "never", "use one of adaptive, every"),
+        ("A2ACC_TUNE", "always", "use one of measure, off"),
     ],
 )
 def test_every_option_is_checked_when_the_settings_are_read(var, value, fragment):

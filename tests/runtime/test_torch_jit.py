@@ -104,11 +104,45 @@ def test_jit_matches_stock_and_hits_cache(tmp_path, world, spec, executor, opts)
         st = res["stats"]
         assert st["fallbacks"] == {} and st["handled"] == st["calls"]
         assert st["by_executor"] == {executor: st["handled"]}
+        if spec == "alps:1":  # one server: the planner's plan is the direct transfers, nothing to measure
+            assert set(st["by_algorithm"]) == {"fast"} and set(st["tuned"]) == {"plan"}
         # calls 1..5 reuse call 0's matrix with other dtypes/async: the second call is served from memory
         assert res["checks"][1]["source"] == ["memory"]
         assert st["bucket_hits"] > 0
     # every rank saw the same buckets (the plan-hash agreement never failed)
     assert len({json.dumps(r["stats"]["bucket_hits"]) for r in results}) == 1
+
+
+@pytest.mark.slow
+def test_measured_plan_choice_is_made_alike_on_every_rank(tmp_path):
+    """A2ACC_TUNE=measure (the default) on two servers: each bucket's first served calls alternate between the
+    planner's plan and the direct plan, then every rank keeps the same one, chosen by the slowest rank's times
+    (the worker fixes the times: see its ``tune`` mode); every output byte-identical to the stock call."""
+    topo = tmp_path / "t.yaml"
+    topo.write_text(TWO_BY_TWO)
+    # the staged shape: at these few KiB fast's own choice is its direct shape, the same transfers as the direct
+    # plan (then nothing is measured)
+    env = _env(
+        tmp_path,
+        A2ACC_JIT="1",
+        A2ACC_TOPOLOGY=str(topo),
+        A2ACC_MISS="wait",
+        A2ACC_PLANNER_OPTS="shape=staged",
+        A2ACC_EXCHANGE="every",  # the decision is made at an exchange: pinned to the call after the trial
+    )
+    results, _ = _run_world(tmp_path, 4, env, mode="tune")
+    ran = [[c["ran"] for c in r["checks"]["calls"]] for r in results]
+    assert all(x == ran[0] for x in ran)  # the same plan on every rank, call by call
+    for res in results:
+        calls = res["checks"]["calls"]
+        assert all(c["same"] and c["served"] for c in calls)
+        for phase, kept in ((0, ["fast"]), (1, ["direct"])):
+            seq = [c["ran"] for c in calls if c["phase"] == phase]
+            # the first call runs the planner's plan (the direct plan is compared at that call's exchange), then
+            # the trial alternates, the planner's plan first, three calls of each; the next exchange decides, by
+            # the slowest rank: the planner's plan when one rank measures the direct one slower
+            assert seq == [["fast"], *[["fast"], ["direct"]] * 3, *[kept] * 5], (phase, str(seq))
+        assert res["stats"]["tuned"] == {"plan": 1, "direct": 1}
 
 
 @pytest.mark.slow

@@ -258,11 +258,11 @@ def failrank(rank, world, seed, original, eng):
         real = eng._load
         first: list[str] = []
 
-        def load(g, bucket, group):
-            first.append(first[0] if first else bucket.key)
-            if bucket.key == first[0]:
+        def load(g, bucket, group, key, algorithm):
+            first.append(first[0] if first else key)
+            if key == first[0]:
                 raise RuntimeError("injected failure on rank 1")
-            return real(g, bucket, group)
+            return real(g, bucket, group, key, algorithm)
 
         eng._load = load
     g = torch.Generator().manual_seed(seed)
@@ -274,6 +274,32 @@ def failrank(rank, world, seed, original, eng):
             out.append({"phase": phase, "same": same, "served": served})
             time.sleep(0.05)
     return {"calls": out, "fallbacks": dict(eng.stats.fallbacks)}
+
+
+def tune(rank, world, seed, original, eng):
+    """A2ACC_TUNE=measure with each call's time replaced by a fixed one per plan, so the outcome is known: in
+    phase 0 the direct plan is faster on every rank but rank 2 (the slowest rank decides: the planner's plan is
+    kept), in phase 1 (another bucket) it is faster on every rank (it is kept)."""
+    from a2acc.runtime import tuning
+
+    phase = 0
+
+    def end(self, mark, trial, which):
+        slow = which == tuning.PLAN or (phase == 0 and rank == 2)
+        trial.add(which, 0.010 if slow else 0.005)
+
+    tuning.Tuner.end = end
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for phase in range(2):
+        rows = torch.randint(20, 60, (world, world), generator=g)
+        rows[:, 1 + 2 * phase] *= 6  # a hot expert (the planner's plan relays: not the direct transfers)
+        for i in range(12):
+            before = dict(eng.stats.by_algorithm)
+            same, served = _served(rows, rank, i, original, eng)
+            ran = [k for k, v in eng.stats.by_algorithm.items() if v != before.get(k, 0)]
+            out.append({"phase": phase, "same": same, "served": served, "ran": ran})
+    return {"calls": out}
 
 
 def content(rank, world, seed, original, eng):
@@ -373,6 +399,7 @@ def main() -> None:
             "nccl": nccl,
             "capture": capture,
             "failrank": failrank,
+            "tune": tune,
             "content": content,
             "adaptive": adaptive,
             "mixed": mixed,
