@@ -19,7 +19,9 @@ def stats() -> dict[str, object]:
     taken from memory, disk, or compiled); ``payload_bytes``, ``padding_bytes``, ``residual_bytes``;
     ``overhead_us_median``/``overhead_us_mean`` (the hook's decision time per call, data movement excluded);
     ``host_syncs`` and ``exchanges_skipped`` (calls that needed no exchange, see :func:`announce`), of them
-    ``predicted`` (run with the plan of the call one period back, ``A2ACC_EXCHANGE=adaptive``)."""
+    ``predicted`` (run with the plan of the call one period back, ``A2ACC_EXCHANGE=adaptive``); ``by_algorithm``
+    (served calls per planner whose plan ran them) and ``tuned`` (buckets whose measurement kept the planner's
+    plan or the direct one, ``A2ACC_TUNE=measure``)."""
     eng = _engine()
     return {} if eng is None else dict(eng.stats.as_dict())
 

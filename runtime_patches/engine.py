@@ -196,7 +196,8 @@ class Engine:
             s = self.stats.as_dict()
             log.info(
                 "summary: %d calls, %d by a2acc plans (%s; %d bucket hits), %d stock while compiling, "
-                "fallbacks %s; padding %.1f%%, residual %.1f%% of payload; hook %.0f us per call (median)",
+                "fallbacks %s; padding %.1f%%, residual %.1f%% of payload; hook %.0f us per call (median); "
+                "measured buckets kept %s",
                 s["calls"],
                 s["handled"],
                 ", ".join(f"{k} {v}" for k, v in s["by_executor"].items()) or "none",
@@ -206,6 +207,7 @@ class Engine:
                 100 * s["padding_bytes"] / max(s["payload_bytes"], 1),
                 100 * s["residual_bytes"] / max(s["payload_bytes"], 1),
                 s["overhead_us_median"],
+                ", ".join(f"{k} {v}" for k, v in sorted(s["tuned"].items())) or "none",
             )
 
     def capturing(self, input: Any) -> str | None:

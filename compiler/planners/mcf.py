@@ -28,8 +28,13 @@ its form (``deps``), ``optimal`` and the formulation used.
 
 from __future__ import annotations
 
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +52,7 @@ from a2acc.ir.program import Buf, Program
 from a2acc.planners import PlanRequest
 
 I64 = npt.NDArray[np.int64]
+log = logging.getLogger("a2acc.planners.mcf")
 
 #: option limits (value, why), checked before any allocation
 LIMITS: dict[str, tuple[int, str]] = {
@@ -310,9 +316,35 @@ def _emit(
     mid = max(1, int(4 * alpha * float(net.cap.min())) // req.unit_bytes)
     pc = cut_pieces(routes.chunks, routes.ptr, routes.edges, mid)
     nbytes = pc.cnt.astype(np.float64) * req.unit_bytes
-    tm = schedule(pc, nbytes, net.cap, np.full(net.nedges, alpha))
-    meta.update(schedule_us=tm.makespan * 1e6, window=tm.window, passes=tm.passes, piece_chunks=mid)
-    return _robust(req, net, routes, pc, tm, _stages(routes, pc), meta)
+    with _Steps() as steps:
+        with steps.step(f"list schedule of {pc.nhops:,} hops"):
+            tm = schedule(pc, nbytes, net.cap, np.full(net.nedges, alpha))
+        meta.update(schedule_us=tm.makespan * 1e6, window=tm.window, passes=tm.passes, piece_chunks=mid)
+        return _robust(req, net, routes, pc, tm, _stages(routes, pc), meta, steps)
+
+
+class _Steps:
+    """Progress of the steps after the flow on direct-connect graphs (minutes each at 1024 GPUs): a ``tqdm``
+    status on standard error when it is a terminal, and a log line (``a2acc.planners.mcf``, INFO) per step
+    with its wall time. Times go to the log only: a plan's metadata stays the same in every run."""
+
+    def __enter__(self) -> _Steps:
+        from tqdm import tqdm
+
+        self.bar: Any = tqdm(
+            desc="mcf", file=sys.stderr, disable=None, leave=False, bar_format="{desc} {elapsed}"
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+    @contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        self.bar.set_description_str(f"mcf: {what}")
+        t0 = time.perf_counter()
+        yield
+        log.info("mcf: %s: %.1f s", what, time.perf_counter() - t0)
 
 
 #: how far above the list schedule's makespan a Program may simulate before the hop-only form is tried
@@ -327,6 +359,7 @@ def _robust(
     tm: Timed,
     stage: I64,
     meta: dict[str, object],
+    steps: _Steps,
 ) -> Program:
     """The Program of a direct-connect schedule, in the form that simulates faster.
 
@@ -343,22 +376,26 @@ def _robust(
 
     def form(admission: bool) -> Program:
         timed = tm if admission else replace(tm, after=np.full(pc.nhops, -1))  # no admitters: hop-only
-        return _build(
-            req, net, routes, pc, timed, stage, {**meta, "deps": "admission" if admission else "hop"}
-        )
+        deps = "admission" if admission else "hop"
+        with steps.step(f"Program, {deps} form"):
+            return _build(req, net, routes, pc, timed, stage, {**meta, "deps": deps})
+
+    def simulated(prog: Program) -> float:
+        with steps.step(f"simulation, {prog.meta['deps']} form"):
+            return simulate_fast(prog, req.topology).time_s
 
     def kept(prog: Program, **times: float) -> Program:
         return replace(prog, meta={**prog.meta, **{k: v * 1e6 for k, v in times.items()}})
 
     prog = form(admission=True)
-    first = simulate_fast(prog, req.topology).time_s
+    first = simulated(prog)
     if first <= tm.makespan * (1 + ROBUST_SLACK):
         return kept(prog, simulated_us=first)
     # one candidate in memory at a time: at 1024 GPUs a Program, its routes and its simulation are GBs
     forget(prog)
     del prog
     alt = form(admission=False)
-    second = simulate_fast(alt, req.topology).time_s
+    second = simulated(alt)
     if second < first:
         return kept(alt, simulated_us=second, admission_us=first)
     forget(alt)

@@ -86,6 +86,31 @@ def test_the_hop_only_form_is_kept_when_it_simulates_faster(monkeypatch):
     assert prog.meta["admission_us"] > prog.meta["simulated_us"]
 
 
+def test_each_step_after_the_flow_logs_its_time_and_the_plan_does_not_carry_it(monkeypatch, caplog):
+    """The steps after the flow (minutes each at 1024 GPUs) say what they are doing and how long they took, in
+    the log only: two runs give the same Program."""
+    import logging
+
+    monkeypatch.setattr(mcf_planner, "ROBUST_SLACK", -1.0)  # both forms built and simulated
+    t = _torus([4, 2])
+    m = generate("zipf", t.nranks, 1 << 20, 5)
+    with caplog.at_level(logging.INFO, logger="a2acc.planners.mcf"):
+        first = a2acc.plan(t, m, "mcf")
+    steps = [r.getMessage().split(":")[1].strip() for r in caplog.records if r.name == "a2acc.planners.mcf"]
+    forms = [
+        "Program, admission form",
+        "simulation, admission form",
+        "Program, hop form",
+        "simulation, hop form",
+    ]
+    assert steps[0].startswith("list schedule of ") and steps[1:5] == forms
+    # the admission form, when it is the faster, is built once more (one candidate in memory at a time)
+    assert steps[5:] == ([] if first.meta["deps"] == "hop" else ["Program, admission form"])
+    assert all(r.getMessage().endswith(" s") for r in caplog.records if r.name == "a2acc.planners.mcf")
+    assert a2acc.plan(t, m, "mcf").table.cnt.tobytes() == first.table.cnt.tobytes()
+    assert dict(a2acc.plan(t, m, "mcf").meta) == dict(first.meta)
+
+
 def test_punctured_torus_still_plans():
     t = _torus([3, 3], removed=[[0, 1], [4, 5]])
     prog = a2acc.plan(t, generate("uniform", 9, 1 << 20, 2), "mcf")
