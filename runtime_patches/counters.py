@@ -16,7 +16,7 @@ class EngineStats:
     """``calls`` reaching the engine; ``handled`` by a2acc plans (``by_executor`` says which ran them,
     ``by_algorithm`` which planner made them: the configured one, or ``direct`` where ``A2ACC_TUNE=measure``
     measured it faster); ``tuned`` (buckets whose measurement kept the planner's plan, ``plan``, or the direct
-    one, ``direct``);
+    one, ``direct``; ``plan`` also counts buckets not measured: the same transfers, a direct plan that failed);
     ``stock_while_compiling`` (served by the stock call while a plan compiled in the background);
     ``fallbacks`` by reason; ``bucket_hits``; ``cache`` (plans taken from memory, disk, or compiled);
     ``payload_bytes``, ``padding_bytes``, ``residual_bytes`` of handled calls; ``sent_bytes`` (bytes this rank

@@ -500,14 +500,15 @@ class Engine:
         table = g.table
         if not table.runnable(t.alt):  # still compiling (or not yet compared) somewhere
             return j, None, PLAN
-        if t.winner == UNDECIDED:
+        if t.winner == UNDECIDED and not t.compared:  # once, the first time both can run
+            t.compared = True
             a, b = table.plans.get(j), table.plans.get(t.alt)
             if table.agreed(t.alt) != status or a is None or b is None:
                 g.tuner.settle(t, PLAN)  # the direct plan failed somewhere, or runs on another executor
             elif a.prog.scratch == b.prog.scratch and a.prog.ops == b.prog.ops:
                 g.tuner.settle(t, PLAN)  # the same transfers (one server): nothing to measure
-            elif (which := g.tuner.served(t)) is not None:
-                return (t.alt if which == DIRECT else j), t, which
+        if t.winner == UNDECIDED and (which := g.tuner.served(t)) is not None:
+            return (t.alt if which == DIRECT else j), t, which
         return (t.alt, None, DIRECT) if t.winner == DIRECT else (j, None, PLAN)
 
     def _agreed_without_exchange(self, g: _Group, j: int) -> bool:

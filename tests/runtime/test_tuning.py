@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a2acc.runtime.tuning import DIRECT, MARGIN, PLAN, SAMPLES, UNDECIDED, WIDTH, Trial, Tuner
+from a2acc.runtime.tuning import DIRECT, MARGIN, MAX_WAIT, PLAN, SAMPLES, UNDECIDED, WIDTH, Trial, Tuner
 
 
 def _ready(tuner: Tuner, j: int, plan_s: float, direct_s: float) -> Trial:
@@ -74,44 +74,90 @@ def test_the_decision_is_the_rule_and_does_not_depend_on_the_ranks_order(medians
 
 
 class _Event:
-    """A CUDA event as the tuner uses it: recorded, queried, timed against another (milliseconds)."""
+    """A CUDA event as the tuner uses it: recorded on a stream, queried, timed against another (milliseconds)."""
 
     clock = 0.0
 
     def __init__(self, enable_timing: bool = False) -> None:
         self.at = -1.0
         self.done = False
+        self.stream = None
+        self.broken = False
 
-    def record(self) -> None:
-        self.at = _Event.clock
+    def record(self, stream=None) -> None:
+        self.at, self.stream = _Event.clock, stream
 
     def query(self) -> bool:
+        if self.broken:
+            raise RuntimeError("events on different devices")
         return self.done
 
     def elapsed_time(self, end: _Event) -> float:
         return (end.at - self.at) * 1e3
 
 
-def test_gpu_times_are_read_once_their_events_complete_never_waited_for(monkeypatch):
+def _fake_cuda(monkeypatch):
+    import contextlib
+
     import torch
 
+    devices: list[object] = []
+
+    @contextlib.contextmanager
+    def device(d):
+        devices.append(d)
+        yield
+
     monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: ("stream of", d))
+    monkeypatch.setattr(torch.cuda, "device", device)
+    return devices
 
-    class Dev:
-        type = "cuda"
 
+class _Dev:
+    type = "cuda"
+    index = 1
+
+
+def test_gpu_times_are_read_once_their_events_complete_never_waited_for(monkeypatch):
+    devices = _fake_cuda(monkeypatch)
     tu = Tuner(on=True)
     t = tu.trials[0] = Trial(alt=1)
     _Event.clock = 1.0
-    mark = tu.begin(Dev())
+    mark = tu.begin(_Dev())
     _Event.clock = 1.25
-    tu.end(mark, t, DIRECT)
+    tu.end(mark, t, DIRECT)  # as the engine's background thread would: on the start's device and stream
+    assert devices == [mark.device] and tu.pending[0][3].stream == mark.stream == ("stream of", mark.device)
     assert t.times == ([], []) and len(tu.pending) == 1
     tu.drain()  # the end event has not completed: nothing read, nothing waited for
     assert t.times == ([], []) and len(tu.pending) == 1
     tu.pending[0][3].done = True
     tu.report()  # drains first
     assert t.times == ([], [0.25]) and tu.pending == []
+
+
+def test_an_event_that_cannot_be_read_gives_the_wall_clock_never_an_error(monkeypatch):
+    _fake_cuda(monkeypatch)
+    tu = Tuner(on=True)
+    t = tu.trials[0] = Trial(alt=1)
+    mark = tu.begin(_Dev())
+    tu.end(mark, t, PLAN)
+    tu.pending[0][3].broken = True
+    assert tu.report()[1] == -1  # no error inside the exchange
+    assert len(t.times[0]) == 1 and t.times[0][0] >= 0 and tu.pending == []
+
+
+def test_a_trial_no_rank_can_finish_keeps_the_planners_plan_after_max_wait_exchanges():
+    tu = Tuner(on=True)
+    t = tu.trials[0] = Trial(alt=1)
+    for _ in range(2 * SAMPLES):
+        tu.served(t)
+    nothing = np.array([[1, -1, 0, 0], [1, -1, 0, 0]])  # a rank lost a time: nobody reports the trial
+    for _ in range(MAX_WAIT):
+        assert tu.decide(nothing)
+    assert t.winner == UNDECIDED and tu.awaiting == {1}
+    tu.decide(nothing)
+    assert t.winner == PLAN and tu.awaiting == set() and tu.waited == 0
 
 
 def test_a_trial_runs_each_plan_in_turn_then_waits_for_an_exchange_to_decide():
