@@ -624,6 +624,9 @@ class Engine:
                 "splits", "output split sizes or row sizes disagree across ranks", speak=call.rank == 0
             )
             return None
+        if int(tuned[:, 0].min()) != int(tuned[:, 0].max()):
+            self._tune_modes_differ(g, call)  # before the digest: their job lists differ as a result
+            return None
         if int(digest.min()) != int(digest.max()):
             g.disabled = "ranks disagree"  # histories diverged (e.g. a restarted process): stop for good
             self.stats.fallback(g.disabled)
@@ -638,13 +641,18 @@ class Engine:
             self._plans_differ(g, call)
             return None
         if not g.tuner.decide(tuned):
-            g.disabled = "ranks set A2ACC_TUNE differently"  # their job lists differ: stop for good
-            self.stats.fallback(g.disabled)
-            self.warn_once("tune", "ranks set A2ACC_TUNE differently", speak=call.rank == 0)
+            self._tune_modes_differ(g, call)
             return None
         if known is not None and not np.array_equal(known, rows):
             self.warn_once("announce", "ranks announced different matrices; using the exchanged split sizes")
         return np.asarray(rows, dtype=np.int64)
+
+    def _tune_modes_differ(self, g: _Group, call: _Call) -> None:
+        """Ranks set ``A2ACC_TUNE`` differently: their job lists differ (only the measuring ones add direct
+        plans), so a2acc stops for the group, on every rank at this call, said once."""
+        g.disabled = "ranks set A2ACC_TUNE differently"
+        self.stats.fallback(g.disabled)
+        self.warn_once("tune", "ranks set A2ACC_TUNE differently", speak=call.rank == 0)
 
     def _plans_differ(self, g: _Group, call: _Call) -> None:
         """Ranks hold different Programs for one bucket (another a2acc, numpy or CPU somewhere): a2acc stops for

@@ -55,7 +55,7 @@ def install(settings: JitSettings | None = None) -> None:
     def active() -> None:
         log.info(
             "hook active: all_to_all_single goes through a2acc (algorithm %s, executor %s%s, backend %s, "
-            "topology %s: %d GPUs, buckets %s, misses served by %s)",
+            "topology %s: %d GPUs, buckets %s, misses served by %s, plans %s)",
             st.algorithm,
             st.executor,
             "".join(f" {k}={v}" for k, v in st.executor_opts),
@@ -64,6 +64,7 @@ def install(settings: JitSettings | None = None) -> None:
             eng.topology.nranks,
             st.buckets,
             "the stock call" if st.miss == "stock" else "waiting for the plan",
+            "measured against the direct plan" if eng.tune else "as planned",
         )
 
     rank0_later(active)

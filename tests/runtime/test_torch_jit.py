@@ -130,12 +130,16 @@ def test_measured_plan_choice_is_made_alike_on_every_rank(tmp_path):
         A2ACC_PLANNER_OPTS="shape=staged",
         A2ACC_EXCHANGE="every",  # the decision is made at an exchange: pinned to the call after the trial
     )
-    results, _ = _run_world(tmp_path, 4, env, mode="tune")
+    results, errs = _run_world(tmp_path, 4, env, mode="tune")
     ran = [[c["ran"] for c in r["checks"]["calls"]] for r in results]
     assert all(x == ran[0] for x in ran)  # the same plan on every rank, call by call
     for res in results:
         calls = res["checks"]["calls"]
-        assert all(c["same"] and c["served"] for c in calls)
+        assert all(c["same"] for c in calls)
+        assert all(c["served"] for c in calls if c["phase"] < 2)
+        # phase 2: rank 1 stops measuring; every rank sees it at the next exchange and takes the stock call
+        assert not any(c["served"] for c in calls if c["phase"] == 2)
+        assert res["checks"]["fallbacks"].get("ranks set A2ACC_TUNE differently", 0) >= 1
         for phase, kept in ((0, ["fast"]), (1, ["direct"])):
             seq = [c["ran"] for c in calls if c["phase"] == phase]
             # the first call runs the planner's plan (the direct plan is compared at that call's exchange), then
@@ -143,6 +147,7 @@ def test_measured_plan_choice_is_made_alike_on_every_rank(tmp_path):
             # the slowest rank: the planner's plan when one rank measures the direct one slower
             assert seq == [["fast"], *[["fast"], ["direct"]] * 3, *[kept] * 5], (phase, str(seq))
         assert res["stats"]["tuned"] == {"plan": 1, "direct": 1}
+    assert errs[0].count("ranks set A2ACC_TUNE differently") == 1 and "A2ACC_TUNE" not in errs[1]
 
 
 @pytest.mark.slow

@@ -299,7 +299,13 @@ def tune(rank, world, seed, original, eng):
             same, served = _served(rows, rank, i, original, eng)
             ran = [k for k, v in eng.stats.by_algorithm.items() if v != before.get(k, 0)]
             out.append({"phase": phase, "same": same, "served": served, "ran": ran})
-    return {"calls": out}
+    if rank == 1:  # as if rank 1 had A2ACC_TUNE=off: the next exchange stops a2acc for the group, everywhere
+        for grp in eng._groups.values():
+            grp.tuner.on = False
+    for i in range(3):
+        same, served = _served(rows, rank, 12 + i, original, eng)
+        out.append({"phase": 2, "same": same, "served": served, "ran": []})
+    return {"calls": out, "fallbacks": dict(eng.stats.fallbacks)}
 
 
 def content(rank, world, seed, original, eng):
