@@ -624,8 +624,12 @@ class Engine:
                 "splits", "output split sizes or row sizes disagree across ranks", speak=call.rank == 0
             )
             return None
-        if int(tuned[:, 0].min()) != int(tuned[:, 0].max()):
-            self._tune_modes_differ(g, call)  # before the digest: their job lists differ as a result
+        if not g.tuner.decide(tuned):
+            # ranks set A2ACC_TUNE differently: seen before the digest, as their job lists differ as a result
+            # (only the measuring ranks add direct plans); a2acc stops for the group on every rank at this call
+            g.disabled = "ranks set A2ACC_TUNE differently"
+            self.stats.fallback(g.disabled)
+            self.warn_once("tune", g.disabled, speak=call.rank == 0)
             return None
         if int(digest.min()) != int(digest.max()):
             g.disabled = "ranks disagree"  # histories diverged (e.g. a restarted process): stop for good
@@ -640,19 +644,9 @@ class Engine:
         if not g.table.agree(contents, int(prefix.min())):
             self._plans_differ(g, call)
             return None
-        if not g.tuner.decide(tuned):
-            self._tune_modes_differ(g, call)
-            return None
         if known is not None and not np.array_equal(known, rows):
             self.warn_once("announce", "ranks announced different matrices; using the exchanged split sizes")
         return np.asarray(rows, dtype=np.int64)
-
-    def _tune_modes_differ(self, g: _Group, call: _Call) -> None:
-        """Ranks set ``A2ACC_TUNE`` differently: their job lists differ (only the measuring ones add direct
-        plans), so a2acc stops for the group, on every rank at this call, said once."""
-        g.disabled = "ranks set A2ACC_TUNE differently"
-        self.stats.fallback(g.disabled)
-        self.warn_once("tune", "ranks set A2ACC_TUNE differently", speak=call.rank == 0)
 
     def _plans_differ(self, g: _Group, call: _Call) -> None:
         """Ranks hold different Programs for one bucket (another a2acc, numpy or CPU somewhere): a2acc stops for

@@ -113,6 +113,8 @@ class Tuner:
         """This rank's :data:`WIDTH` integers for the exchange: its mode, then the lowest undecided job it holds
         enough times for and the two medians in microseconds (job -1 when there is none)."""
         self.drain()
+        if not self.awaiting:  # a trial is ready only once its calls have all run: none (the usual call)
+            return [int(self.on), -1, 0, 0]
         with self._lock:
             for j in sorted(self.trials):
                 t = self.trials[j]

@@ -11,10 +11,11 @@ from a2acc.runtime.tuning import DIRECT, MARGIN, MAX_WAIT, PLAN, SAMPLES, UNDECI
 
 
 def _ready(tuner: Tuner, j: int, plan_s: float, direct_s: float) -> Trial:
+    """A trial whose calls have all run (as the engine serves them), with these times."""
     t = tuner.trials[j] = Trial(alt=j + 1)
     for _ in range(SAMPLES):
-        t.add(PLAN, plan_s)
-        t.add(DIRECT, direct_s)
+        t.add(tuner.served(t), plan_s)
+        t.add(tuner.served(t), direct_s)
     return t
 
 
