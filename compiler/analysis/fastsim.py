@@ -51,7 +51,7 @@ import heapq
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -101,15 +101,14 @@ def exclusive_links(st: Setup) -> npt.NDArray[np.bool_]:
     links = st.bind[real]
     if len(ops) < 2:
         return excl
-    order = np.lexsort((ops, links))
+    order = np.argsort(links, kind="stable")  # by link, then op (ops ascend already)
     ops, links = ops[order], links[order]
     same = links[1:] == links[:-1]
     a, b = ops[:-1][same], ops[1:][same]
     plink = links[1:][same]
     if not len(a):
         return excl
-    edges, direct = _direct_deps(st, a, b)
-    bad = ~direct
+    bad = ~_has_dep(st, b, a)
     no_deps = np.diff(st.dep_ptr)[b] == 0
     excl[np.unique(plink[bad & no_deps])] = False
     # b with the very dependencies of a cannot come after a (a is not among them): concurrent, no search
@@ -118,27 +117,34 @@ def exclusive_links(st: Setup) -> npt.NDArray[np.bool_]:
     excl[np.unique(plink[bad & ~no_deps & twins])] = False
     todo = np.flatnonzero(bad & ~no_deps & ~twins)
     if len(todo):
-        todo = todo[~_two_hop(a[todo], b[todo], st, edges)]
+        todo = todo[~_two_hop(a[todo], b[todo], st)]
     if len(todo):
         _search_pairs(st, a[todo], b[todo], plink[todo], excl, memo=False)
     excl[nl] = True
     return excl
 
 
-def _direct_deps(
-    st: Setup, a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-    """The DAG's edges as sorted keys ``dep * n_ops + op`` (what :func:`_two_hop` searches), and per pair
-    whether op ``a[i]`` is a direct dependency of op ``b[i]``."""
-    n_ops = st.n_ops
-    n = np.int64(max(n_ops, 1))
-    dep_op = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(st.dep_ptr))
-    edges = np.sort(st.dep_ids * n + dep_op)
-    keys = a * n + b
-    if not len(edges):
-        return edges, np.zeros(len(keys), dtype=bool)
-    pos = np.minimum(np.searchsorted(edges, keys), len(edges) - 1)
-    return edges, edges[pos] == keys
+def _dep_slots(
+    st: Setup, op: npt.NDArray[np.int64]
+) -> Iterator[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+    """For k = 0, 1, ...: the positions ``i`` whose op ``op[i]`` has a k-th dependency, and those dependencies
+    (one slot of the dependency lists at a time: work in their total length, memory in ``len(op)``)."""
+    start = st.dep_ptr[op]
+    cnt = st.dep_ptr[op + 1] - start
+    idx = np.flatnonzero(cnt > 0)
+    k = 0
+    while len(idx):
+        yield idx, st.dep_ids[start[idx] + k]
+        k += 1
+        idx = idx[cnt[idx] > k]
+
+
+def _has_dep(st: Setup, op: npt.NDArray[np.int64], dep: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Per pair: is op ``dep[i]`` a direct dependency of op ``op[i]``?"""
+    out = np.zeros(len(op), dtype=bool)
+    for idx, d in _dep_slots(st, op):
+        out[idx] |= d == dep[idx]
+    return out
 
 
 def _search_pairs(
@@ -181,24 +187,11 @@ def _search_pairs(
             ok_link[lk] = False
 
 
-def _two_hop(
-    a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], st: Setup, edges: npt.NDArray[np.int64]
-) -> npt.NDArray[np.bool_]:
-    """Per pair: does ``b`` depend on a dependency of ``a``'s successor, i.e. ``a -> d -> b`` for some ``d``?
-    (``edges``: sorted ``dep * n_ops + op``.)"""
-    n = np.int64(max(st.n_ops, 1))
-    cnt = np.diff(st.dep_ptr)[b]
+def _two_hop(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], st: Setup) -> npt.NDArray[np.bool_]:
+    """Per pair: does ``b`` depend on a dependency of ``a``'s successor, i.e. ``a -> d -> b`` for some ``d``?"""
     out = np.zeros(len(a), dtype=bool)
-    if not len(edges) or not cnt.sum():
-        return out
-    pair = np.repeat(np.arange(len(a)), cnt)
-    first = np.repeat(st.dep_ptr[b], cnt)
-    within = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    d = st.dep_ids[first + within]
-    keys = a[pair] * n + d
-    pos = np.minimum(np.searchsorted(edges, keys), len(edges) - 1)
-    hit = edges[pos] == keys
-    out[pair[hit]] = True
+    for idx, d in _dep_slots(st, b):
+        out[idx] |= _has_dep(st, d, a[idx])
     return out
 
 
@@ -285,7 +278,7 @@ def _group_exclusive(st: Setup, key: npt.NDArray[np.int64]) -> npt.NDArray[np.bo
     real = st.bind != nl
     ops = np.repeat(np.arange(n_ops, dtype=np.int64), real.sum(axis=1))
     links = st.bind[real]
-    order = np.lexsort((ops, links))
+    order = np.argsort(links, kind="stable")  # by link, then op (ops ascend already)
     ops, links = ops[order], links[order]
     okey = key[ops]
     # runs: maximal stretches of one link with one route
@@ -323,12 +316,11 @@ def _clear_unordered(
     depend on op ``a[i]``: a direct dependency or two hops settle most pairs at array speed; the rest are
     graph searches (memoised: ops with the same dependencies answer alike), and past
     :data:`_GROUP_SEARCHES` of them their links are cleared unsearched (always safe: not group-exclusive)."""
-    edges, direct = _direct_deps(st, a, b)
-    bad = ~direct
+    bad = ~_has_dep(st, b, a)
     ok_link[np.unique(plink[bad & (np.diff(st.dep_ptr)[b] == 0)])] = False
     todo = np.flatnonzero(bad & (np.diff(st.dep_ptr)[b] > 0))
     if len(todo):
-        todo = todo[~_two_hop(a[todo], b[todo], st, edges)]
+        todo = todo[~_two_hop(a[todo], b[todo], st)]
     if len(todo) > _GROUP_SEARCHES:
         ok_link[np.unique(plink[todo])] = False
     elif len(todo):
@@ -485,17 +477,21 @@ def _remember(key: tuple[str, str, str, float], res: SimResult) -> None:
         _MEMO.popitem(last=False)
 
 
-def forget(prog: Program | None = None) -> None:
+def forget(prog: Program | None = None, *, routes_only: bool = False) -> None:
     """Drop every remembered simulation (benchmarks that time cold planning call it between runs), or only
-    those of ``prog`` (a planner discarding a large candidate: at 1024 GPUs its routes and result are GBs)."""
+    those of ``prog`` (a planner discarding a large candidate: at 1024 GPUs its routes and result are GBs);
+    ``routes_only`` keeps ``prog``'s results and drops its prepared routes (a planner that simulated its
+    final Program once: the caller's simulation is answered from the result, the ~2 GB of routes of a
+    17 M-op Program are not needed again)."""
     with _MEMO_LOCK:
         if prog is None:
             _MEMO.clear()
             _ROUTES.clear()
             return
         digest = _program_digest(prog)
-        for key in [k for k in _MEMO if k[0] == digest]:
-            del _MEMO[key]
+        if not routes_only:
+            for key in [k for k in _MEMO if k[0] == digest]:
+                del _MEMO[key]
         for rkey in [k for k in _ROUTES if k[0] == digest]:
             del _ROUTES[rkey]
 

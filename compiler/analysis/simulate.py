@@ -451,8 +451,12 @@ def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         return np.asarray(z ^ (z >> np.uint64(31)), dtype=np.uint64)
 
 
+#: routes of a group of ops: the ops, then either one row of links per op (every route the same length) or the
+#: distinct routes as CSR (pointer, links) with each op's route index; then each op's latency
 _RouteGroup = tuple[
-    npt.NDArray[np.int64], npt.NDArray[np.int64] | list[tuple[int, ...]], npt.NDArray[np.float64]
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64] | tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
+    npt.NDArray[np.float64],
 ]
 
 
@@ -514,17 +518,17 @@ def _tiered_routes(
 def _routed(
     topo: Topology, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64], rest: npt.NDArray[np.int64]
 ) -> _RouteGroup:
-    """The routes of ops ``rest`` from the topology's router (:meth:`Topology.route`), once per distinct pair."""
-    pairs: dict[tuple[int, int], tuple[tuple[int, ...], float]] = {}
-    rows: list[tuple[int, ...]] = []
-    alphas = np.zeros(len(rest))
-    for j, (s, d) in enumerate(zip(src[rest].tolist(), dst[rest].tolist())):
-        got = pairs.get((s, d))
-        if got is None:
-            got = pairs[(s, d)] = topo.route(s, d)
-        rows.append(got[0])
-        alphas[j] = got[1]
-    return rest, rows, alphas
+    """The routes of ops ``rest`` from the topology's router (:meth:`Topology.route`), once per distinct pair
+    (a direct-connect Program of 17 M hops has a few thousand; the ops take theirs by index)."""
+    key = src[rest] * np.int64(topo.nranks) + dst[rest]
+    uniq, which = np.unique(key, return_inverse=True)
+    got = [topo.route(int(k) // topo.nranks, int(k) % topo.nranks) for k in uniq.tolist()]
+    lens = np.array([len(r[0]) for r in got], dtype=np.int64)
+    ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    links = np.array([x for r in got for x in r[0]], dtype=np.int64)
+    alphas = np.array([r[1] for r in got], dtype=np.float64)
+    which = np.asarray(which, dtype=np.int64).reshape(-1)
+    return rest, (ptr, links, which), alphas[which]
 
 
 def _route_csr(
@@ -533,22 +537,24 @@ def _route_csr(
     """The groups' routes assembled in op order: (CSR pointer, link indices, latency per op)."""
     lens = np.zeros(n_ops, dtype=np.int64)
     alpha = np.zeros(n_ops)
-    for ids, rows_or_arr, al in groups:
+    for ids, rows, al in groups:
         alpha[ids] = al
-        if isinstance(rows_or_arr, np.ndarray):
-            lens[ids] = rows_or_arr.shape[1]
+        if isinstance(rows, np.ndarray):
+            lens[ids] = rows.shape[1]
         else:
-            lens[ids] = [len(r) for r in rows_or_arr]
+            lens[ids] = np.diff(rows[0])[rows[2]]
     ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     links = np.zeros(int(ptr[-1]), dtype=np.int64)
-    for ids, rows_or_arr, _al in groups:
-        if isinstance(rows_or_arr, np.ndarray):
-            w = rows_or_arr.shape[1]
+    for ids, rows, _al in groups:
+        if isinstance(rows, np.ndarray):
+            w = rows.shape[1]
             pos = ptr[ids][:, None] + np.arange(w)[None, :]
-            links[pos.ravel()] = rows_or_arr.ravel()
+            links[pos.ravel()] = rows.ravel()
         else:
-            for i, row in zip(ids.tolist(), rows_or_arr):
-                links[ptr[i] : ptr[i] + len(row)] = row
+            uptr, ulinks, which = rows
+            cnt = lens[ids]
+            within = np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            links[np.repeat(ptr[ids], cnt) + within] = ulinks[np.repeat(uptr[which], cnt) + within]
     return ptr, links, alpha
 
 

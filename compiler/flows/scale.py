@@ -35,6 +35,7 @@ from a2acc.flows.decompose import next_hops
 from a2acc.flows.mcf import _offdiag, hop_distances
 from a2acc.flows.network import FlowNetwork
 from a2acc.flows.parallel import run_all
+from a2acc.native import pathflow as _native_pathflow
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -142,25 +143,69 @@ def candidates(net: FlowNetwork, demand: F64, k: int, blocks: int = 1) -> Candid
 
 
 class _Incidence:
-    """Path-edge incidence of the candidates with the per-pair reductions the flow loop needs."""
+    """Path-edge incidence of the candidates with the per-pair reductions the flow loop needs. Its sums over
+    the path-edge entries (~47 M at 1024 GPUs, a few hundred sums per flow) run in the compiled core
+    ``a2acc._pathflow`` when it was built: the same terms added in the same order as the ``np.bincount``
+    expressions here, the reference (``native=False``), so the same floats (tested)."""
 
-    def __init__(self, net: FlowNetwork, cand: Candidates, demand: F64) -> None:
+    def __init__(
+        self, net: FlowNetwork, cand: Candidates, demand: F64, *, native: bool | None = None
+    ) -> None:
         self.E = net.nedges
         self.cap = net.cap
-        self.entry_path = np.repeat(np.arange(cand.npaths), np.diff(cand.ptr))
-        self.entry_edge = cand.edges
+        self.ptr = np.ascontiguousarray(cand.ptr, dtype=np.int64)
+        self.entry_edge = np.ascontiguousarray(cand.edges, dtype=np.int64)
         self.pair = cand.pair
+        self.npaths = cand.npaths
         self.starts = np.flatnonzero(np.concatenate([[True], cand.pair[1:] != cand.pair[:-1]]))
         self.dem = demand[cand.pairs[:, 0], cand.pairs[:, 1]]
+        self.native = _native_pathflow is not None if native is None else native
+        if self.native and _native_pathflow is None:
+            raise RuntimeError("the compiled path-edge sums are not built")
+        self._entry_path: I64 | None = None
+
+    @property
+    def entry_path(self) -> I64:
+        """The path of every entry (the reference's index; built on first use)."""
+        if self._entry_path is None:
+            self._entry_path = np.repeat(np.arange(self.npaths, dtype=np.int64), np.diff(self.ptr))
+        return self._entry_path
+
+    def edge_sums(self, w: F64, paths: slice | None = None) -> F64:
+        """Per edge: the sum of ``w`` (one value per path of ``paths``, all paths by default) over the entries of
+        those paths on it."""
+        p0, p1 = (0, self.npaths) if paths is None else (int(paths.start), int(paths.stop))
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        if self.native and _native_pathflow is not None:
+            out = _native_pathflow.edge_sums(self.ptr, self.entry_edge, p0, p1, w, self.E)
+            return np.frombuffer(out, dtype=np.float64).copy()
+        e0, e1 = int(self.ptr[p0]), int(self.ptr[p1])
+        ep = self.entry_path[e0:e1] - p0
+        return np.asarray(np.bincount(self.entry_edge[e0:e1], weights=w[ep], minlength=self.E), np.float64)
+
+    def path_sums(self, *per_edge: F64, paths: slice | None = None) -> list[F64]:
+        """Per path of ``paths`` (all by default), for each per-edge array given: its sum over the path's
+        edges."""
+        p0, p1 = (0, self.npaths) if paths is None else (int(paths.start), int(paths.stop))
+        vs = [np.ascontiguousarray(v, dtype=np.float64) for v in per_edge]
+        if self.native and _native_pathflow is not None:
+            out: list[F64] = []
+            for i in range(0, len(vs), 2):
+                pair = vs[i : i + 2]
+                got = _native_pathflow.path_sums(
+                    self.ptr, self.entry_edge, p0, p1, pair[0], pair[1] if len(pair) > 1 else None
+                )
+                out += [np.frombuffer(g, dtype=np.float64).copy() for g in got[: len(pair)]]
+            return out
+        e0, e1 = int(self.ptr[p0]), int(self.ptr[p1])
+        ep, ee = self.entry_path[e0:e1] - p0, self.entry_edge[e0:e1]
+        return [np.asarray(np.bincount(ep, weights=v[ee], minlength=p1 - p0), dtype=np.float64) for v in vs]
 
     def loads(self, x: F64) -> F64:
-        return np.asarray(
-            np.bincount(self.entry_edge, weights=x[self.entry_path], minlength=self.E), np.float64
-        )
+        return self.edge_sums(x)
 
     def per_path(self, per_edge: F64, npaths: int) -> F64:
-        out = np.bincount(self.entry_path, weights=per_edge[self.entry_edge], minlength=npaths)
-        return np.asarray(out, dtype=np.float64)
+        return self.path_sums(per_edge, paths=slice(0, npaths))[0]
 
 
 def _lse(u: F64, beta: float) -> float:
@@ -180,10 +225,8 @@ def _line_search(load: F64, step: F64, cap: F64, beta: float) -> float:
     return (lo + hi) / 2
 
 
-def _block_step(
-    inc: _Incidence, x: F64, load: F64, eps: float, paths: slice, entries: slice
-) -> tuple[F64, F64, float]:
-    """One gradient-projection move of the pairs whose paths are ``paths`` (entries ``entries``; module
+def _block_step(inc: _Incidence, x: F64, load: F64, eps: float, paths: slice) -> tuple[F64, F64, float]:
+    """One gradient-projection move of the pairs whose paths are ``paths`` (module
     docstring): the paths' change, the links' change and the smooth maximum's sharpness."""
     cap = inc.cap
     u = load / cap
@@ -192,12 +235,9 @@ def _block_step(
     w = np.exp(beta * (u - top))
     w /= w.sum()
     p0 = int(paths.start)
-    ep = inc.entry_path[entries] - p0
-    ee = inc.entry_edge[entries]
     xb = x[paths]
     npaths = len(xb)
-    g = np.bincount(ep, weights=(w / cap)[ee], minlength=npaths)
-    h = np.bincount(ep, weights=(beta * w * (1 - w) / cap**2 + 1e-300)[ee], minlength=npaths)
+    g, h = inc.path_sums(w / cap, beta * w * (1 - w) / cap**2 + 1e-300, paths=paths)
     pair = inc.pair[paths] - inc.pair[p0]
     starts = np.flatnonzero(np.concatenate([[True], pair[1:] != pair[:-1]]))
     gmin = np.minimum.reduceat(g, starts)
@@ -208,18 +248,14 @@ def _block_step(
     delta = np.where(is_min, 0.0, np.minimum(xb, (g - gmin[pair]) / (h + h[mi][pair])))
     dx = -delta
     dx[mi] += np.bincount(pair, weights=delta, minlength=len(mi))
-    return dx, np.asarray(np.bincount(ee, weights=dx[ep], minlength=inc.E), dtype=np.float64), beta
+    return dx, inc.edge_sums(dx, paths), beta
 
 
-def _blocks(cand: Candidates, blocks: int) -> list[tuple[slice, slice]]:
-    """(paths, entries) slices of each source block (candidates are ordered by block)."""
+def _blocks(cand: Candidates, blocks: int) -> list[slice]:
+    """The paths of each source block (candidates are ordered by block)."""
     blk = cand.pairs[cand.pair, 0] % blocks
     cut = np.searchsorted(blk, np.arange(blocks + 1))
-    return [
-        (slice(int(cut[b]), int(cut[b + 1])), slice(int(cand.ptr[cut[b]]), int(cand.ptr[cut[b + 1]])))
-        for b in range(blocks)
-        if cut[b + 1] > cut[b]
-    ]
+    return [slice(int(cut[b]), int(cut[b + 1])) for b in range(blocks) if cut[b + 1] > cut[b]]
 
 
 def _descend(
@@ -247,8 +283,8 @@ def _descend(
     try:
         for it in range(1, sweeps + 1):
             eps = max(EPS_FINAL, eps0 * 0.97 ** (it - 1))
-            for paths, entries in parts:
-                dx, dload, beta = _block_step(inc, x, load, eps, paths, entries)
+            for paths in parts:
+                dx, dload, beta = _block_step(inc, x, load, eps, paths)
                 theta = _line_search(load, dload, net.cap, beta)
                 x[paths] += theta * dx
                 load += theta * dload
@@ -374,7 +410,7 @@ def _restricted_ascent(inc: _Incidence, npaths: int, iterations: int, start: F64
         lmin = np.minimum.reduceat(lp, inc.starts)[inc.pair]
         pi = np.exp(-(lp - lmin) / (1e-2 * lmin))
         pi /= np.bincount(inc.pair, weights=pi)[inc.pair]
-        u = np.bincount(inc.entry_edge, weights=(dem * pi)[inc.entry_path], minlength=inc.E) / inc.cap
+        u = inc.edge_sums(dem * pi) / inc.cap
         step = u - float((w * u).sum())
         w = w * np.exp(0.3 / np.sqrt(1 + it / 10) * step / np.abs(step).max())
         w = np.maximum(w / w.sum(), 1e-15)

@@ -15,7 +15,9 @@ signatures.
 - ``maxmin``: the simulator's max-min fair sharing (progressive filling);
 - ``fastsim``: the fast simulator's event loop (incast included) and its dependency searches, with the same
   max-min core;
-- ``listsched``: the mcf planner's list scheduler (:func:`a2acc.flows.schedule.list_schedule`).
+- ``listsched``: the mcf planner's list scheduler (:func:`a2acc.flows.schedule.list_schedule`);
+- ``pathflow``: the path-edge sums of the mcf planner's first-order flow and its bound at scale
+  (:mod:`a2acc.flows.scale`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-NAMES = ("maxmin", "fastsim", "listsched", "stageplan", "verify", "xmlinterp", "mscclpp", "mscclpp_lower")
+NAMES = (
+    "maxmin",
+    "fastsim",
+    "listsched",
+    "pathflow",
+    "stageplan",
+    "verify",
+    "xmlinterp",
+    "mscclpp",
+    "mscclpp_lower",
+)
 
 
 def load(name: str) -> ModuleType | None:
@@ -54,6 +66,7 @@ if TYPE_CHECKING:
     from a2acc import _maxmin as maxmin
     from a2acc import _mscclpp as mscclpp
     from a2acc import _mscclpp_lower as mscclpp_lower
+    from a2acc import _pathflow as pathflow
     from a2acc import _stageplan as stageplan
     from a2acc import _verify as verify
     from a2acc import _xmlinterp as xmlinterp
@@ -66,3 +79,4 @@ else:
     xmlinterp = load("xmlinterp")
     mscclpp = load("mscclpp")
     mscclpp_lower = load("mscclpp_lower")
+    pathflow = load("pathflow")

@@ -382,7 +382,9 @@ def _robust(
 
     def simulated(prog: Program) -> float:
         with steps.step(f"simulation, {prog.meta['deps']} form"):
-            return simulate_fast(prog, req.topology).time_s
+            got = simulate_fast(prog, req.topology).time_s
+        forget(prog, routes_only=True)  # the result stays remembered for the caller; its routes are GBs
+        return got
 
     def kept(prog: Program, **times: float) -> Program:
         return replace(prog, meta={**prog.meta, **{k: v * 1e6 for k, v in times.items()}})

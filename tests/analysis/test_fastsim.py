@@ -402,3 +402,45 @@ def test_remembered_simulations_are_shared_safely_between_threads():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    deps=st.lists(st.lists(st.integers(0, 11), max_size=4), min_size=1, max_size=12),
+    pairs=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=30),
+)
+def test_dependency_membership_by_slots_matches_the_lists(deps, pairs):
+    """``_has_dep`` (is a a direct dependency of b) and ``_two_hop`` (a -> d -> b) read the dependency CSR one
+    slot at a time; they answer as the lists themselves do (repeated dependencies and ops without any
+    included)."""
+    from types import SimpleNamespace
+
+    from a2acc.analysis.fastsim import _has_dep, _two_hop
+
+    n = len(deps)
+    pairs = [(a % n, b % n) for a, b in pairs]
+    ptr = np.concatenate([[0], np.cumsum([len(d) for d in deps])]).astype(np.int64)
+    ids = np.array([x % n for d in deps for x in d], dtype=np.int64)
+    dag = SimpleNamespace(dep_ptr=ptr, dep_ids=ids)
+    lists = [[x % n for x in d] for d in deps]
+    a = np.array([p[0] for p in pairs], dtype=np.int64)
+    b = np.array([p[1] for p in pairs], dtype=np.int64)
+    assert _has_dep(dag, b, a).tolist() == [x in lists[y] for x, y in pairs]
+    assert _two_hop(a, b, dag).tolist() == [any(x in lists[d] for d in lists[y]) for x, y in pairs]
+
+
+def test_forgetting_a_programs_routes_keeps_its_result():
+    """``forget(prog, routes_only=True)`` (the mcf planner after simulating its final Program) drops the
+    prepared routes and keeps the result: the caller's simulation is the remembered one, no new preparation."""
+    from a2acc.analysis import fastsim
+
+    topo = load_topology("dgx-h100", 2)
+    prog = plan(topo, generate("zipf", topo.nranks, 16 * MiB, 3), "direct")
+    fastsim.forget()
+    first = simulate_fast(prog, topo)
+    assert len(fastsim._ROUTES) == 1
+    fastsim.forget(prog, routes_only=True)
+    assert not fastsim._ROUTES
+    assert simulate_fast(prog, topo) is first and not fastsim._ROUTES
+    fastsim.forget(prog)
+    assert simulate_fast(prog, topo) is not first

@@ -78,3 +78,60 @@ def test_bound_is_the_same_from_worker_processes():
     d = generate("zipf", 16, 1 << 20, 4).astype(float)
     w = np.random.default_rng(1).random(net.nedges)
     assert certify(net, d, w, workers=2) == certify(net, d, w)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lens=st.lists(st.integers(0, 6), min_size=1, max_size=40),
+    nedges=st.integers(1, 12),
+    seed=st.integers(0, 2**31 - 1),
+    cut=st.tuples(st.integers(0, 40), st.integers(0, 40)),
+)
+def test_compiled_path_edge_sums_give_the_reference_floats(lens, nedges, seed, cut):
+    """The compiled path-edge sums (``a2acc._pathflow``) add the same terms in the same order as the
+    reference's ``np.bincount``: bit-identical per-path and per-edge sums over any slice of paths (empty paths
+    and slices included)."""
+    from a2acc.flows.scale import Candidates, _Incidence
+    from a2acc.native import pathflow
+
+    if pathflow is None:
+        pytest.skip("the compiled path-edge sums are not built")
+    rng = np.random.default_rng(seed)
+    npaths = len(lens)
+    ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    cand = Candidates(
+        np.zeros((npaths, 2), dtype=np.int64),
+        np.arange(npaths, dtype=np.int64),
+        ptr,
+        rng.integers(0, nedges, int(ptr[-1])).astype(np.int64),
+        np.asarray(lens, dtype=np.int64),
+    )
+    net = type("Net", (), {"nedges": nedges, "cap": rng.random(nedges) + 0.5})()
+    demand = np.zeros((1, 1))
+    p0, p1 = sorted(c % (npaths + 1) for c in cut)
+    a, b = rng.standard_normal(nedges) * 1e3, rng.random(nedges) ** 7
+    w = rng.standard_normal(p1 - p0)
+    got, ref = _Incidence(net, cand, demand, native=True), _Incidence(net, cand, demand, native=False)  # type: ignore[arg-type]
+    for paths in (slice(p0, p1), None):
+        mine, theirs = got.path_sums(a, b, a, paths=paths), ref.path_sums(a, b, a, paths=paths)
+        assert all(x.tobytes() == y.tobytes() for x, y in zip(mine, theirs)) and len(mine) == 3
+    assert got.edge_sums(w, slice(p0, p1)).tobytes() == ref.edge_sums(w, slice(p0, p1)).tobytes()
+    x = rng.random(npaths)
+    assert got.loads(x).tobytes() == ref.loads(x).tobytes()
+    with pytest.raises(ValueError, match="bad arguments"):
+        pathflow.edge_sums(ptr, cand.edges, 0, npaths + 1, np.zeros(npaths + 1), nedges)
+
+
+def test_the_flow_is_the_same_without_the_compiled_sums(monkeypatch):
+    """The first-order flow and the ascent's weights are the same floats with the Python reference sums."""
+    import a2acc.flows.scale as scale
+
+    if scale._native_pathflow is None:
+        pytest.skip("the compiled path-edge sums are not built")
+    net = _net(GRAPHS["genkautz 20 d3"])
+    d = generate("zipf", 20, 20 << 20, 3).astype(float)
+    f1, w1 = path_flow(net, d, k=8, iterations=40), scale.ascent_weights(net, d, 8, 30)
+    monkeypatch.setattr(scale, "_native_pathflow", None)
+    f2, w2 = path_flow(net, d, k=8, iterations=40), scale.ascent_weights(net, d, 8, 30)
+    assert f1.amount.tobytes() == f2.amount.tobytes() and f1.time_s == f2.time_s
+    assert [w.tobytes() for w in w1] == [w.tobytes() for w in w2]

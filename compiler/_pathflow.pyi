@@ -1,0 +1,6 @@
+# Signatures of the compiled path-edge sums (compiler/native/pathflow.c); a2acc.flows.scale._Incidence's numpy
+# expressions are the reference. Results are float64 arrays as bytes.
+from typing import Any
+
+def path_sums(ptr: Any, edges: Any, p0: int, p1: int, a: Any, b: Any, /) -> tuple[bytes, bytes]: ...
+def edge_sums(ptr: Any, edges: Any, p0: int, p1: int, w: Any, nedges: int, /) -> bytes: ...
