@@ -93,10 +93,20 @@ def _interruptible() -> Iterator[list[int]]:
         fired.append(signum)
         raise Interrupted(signum)
 
+    hook = sys.unraisablehook
+
+    def discarded(unraisable: sys.UnraisableHookArgs) -> None:
+        # the signal landed in a finaliser or a weakref callback (an import's module-lock callback, say), where
+        # Python discards the exception and would print its traceback: main() still reports it, in one line
+        if not isinstance(unraisable.exc_value, Interrupted):
+            hook(unraisable)
+
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    sys.unraisablehook = discarded
     try:
         yield fired
     finally:
+        sys.unraisablehook = hook
         for sig, old in previous.items():
             signal.signal(sig, old)
 

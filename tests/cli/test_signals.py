@@ -135,3 +135,36 @@ def test_interrupted_plan_leaves_the_previous_plan_and_a_rerun_works(work, monke
     rc, _err = _interrupt(work, slow, signal.SIGTERM, after=0.5)
     assert rc == 143 and (work / "q.json").read_bytes() == old
     assert main(direct) == 0 and (work / "q.json").read_bytes() == old  # deterministic, and still ours
+
+
+def test_a_signal_discarded_where_it_landed_prints_no_traceback():
+    """A signal that lands in a weakref callback (an import's module-lock callback, seen in a CI run) raises
+    where Python discards the exception and hands it to ``sys.unraisablehook``, which prints an "Exception
+    ignored" traceback: a2acc's hook keeps it quiet (the run still counts as interrupted). Other discarded
+    exceptions still reach the hook that was there before."""
+    import weakref
+
+    from a2acc.cli import Interrupted, _interruptible
+
+    class Thing:
+        pass
+
+    def discard(exc: BaseException) -> None:
+        thing = Thing()
+        ref = weakref.ref(thing, lambda _r: (_ for _ in ()).throw(exc))
+        del thing
+        assert ref() is None
+
+    seen: list[object] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = seen.append
+    try:
+        with _interruptible() as fired:
+            discard(Interrupted(signal.SIGINT))
+            fired.append(signal.SIGINT)
+        assert seen == []
+        with _interruptible():
+            discard(ValueError("not a signal"))
+        assert len(seen) == 1
+    finally:
+        sys.unraisablehook = previous
