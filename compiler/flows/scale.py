@@ -159,9 +159,9 @@ class _Incidence:
         self.npaths = cand.npaths
         self.starts = np.flatnonzero(np.concatenate([[True], cand.pair[1:] != cand.pair[:-1]]))
         self.dem = demand[cand.pairs[:, 0], cand.pairs[:, 1]]
-        self.native = _native_pathflow is not None if native is None else native
-        if self.native and _native_pathflow is None:
+        if native and _native_pathflow is None:
             raise RuntimeError("the compiled path-edge sums are not built")
+        self.core = None if native is False else _native_pathflow  # None: the reference
         self._entry_path: I64 | None = None
 
     @property
@@ -176,8 +176,8 @@ class _Incidence:
         those paths on it."""
         p0, p1 = (0, self.npaths) if paths is None else (int(paths.start), int(paths.stop))
         w = np.ascontiguousarray(w, dtype=np.float64)
-        if self.native and _native_pathflow is not None:
-            out = _native_pathflow.edge_sums(self.ptr, self.entry_edge, p0, p1, w, self.E)
+        if self.core is not None:
+            out = self.core.edge_sums(self.ptr, self.entry_edge, p0, p1, w, self.E)
             return np.frombuffer(out, dtype=np.float64).copy()
         e0, e1 = int(self.ptr[p0]), int(self.ptr[p1])
         ep = self.entry_path[e0:e1] - p0
@@ -188,11 +188,11 @@ class _Incidence:
         edges."""
         p0, p1 = (0, self.npaths) if paths is None else (int(paths.start), int(paths.stop))
         vs = [np.ascontiguousarray(v, dtype=np.float64) for v in per_edge]
-        if self.native and _native_pathflow is not None:
+        if self.core is not None:
             out: list[F64] = []
             for i in range(0, len(vs), 2):
                 pair = vs[i : i + 2]
-                got = _native_pathflow.path_sums(
+                got = self.core.path_sums(
                     self.ptr, self.entry_edge, p0, p1, pair[0], pair[1] if len(pair) > 1 else None
                 )
                 out += [np.frombuffer(g, dtype=np.float64).copy() for g in got[: len(pair)]]
@@ -203,9 +203,6 @@ class _Incidence:
 
     def loads(self, x: F64) -> F64:
         return self.edge_sums(x)
-
-    def per_path(self, per_edge: F64, npaths: int) -> F64:
-        return self.path_sums(per_edge, paths=slice(0, npaths))[0]
 
 
 def _lse(u: F64, beta: float) -> float:
@@ -399,14 +396,14 @@ def certify(net: FlowNetwork, demand: F64, weights: F64, workers: str | int = 1)
     return float(sum(parts)) / float((net.cap * length).sum())
 
 
-def _restricted_ascent(inc: _Incidence, npaths: int, iterations: int, start: F64) -> list[F64]:
+def _restricted_ascent(inc: _Incidence, iterations: int, start: F64) -> list[F64]:
     """Exponentiated-gradient ascent of the bound over the candidate paths (soft minimum per pair) from the
     weights ``start``: the weights at a few checkpoints, for :func:`certify` to choose from."""
     w = np.maximum(start / start.sum(), 1e-15)
     dem = inc.dem[inc.pair]
     keep: list[F64] = []
     for it in range(iterations):
-        lp = inc.per_path(w / inc.cap, npaths)
+        lp = inc.path_sums(w / inc.cap)[0]
         lmin = np.minimum.reduceat(lp, inc.starts)[inc.pair]
         pi = np.exp(-(lp - lmin) / (1e-2 * lmin))
         pi /= np.bincount(inc.pair, weights=pi)[inc.pair]
@@ -433,7 +430,7 @@ def ascent_weights(
     d = _offdiag(demand)
     cand = candidates(net, d, k, BLOCKS)
     inc = _Incidence(net, cand, d)
-    return _restricted_ascent(inc, cand.npaths, iterations, np.ones(net.nedges))
+    return _restricted_ascent(inc, iterations, np.ones(net.nedges))
 
 
 def dual_bound(

@@ -19,17 +19,18 @@
 
 typedef int64_t i64;
 
-/* ptr [np + 1] nondecreasing from 0, edges [ptr[np]] in [0, E), 0 <= p0 <= p1 <= np */
-static int check(const Py_buffer *bp, const Py_buffer *be, i64 p0, i64 p1, i64 E) {
+/* ptr [np + 1] nondecreasing from 0 to len(edges), 0 <= p0 <= p1 <= np. The edge ids themselves are checked
+ * in the summing loops (one pass over the entries, not two): an id outside [0, E) fails the call. */
+static int check(const Py_buffer *bp, const Py_buffer *be, i64 p0, i64 p1) {
     i64 np1 = bp->len / (Py_ssize_t)sizeof(i64), ne = be->len / (Py_ssize_t)sizeof(i64);
-    const i64 *ptr = bp->buf, *edges = be->buf;
+    const i64 *ptr = bp->buf;
     if (np1 < 1 || p0 < 0 || p1 < p0 || p1 > np1 - 1 || ptr[0] != 0 || ptr[np1 - 1] != ne) return 0;
     for (i64 p = p0; p < p1; p++)
         if (ptr[p + 1] < ptr[p]) return 0;
-    for (i64 i = ptr[p0]; i < ptr[p1]; i++)
-        if (edges[i] < 0 || edges[i] >= E) return 0;
     return 1;
 }
+
+static int bad_edge(i64 e, i64 E) { return (uint64_t)e >= (uint64_t)E; }
 
 static PyObject *py_path_sums(PyObject *self, PyObject *args) {
     (void)self;
@@ -41,7 +42,7 @@ static PyObject *py_path_sums(PyObject *self, PyObject *args) {
     int have_b = b_obj != Py_None;
     if (have_b && PyObject_GetBuffer(b_obj, &bb, PyBUF_SIMPLE) < 0) goto done_ab;
     i64 E = ba.len / (Py_ssize_t)sizeof(double);
-    if ((have_b && bb.len != ba.len) || !check(&bp, &be, p0, p1, E)) {
+    if ((have_b && bb.len != ba.len) || !check(&bp, &be, p0, p1)) {
         PyErr_SetString(PyExc_ValueError, "pathflow.path_sums: bad arguments");
         goto done;
     }
@@ -57,10 +58,15 @@ static PyObject *py_path_sums(PyObject *self, PyObject *args) {
         const i64 *ptr = bp.buf, *edges = be.buf;
         const double *a = ba.buf, *b = have_b ? bb.buf : NULL;
         double *oa = (double *)PyBytes_AS_STRING(ga), *ob = (double *)PyBytes_AS_STRING(gb);
+        int bad = 0;
         Py_BEGIN_ALLOW_THREADS
-        for (i64 p = p0; p < p1; p++) {
+        for (i64 p = p0; p < p1 && !bad; p++) {
             double sa = 0.0, sb = 0.0;
             for (i64 i = ptr[p]; i < ptr[p + 1]; i++) {
+                if (bad_edge(edges[i], E)) {
+                    bad = 1;
+                    break;
+                }
                 sa += a[edges[i]];
                 if (b) sb += b[edges[i]];
             }
@@ -68,6 +74,12 @@ static PyObject *py_path_sums(PyObject *self, PyObject *args) {
             if (b) ob[p - p0] = sb;
         }
         Py_END_ALLOW_THREADS
+        if (bad) {
+            Py_DECREF(ga);
+            Py_DECREF(gb);
+            PyErr_SetString(PyExc_ValueError, "pathflow.path_sums: bad arguments");
+            goto done;
+        }
         res = Py_BuildValue("(NN)", ga, gb);
     }
 done:
@@ -85,7 +97,7 @@ static PyObject *py_edge_sums(PyObject *self, PyObject *args) {
     long long p0, p1, E;
     if (!PyArg_ParseTuple(args, "y*y*LLy*L", &bp, &be, &p0, &p1, &bw, &E)) return NULL;
     PyObject *res = NULL;
-    if (E < 0 || bw.len != (p1 - p0) * (Py_ssize_t)sizeof(double) || !check(&bp, &be, p0, p1, E)) {
+    if (E < 0 || bw.len != (p1 - p0) * (Py_ssize_t)sizeof(double) || !check(&bp, &be, p0, p1)) {
         PyErr_SetString(PyExc_ValueError, "pathflow.edge_sums: bad arguments");
         goto done;
     }
@@ -95,13 +107,25 @@ static PyObject *py_edge_sums(PyObject *self, PyObject *args) {
         const i64 *ptr = bp.buf, *edges = be.buf;
         const double *w = bw.buf;
         double *o = (double *)PyBytes_AS_STRING(out);
+        int bad = 0;
         Py_BEGIN_ALLOW_THREADS
         memset(o, 0, (size_t)E * sizeof(double));
-        for (i64 p = p0; p < p1; p++) {
+        for (i64 p = p0; p < p1 && !bad; p++) {
             double x = w[p - p0];
-            for (i64 i = ptr[p]; i < ptr[p + 1]; i++) o[edges[i]] += x;
+            for (i64 i = ptr[p]; i < ptr[p + 1]; i++) {
+                if (bad_edge(edges[i], E)) {
+                    bad = 1;
+                    break;
+                }
+                o[edges[i]] += x;
+            }
         }
         Py_END_ALLOW_THREADS
+        if (bad) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_ValueError, "pathflow.edge_sums: bad arguments");
+            goto done;
+        }
         res = out;
     }
 done:

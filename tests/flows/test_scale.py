@@ -120,6 +120,13 @@ def test_compiled_path_edge_sums_give_the_reference_floats(lens, nedges, seed, c
     assert got.loads(x).tobytes() == ref.loads(x).tobytes()
     with pytest.raises(ValueError, match="bad arguments"):
         pathflow.edge_sums(ptr, cand.edges, 0, npaths + 1, np.zeros(npaths + 1), nedges)
+    if len(cand.edges):  # an edge id outside [0, E), found while summing
+        bad = cand.edges.copy()
+        bad[-1] = nedges
+        with pytest.raises(ValueError, match="bad arguments"):
+            pathflow.edge_sums(ptr, bad, 0, npaths, np.zeros(npaths), nedges)
+        with pytest.raises(ValueError, match="bad arguments"):
+            pathflow.path_sums(ptr, bad, 0, npaths, a, None)
 
 
 def test_the_flow_is_the_same_without_the_compiled_sums(monkeypatch):
