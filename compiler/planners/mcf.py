@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -129,16 +130,18 @@ def plan(req: PlanRequest) -> Program:
     nsrc = int((demand.sum(axis=1) > 0).sum())
     _check_size(opts, net, req.nranks, nsrc)
     probe(opts.workers)  # a Dask scheduler that does not answer fails now, not after the LP
-    routes, meta = _flow(req, net, opts, demand, nsrc)
-    routes, repaired = rt.complete(net, routes, req.counts)
-    if repaired:
-        meta["optimal"] = False
-        meta["rerouted_pairs"] = repaired
-    if not meta["optimal"]:
-        meta["note"] = "not proven optimal" + (
-            " (time limit: shortest-path routing)" if "lp_time_us" not in meta else ""
-        )
-    return _emit(req, net, routes, opts, meta)
+    with _Steps() as steps:
+        with steps.step(f"flow, formulation={opts.formulation}"):
+            routes, meta = _flow(req, net, opts, demand, nsrc)
+        routes, repaired = rt.complete(net, routes, req.counts)
+        if repaired:
+            meta["optimal"] = False
+            meta["rerouted_pairs"] = repaired
+        if not meta["optimal"]:
+            meta["note"] = "not proven optimal" + (
+                " (time limit: shortest-path routing)" if "lp_time_us" not in meta else ""
+            )
+        return _emit(req, net, routes, opts, meta, steps)
 
 
 # ---------------------------------------------------------------------- limits before work
@@ -304,7 +307,12 @@ def _even_pieces(routes: rt.Routes, k: int) -> Pieces:
 
 
 def _emit(
-    req: PlanRequest, net: FlowNetwork, routes: rt.Routes, opts: Options, meta: dict[str, object]
+    req: PlanRequest,
+    net: FlowNetwork,
+    routes: rt.Routes,
+    opts: Options,
+    meta: dict[str, object],
+    steps: _Steps,
 ) -> Program:
     topo = req.topology
     routes = _gpu_routes(net, routes)
@@ -316,17 +324,18 @@ def _emit(
     mid = max(1, int(4 * alpha * float(net.cap.min())) // req.unit_bytes)
     pc = cut_pieces(routes.chunks, routes.ptr, routes.edges, mid)
     nbytes = pc.cnt.astype(np.float64) * req.unit_bytes
-    with _Steps() as steps:
-        with steps.step(f"list schedule of {pc.nhops:,} hops"):
-            tm = schedule(pc, nbytes, net.cap, np.full(net.nedges, alpha))
-        meta.update(schedule_us=tm.makespan * 1e6, window=tm.window, passes=tm.passes, piece_chunks=mid)
-        return _robust(req, net, routes, pc, tm, _stages(routes, pc), meta, steps)
+    with steps.step(f"list schedule of {pc.nhops:,} hops"):
+        tm = schedule(pc, nbytes, net.cap, np.full(net.nedges, alpha))
+    meta.update(schedule_us=tm.makespan * 1e6, window=tm.window, passes=tm.passes, piece_chunks=mid)
+    return _robust(req, net, routes, pc, tm, _stages(routes, pc), meta, steps)
 
 
 class _Steps:
-    """Progress of the steps after the flow on direct-connect graphs (minutes each at 1024 GPUs): a ``tqdm``
-    status on standard error when it is a terminal, and a log line (``a2acc.planners.mcf``, INFO) per step
-    with its wall time. Times go to the log only: a plan's metadata stays the same in every run."""
+    """Progress of the planner's long steps (the flow: an exact LP can take minutes; on direct-connect graphs
+    the list schedule and the simulations, minutes each at 1024 GPUs): a ``tqdm`` status on standard error when
+    it is a terminal, its elapsed time refreshed every second while a step runs, and a log line
+    (``a2acc.planners.mcf``, INFO) per step with its wall time. Times go to the log only: a plan's metadata
+    stays the same in every run."""
 
     def __enter__(self) -> _Steps:
         from tqdm import tqdm
@@ -334,9 +343,21 @@ class _Steps:
         self.bar: Any = tqdm(
             desc="mcf", file=sys.stderr, disable=None, leave=False, bar_format="{desc} {elapsed}"
         )
+        self.done = threading.Event()
+        self.ticker: threading.Thread | None = None
+        if not self.bar.disable:  # a step's solve or loop updates nothing: a thread refreshes the clock
+            self.ticker = threading.Thread(target=self._tick, name="a2acc-mcf-progress", daemon=True)
+            self.ticker.start()
         return self
 
+    def _tick(self) -> None:
+        while not self.done.wait(1.0):
+            self.bar.refresh()
+
     def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if self.ticker is not None:
+            self.ticker.join()
         self.bar.close()
 
     @contextmanager

@@ -4,8 +4,10 @@ from local and Dask workers."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -86,9 +88,9 @@ def test_the_hop_only_form_is_kept_when_it_simulates_faster(monkeypatch):
     assert prog.meta["admission_us"] > prog.meta["simulated_us"]
 
 
-def test_each_step_after_the_flow_logs_its_time_and_the_plan_does_not_carry_it(monkeypatch, caplog):
-    """The steps after the flow (minutes each at 1024 GPUs) say what they are doing and how long they took, in
-    the log only: two runs give the same Program."""
+def test_each_step_logs_its_time_and_the_plan_does_not_carry_it(monkeypatch, caplog):
+    """The flow and the steps after it (minutes each at 1024 GPUs) say what they are doing and how long they
+    took, in the log only: two runs give the same Program."""
     import logging
 
     monkeypatch.setattr(mcf_planner, "ROBUST_SLACK", -1.0)  # both forms built and simulated
@@ -103,12 +105,29 @@ def test_each_step_after_the_flow_logs_its_time_and_the_plan_does_not_carry_it(m
         "Program, hop form",
         "simulation, hop form",
     ]
-    assert steps[0].startswith("list schedule of ") and steps[1:5] == forms
+    assert steps[0] == "flow, formulation=link"
+    assert steps[1].startswith("list schedule of ") and steps[2:6] == forms
     # the admission form, when it is the faster, is built once more (one candidate in memory at a time)
-    assert steps[5:] == ([] if first.meta["deps"] == "hop" else ["Program, admission form"])
+    assert steps[6:] == ([] if first.meta["deps"] == "hop" else ["Program, admission form"])
     assert all(r.getMessage().endswith(" s") for r in caplog.records if r.name == "a2acc.planners.mcf")
     assert a2acc.plan(t, m, "mcf").table.cnt.tobytes() == first.table.cnt.tobytes()
     assert dict(a2acc.plan(t, m, "mcf").meta) == dict(first.meta)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_long_step_shows_its_elapsed_time_on_a_terminal(monkeypatch):
+    """A step that updates nothing (an LP inside HiGHS) still shows its clock moving."""
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    with mcf_planner._Steps() as steps, steps.step("flow, formulation=link"):
+        time.sleep(2.3)
+    shown = term.getvalue()
+    assert "mcf: flow, formulation=link 00:01" in shown and "mcf: flow, formulation=link 00:02" in shown
+    assert not any(t.name == "a2acc-mcf-progress" for t in threading.enumerate())
 
 
 def test_punctured_torus_still_plans():
