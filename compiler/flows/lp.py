@@ -203,10 +203,16 @@ class Solver:
         _run(self.h, self.lp.ncols)
         return _result(self.h, time.perf_counter() - t0)
 
-    def reoptimize(self, cost: npt.NDArray[np.float64], col: int, hi: float) -> LpResult:
-        """Second phase: a new objective with column ``col`` bounded above by ``hi``."""
+    def reoptimize(
+        self, cost: npt.NDArray[np.float64], col: int, hi: float, *, simplex_iterations: int | None = None
+    ) -> LpResult:
+        """Second phase: a new objective with column ``col`` bounded above by ``hi``. ``simplex_iterations``
+        bounds HiGHS's simplex iterations (not the interior point's crossover): a solve that reaches it reports
+        ``time_limit``, deterministically (an iteration count, not a clock)."""
         import time
 
+        if simplex_iterations is not None:
+            self.h.setOptionValue("simplex_iteration_limit", int(simplex_iterations))
         n = self.lp.ncols
         self.h.changeColsCost(n, np.arange(n, dtype=np.int32), np.asarray(cost, dtype=np.float64))
         self.h.changeColBounds(col, 0.0, float(hi))

@@ -15,6 +15,7 @@ from a2acc.flows.mcf import hop_distances, link_mcf, path_mcf, time_stepped_mcf
 from a2acc.flows.network import FlowNetwork
 from a2acc.flows.paths import chunk_split, peel
 from a2acc.model.topology import parse_topology
+from a2acc.model.traffic import generate
 
 B = 1e9  # 1 GB/s links
 M = 1e9  # 1 GB per pair
@@ -138,3 +139,36 @@ def test_a_multiple_of_a_matrix_is_one_lp_solved_once():
     mcf_mod._SOLVED.clear()
     c = link_mcf(net, 7 * d)
     assert c is not None and c.time_s == b.time_s and np.array_equal(c.flow, b.flow)
+
+
+def test_a_second_phase_past_its_iteration_cap_keeps_the_first_phases_optimum(monkeypatch):
+    """The second phase (fewest bytes among optimal flows) may stop at PHASE2_SIMPLEX_ITERATIONS: the first
+    phase's point is used, with its proven optimal time."""
+    from collections import OrderedDict
+
+    from a2acc.flows import mcf as mcf_module
+    from a2acc.flows.lp import Solver
+
+    seen: list[str] = []
+    reopt = Solver.reoptimize
+
+    def one_iteration(self, cost, col, hi, *, simplex_iterations=None):
+        assert simplex_iterations == mcf_module.PHASE2_SIMPLEX_ITERATIONS
+        self.h.setOptionValue("solver", "simplex")  # small LPs finish in the crossover; make the simplex run
+        self.h.setOptionValue("presolve", "off")
+        got = reopt(self, cost, col, hi, simplex_iterations=1)
+        seen.append(got.status)
+        return got
+
+    monkeypatch.setattr(Solver, "reoptimize", one_iteration)
+    monkeypatch.setattr(mcf_module, "_SOLVED", OrderedDict())  # solve, do not look up
+    net = _topo({"kind": "torus", "dims": [4, 4]})
+    demand = generate("zipf", 16, 1 << 30, 3)
+    monkeypatch.setattr(Solver, "reoptimize", reopt)
+    full = link_mcf(net, demand)  # both phases
+    monkeypatch.setattr(Solver, "reoptimize", one_iteration)
+    monkeypatch.setattr(mcf_module, "_SOLVED", OrderedDict())
+    capped = link_mcf(net, demand)
+    assert seen == ["time_limit"]  # the cap was reached
+    assert full is not None and capped is not None and capped.status == "optimal"
+    assert capped.time_s == pytest.approx(full.time_s, rel=1e-6)
