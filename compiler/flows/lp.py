@@ -4,9 +4,9 @@ Formulations build the constraint matrix as numpy arrays of (column, row, value)
 per coefficient; :func:`solve` sorts them into compressed columns and hands them to HiGHS. A solve can be
 repeated with a new objective and extra bounds (:func:`resolve`, the second phase of a lexicographic solve).
 
-A large solve can be stopped: HiGHS runs in its own thread while the calling thread waits in short slices, so a
-signal handler (a2acc's SIGINT/SIGTERM handlers raise in the main thread) runs within :data:`POLL_S` seconds
-even while a large LP is in the interior-point method; the solve is then cancelled through HiGHS's interrupt
+A large solve can be stopped: HiGHS runs in a thread of its own while the calling thread waits in short slices,
+so a signal handler (a2acc's SIGINT/SIGTERM handlers raise in the main thread) runs within :data:`POLL_S`
+seconds even while a large LP is in the interior-point method; the solve is then interrupted through HiGHS's
 callback and the exception goes on (:func:`_run`).
 """
 
@@ -26,12 +26,11 @@ INF = float("inf")
 #: how often a thread waiting for HiGHS wakes, so that a signal handler can run (s)
 POLL_S = 0.2
 #: how long a cancelled solve is waited for before the exception goes on anyway (s): the solve stops at its next
-#: interior-point iteration; simplex iterations (crossover, a second phase) are not watched (a Python call per
-#: simplex iteration) and end when the process does
+#: interior-point iteration; a simplex phase (crossover, a clean-up) is not interrupted and ends when the process
+#: does
 CANCEL_WAIT_S = 5.0
-#: LPs from this many columns run in a thread of their own, watched at every interior-point iteration (below it
-#: a solve takes about a second at most: a 30 k-column link LP took 6 s here; the thread and the callback added
-#: ~10 % to the many small LPs of syccl's synthesis)
+#: LPs from this many columns run in a thread of their own (below it a solve takes about a second at most: a 30
+#: k-column link LP took 3 s here; a thread per solve added ~3 % to the many small LPs of syccl's synthesis)
 WATCHED_COLS = 10_000
 
 
@@ -119,34 +118,46 @@ def _highs(time_limit: float | None):  # type: ignore[no-untyped-def]
 
 
 def _run(h, ncols: int) -> None:  # type: ignore[no-untyped-def]
-    """Solve. An LP of :data:`WATCHED_COLS` columns or more runs in HiGHS's own thread (``Highs.startSolve``)
-    while this thread waits in slices of :data:`POLL_S`: ``Highs.run`` called here would keep a signal handler
-    from running until HiGHS returned (minutes on a large LP). An exception raised meanwhile (a signal
-    handler's, a KeyboardInterrupt) asks the solve to stop at its next interior-point iteration, waits up to
-    :data:`CANCEL_WAIT_S` for the solver thread and goes on. A smaller LP runs here (a thread and a Python call
-    per iteration cost more than it takes)."""
+    """Solve. An LP of :data:`WATCHED_COLS` columns or more runs ``Highs.run`` in a thread of its own (highspy
+    releases the interpreter lock while HiGHS works) while this thread waits in slices of :data:`POLL_S`:
+    ``Highs.run`` called here would keep a signal handler from running until HiGHS returned (minutes on a large
+    LP). An exception raised meanwhile (a signal handler's, a KeyboardInterrupt) subscribes a callback that
+    interrupts the solve at its next interior-point iteration, waits up to :data:`CANCEL_WAIT_S` for it and goes
+    on. A smaller LP runs here.
+
+    Not highspy's own ``startSolve``/``wait``: their locks are shared by every ``Highs`` object of the process,
+    so two threads (Dask runs a worker's tasks as threads) could not solve at once ("Solver is already
+    running"), and a cancelled solve that outlived its wait would block the next. The callback is subscribed
+    only to cancel: subscribed for the whole solve it ran ~2,000 times per iteration, each needing the
+    interpreter lock, and a busy Python thread beside it made a 3 s solve take 170 s."""
     if ncols < WATCHED_COLS:
         h.run()
         return
-    stop = threading.Event()
+    done = threading.Event()
+    failed: list[BaseException] = []
 
-    def at_iteration(event) -> None:  # type: ignore[no-untyped-def]
-        if stop.is_set():
+    def solve() -> None:
+        try:
+            h.run()
+        except BaseException as exc:  # re-raised in the caller's thread below
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=solve, name="a2acc-highs", daemon=True).start()
+    try:
+        while not done.wait(POLL_S):
+            pass
+    except BaseException:
+
+        def at_iteration(event) -> None:  # type: ignore[no-untyped-def]
             event.interrupt()
 
-    h.cbIpmInterrupt += at_iteration
-    try:
-        thread = h.startSolve()
-        try:
-            while not h.wait(POLL_S)[0]:
-                pass
-        except BaseException:
-            stop.set()
-            thread.join(CANCEL_WAIT_S)
-            raise
-    finally:
-        if not stop.is_set():
-            h.cbIpmInterrupt -= at_iteration
+        h.cbIpmInterrupt += at_iteration
+        done.wait(CANCEL_WAIT_S)
+        raise
+    if failed:
+        raise failed[0]
 
 
 def _inf(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -362,6 +362,7 @@ class _Steps:
 
     @contextmanager
     def step(self, what: str) -> Iterator[None]:
+        self.bar.reset()  # the clock shows this step's time
         self.bar.set_description_str(f"mcf: {what}")
         t0 = time.perf_counter()
         yield

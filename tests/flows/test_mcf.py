@@ -172,3 +172,30 @@ def test_a_second_phase_past_its_iteration_cap_keeps_the_first_phases_optimum(mo
     assert seen == ["time_limit"]  # the cap was reached
     assert full is not None and capped is not None and capped.status == "optimal"
     assert capped.time_s == pytest.approx(full.time_s, rel=1e-6)
+
+
+def test_a_capped_second_phase_is_remembered_like_a_finished_one(monkeypatch):
+    """The cap counts iterations: a solve it stopped is the same in every run, so a comparison's sizes (one LP)
+    solve it once."""
+    from collections import OrderedDict
+
+    from a2acc.flows import mcf as mcf_module
+    from a2acc.flows.lp import Solver
+
+    calls: list[int] = []
+    reopt = Solver.reoptimize
+
+    def one_iteration(self, cost, col, hi, *, simplex_iterations=None):
+        calls.append(1)
+        self.h.setOptionValue("solver", "simplex")
+        self.h.setOptionValue("presolve", "off")
+        return reopt(self, cost, col, hi, simplex_iterations=1)
+
+    monkeypatch.setattr(Solver, "reoptimize", one_iteration)
+    monkeypatch.setattr(mcf_module, "_SOLVED", OrderedDict())
+    net = _topo({"kind": "torus", "dims": [4, 4]})
+    demand = generate("zipf", 16, 1 << 30, 3)
+    first = link_mcf(net, demand)
+    again = link_mcf(net, demand * 2)  # the same LP, normalised
+    assert calls == [1] and first is not None and again is not None
+    assert again.time_s == pytest.approx(2 * first.time_s, rel=1e-9)
