@@ -66,3 +66,54 @@ def test_a_signal_stops_a_long_link_lp():
     while threading.active_count() > threads and time.monotonic() < deadline:
         time.sleep(0.05)
     assert threading.active_count() == threads  # the cancelled solve's thread stopped
+
+
+def test_two_threads_solve_large_lps_at_once():
+    """Large solves run in threads of their own, with nothing shared between Highs objects: two threads of one
+    process (a Dask worker's tasks) solve at once and get what each gets alone."""
+
+    from a2acc.flows import mcf as mcf_module
+    from a2acc.flows.lp import WATCHED_COLS
+    from a2acc.model.traffic import generate
+
+    g = nx.random_regular_graph(3, 64, seed=1)
+    topo = parse_topology(
+        {
+            "version": 1,
+            "name": "rr64",
+            "direct": {
+                "kind": "edges",
+                "nodes": 64,
+                "bandwidth": 100,
+                "latency": 2.0,
+                "edges": [list(e) for e in sorted(g.edges())],
+            },
+        },
+        "rr64",
+    )
+    net = FlowNetwork.of(topo)
+    assert 64 * net.nedges >= WATCHED_COLS  # each LP takes the threaded path
+    demands = [generate("zipf", 64, 1 << 30, seed) for seed in (1, 2)]
+    mcf_module._SOLVED.clear()
+    alone = [link_mcf(net, d) for d in demands]
+    mcf_module._SOLVED.clear()
+    got: dict[int, object] = {}
+
+    def work(i: int) -> None:
+        try:
+            got[i] = link_mcf(net, demands[i])
+        except BaseException as exc:  # the test's failure, reported below
+            got[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    mcf_module._SOLVED.clear()
+    for i in (0, 1):
+        lf, ref = got[i], alone[i]
+        assert not isinstance(lf, BaseException), lf
+        assert lf is not None and ref is not None
+        assert lf.status == ref.status == "optimal" and lf.time_s == ref.time_s
+        assert np.array_equal(lf.flow, ref.flow)
