@@ -27,26 +27,27 @@ def _raise(_signum, _frame):
     raise _Stop
 
 
+def _random_regular(n: int, seed: int) -> FlowNetwork:
+    """A random 3-regular direct-connect graph of ``n`` GPUs (100 GB/s links): exact link LPs on such graphs
+    are slow for their size."""
+    g = nx.random_regular_graph(3, n, seed=seed)
+    edges = [list(e) for e in sorted(g.edges())]
+    topo = parse_topology(
+        {
+            "version": 1,
+            "name": f"rr{n}",
+            "direct": {"kind": "edges", "nodes": n, "bandwidth": 100, "latency": 2.0, "edges": edges},
+        },
+        f"rr{n}",
+    )
+    return FlowNetwork.of(topo)
+
+
 def test_a_signal_stops_a_long_link_lp():
     # the exact link LP of a 200-node random 3-regular graph under Pareto traffic (120 k variables): ~50 s in
     # HiGHS here, ~25 s of it the first phase. With HiGHS in the main thread the alarm's handler waited for the
     # solve to return
-    g = nx.random_regular_graph(3, 200, seed=7)
-    topo = parse_topology(
-        {
-            "version": 1,
-            "name": "rr200",
-            "direct": {
-                "kind": "edges",
-                "nodes": 200,
-                "bandwidth": 100,
-                "latency": 2.0,
-                "edges": [list(e) for e in sorted(g.edges())],
-            },
-        },
-        "rr200",
-    )
-    net = FlowNetwork.of(topo)
+    net = _random_regular(200, 7)
     rng = np.random.default_rng(3)
     demand = (rng.pareto(1.5, (200, 200)) * 2**20).astype(np.int64)
     np.fill_diagonal(demand, 0)
@@ -76,22 +77,7 @@ def test_two_threads_solve_large_lps_at_once():
     from a2acc.flows.lp import WATCHED_COLS
     from a2acc.model.traffic import generate
 
-    g = nx.random_regular_graph(3, 64, seed=1)
-    topo = parse_topology(
-        {
-            "version": 1,
-            "name": "rr64",
-            "direct": {
-                "kind": "edges",
-                "nodes": 64,
-                "bandwidth": 100,
-                "latency": 2.0,
-                "edges": [list(e) for e in sorted(g.edges())],
-            },
-        },
-        "rr64",
-    )
-    net = FlowNetwork.of(topo)
+    net = _random_regular(64, 1)
     assert 64 * net.nedges >= WATCHED_COLS  # each LP takes the threaded path
     demands = [generate("zipf", 64, 1 << 30, seed) for seed in (1, 2)]
     mcf_module._SOLVED.clear()
