@@ -194,7 +194,8 @@ def test_opt_help_lists_planner_and_backend_options(capsys):
 
 
 def test_planner_option_reaches_the_planner(tmp_path):
-    res = compile(Request(TOPO, M, "fast", planner_options={"birkhoff": "kuhn", "compare_kuhn": "true"}))
+    opts = {"birkhoff": "kuhn", "compare_kuhn": "true", "shape": "staged"}
+    res = compile(Request(TOPO, M, "fast", planner_options=opts))
     assert res.program.meta["birkhoff_method"] == "kuhn"
     assert "birkhoff_stages_kuhn" in res.program.meta
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import sys
@@ -19,6 +20,7 @@ from a2acc.fileio import Output, atomic_write_text, check_outputs
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import load_matrix
 from a2acc.studies.calibrate import (
+    BOUNDS,
     PARAMS,
     Prediction,
     band_summaries,
@@ -75,6 +77,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "a threshold fitted on a grid (9 times the work of the others)",
     )
     p.add_argument(
+        "--hold",
+        default=None,
+        metavar="P=V,...",
+        help="parameters kept at a value and not fitted, in the units the report prints (alpha_us and stage_us "
+        "in microseconds, storm_ms in milliseconds, sizes in bytes), e.g. alpha_us=5.209: for what your logs "
+        "cannot identify (a fit that runs a parameter to its search bound). The shipped RoCE model holds "
+        "alpha_us (docs/simulator.md)",
+    )
+    p.add_argument(
         "--fit-on",
         default=DEFAULT_FIT_ON,
         metavar="ALGS",
@@ -127,6 +138,10 @@ def _run(args: argparse.Namespace) -> int:
     )
     _distinct_logs(args.logs, args.test)
     fit_on, params = _choices(args)
+    hold = _holds(args.hold)
+    if params is not None and set(params) & set(hold):
+        both = ",".join(p for p in params if p in hold)
+        raise InputError("", "--hold", both, "a parameter that --fit does not also list")
     fit_meas, test_meas = _read(args, topo, fit_on)
     bar = BarProgress()
     try:
@@ -136,6 +151,7 @@ def _run(args: argparse.Namespace) -> int:
             [c for c in fit_cases if c.meas.algorithm in fit_on],
             base_model(topo),
             params,
+            hold=hold,
             tolerance=1e-2,
             progress=bar,
         )
@@ -144,7 +160,9 @@ def _run(args: argparse.Namespace) -> int:
             res.model,
             name=args.name or f"{topo.name}-calibrated",
             source=f"calibrated by a2acc calibrate {__version__} on {topo.name} x{topo.servers} from "
-            f"{_names(args.logs)} (fitted: {', '.join(res.params)}; rows of {fitted_algs})",
+            f"{_names(args.logs)} (fitted: {', '.join(res.params)}; "
+            + (f"held: {', '.join(f'{k}={v:g}' for k, v in hold.items())}; " if hold else "")
+            + f"rows of {fitted_algs})",
         )
         bar.phase("predicting", 2)
         fit_preds = evaluate(fit_cases, model)
@@ -170,6 +188,29 @@ def _run(args: argparse.Namespace) -> int:
 
 def _names(paths: list[str]) -> str:
     return ", ".join(Path(p).name for p in paths)
+
+
+def _holds(text: str | None) -> dict[str, float]:
+    """``--hold P=V,...`` checked: known parameters, finite values inside the fit's search range."""
+    out: dict[str, float] = {}
+    if text is None:
+        return out
+    for item in (t.strip() for t in text.split(",")):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in PARAMS:
+            raise InputError("", "--hold", item, f"NAME=VALUE with NAME one of {', '.join(PARAMS)}")
+        try:
+            v = float(value)
+        except ValueError:
+            raise InputError("", "--hold", item, "a number after '='") from None
+        lo, hi = (1e-3, 1.0) if name.endswith("efficiency") else BOUNDS.get(name, (0.0, math.inf))
+        if not (math.isfinite(v) and lo <= v <= hi):
+            raise InputError("", "--hold", item, f"{name} between {lo:g} and {hi:g}")
+        if name in out:
+            raise InputError("", "--hold", item, "each parameter once")
+        out[name] = v
+    return out
 
 
 def _choices(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:

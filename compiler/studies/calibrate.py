@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.analysis.incast import DEFAULT_DT_ALPHA, DEFAULT_WINDOW_BYTES, ROCE_RTO_S, IncastModel
+from a2acc.analysis.iterations import back_to_back
 from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import Routes, SimResult, routes
 from a2acc.errors import InputError
@@ -95,11 +96,15 @@ class _Quiet:
 @dataclass(frozen=True)
 class Case:
     """A measurement with its planned Program(s), prepared once (model-independent). A run of random traffic
-    is predicted as the median over ``draws`` matrices drawn like the run's (the log keeps no matrix)."""
+    is predicted as the median over ``draws`` matrices drawn like the run's (the log keeps no matrix). A run
+    timed over back-to-back calls (:func:`timed_back_to_back`) also has, per draw, two calls queued back to
+    back in ``periods``: its prediction is their makespan minus one call's, the steady-state period
+    (:mod:`a2acc.analysis.iterations`)."""
 
     meas: Measurement
     draws: tuple[Routes, ...]
     payload: int
+    periods: tuple[Routes, ...] = ()
 
     def results(self, model: SimModel, tolerance: float = 1e-3) -> list[SimResult]:
         from a2acc.analysis.fastsim import simulate_setup
@@ -118,30 +123,39 @@ class Batch:
         from a2acc.analysis.levels import SoloBatch, all_solo
 
         self.cases = tuple(cases)
-        self.solo: list[tuple[int, int]] = []
-        self.fluid: list[tuple[int, int]] = []
+        # (case, draw, 0 for one call / 1 for two back-to-back calls)
+        self.solo: list[tuple[int, int, int]] = []
+        self.fluid: list[tuple[int, int, int]] = []
         solo_routes: list[Routes] = []
         for i, c in enumerate(self.cases):
-            for j, r in enumerate(c.draws):
-                if all_solo(r):
-                    self.solo.append((i, j))
-                    solo_routes.append(r)
-                else:
-                    self.fluid.append((i, j))
+            for kind, rts in enumerate((c.draws, c.periods)):
+                for j, r in enumerate(rts):
+                    if all_solo(r):
+                        self.solo.append((i, j, kind))
+                        solo_routes.append(r)
+                    else:
+                        self.fluid.append((i, j, kind))
         self.batch = SoloBatch(solo_routes) if solo_routes else None
 
     def draw_times(self, model: SimModel, tolerance: float = 1e-3) -> list[list[float]]:
-        """Per case, the predicted time of each of its draws."""
+        """Per case, the predicted time of each of its draws: one call, or the period of back-to-back calls."""
         from a2acc.analysis.fastsim import simulate_setup
 
-        out: list[list[float]] = [[0.0] * len(c.draws) for c in self.cases]
+        one: list[list[float]] = [[0.0] * len(c.draws) for c in self.cases]
+        two: list[list[float]] = [[0.0] * len(c.periods) for c in self.cases]
         if self.batch is not None:
-            for (i, j), t in zip(self.solo, self.batch.makespans(model).tolist()):
-                out[i][j] = t
-        for i, j in self.fluid:
-            res = simulate_setup(self.cases[i].draws[j].setup(model), tolerance=tolerance)
-            out[i][j] = FluidRun.of(res).expected(model.incast, self.cases[i].meas.iterations)
-        return out
+            for (i, j, kind), t in zip(self.solo, self.batch.makespans(model).tolist()):
+                (two if kind else one)[i][j] = t
+        for i, j, kind in self.fluid:
+            c = self.cases[i]
+            res = simulate_setup((c.periods if kind else c.draws)[j].setup(model), tolerance=tolerance)
+            if kind:
+                two[i][j] = res.time_s
+            elif c.periods:  # a period: both calls as the simulator reports them
+                one[i][j] = res.time_s
+            else:
+                one[i][j] = FluidRun.of(res).expected(model.incast, c.meas.iterations)
+        return [[b - a for a, b in zip(o, w)] if w else o for o, w in zip(one, two)]
 
     def predict(self, model: SimModel, tolerance: float = 1e-3) -> npt.NDArray[np.float64]:
         """Per case, the median over its draws."""
@@ -167,6 +181,19 @@ PLANNED_AS: dict[str, dict[str, str]] = {
 }
 
 
+def timed_back_to_back(m: Measurement) -> bool:
+    """Is ``m`` predicted as the period of back-to-back calls? Its log averages several calls queued back to
+    back (FAST's benchmark, nccl-tests; :mod:`a2acc.analysis.iterations`) and its schedule runs in synchronised
+    steps. Fan-out rows stay one call from a common start: their incast timeouts are a per-call hazard
+    (:class:`FluidRun`), and a call's exchanges all start at once."""
+    return m.iterations > 1 and m.algorithm != "direct"
+
+
+#: calls a back-to-back row is simulated over: the period is the makespan of two calls minus one's (four
+#: calls, (T4 - T1) / 3, moved FAST's FLASH periods on random traffic by under 1.5 % of the time)
+BACK_TO_BACK = 2
+
+
 def build_cases(
     meas: Sequence[Measurement],
     topo: Topology,
@@ -185,7 +212,7 @@ def build_cases(
     for m in meas:
         random = m.traffic.kind in ("uniform", "zipf")
         k = (draws if draws is not None else RANDOM_DRAWS.get(m.algorithm, 1)) if random else 1
-        rts = []
+        rts, periods = [], []
         payload = 0
         base = _config_seed(m, seed)
         for j in range(k):
@@ -193,8 +220,10 @@ def build_cases(
             opts = PLANNED_AS.get(m.algorithm)
             program = compile(Request(topo, mat, m.algorithm, planner_options=opts)).program
             rts.append(routes(program, topo))
+            if timed_back_to_back(m):
+                periods.append(routes(back_to_back(program, BACK_TO_BACK), topo))
             payload = int(mat.sum())
-        out.append(Case(m, tuple(rts), payload))
+        out.append(Case(m, tuple(rts), payload, tuple(periods)))
         prog.advance()
     return out
 
@@ -466,11 +495,20 @@ def fit(
     base: SimModel,
     params: Sequence[str] | None = None,
     *,
+    hold: Mapping[str, float] | None = None,
     tolerance: float = 1e-2,
     progress: Progress | None = None,
 ) -> Fit:
-    """Fit ``params`` (default: what the cases identify; module docstring) starting from ``base``."""
+    """Fit ``params`` (default: what the cases identify; module docstring) starting from ``base``. ``hold``: the
+    parameters (report units, as :data:`PARAMS`) kept at a given value and not fitted - what the logs cannot
+    identify (a fit that runs a parameter to its bound says so)."""
     prog = progress or _Quiet()
+    held = dict(hold or {})
+    bad = [p for p in held if p not in PARAMS]
+    if bad:
+        raise InputError("", "--hold", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
+    if held:
+        base = set_params(base, held)
     staged = [c for c in cases if c.meas.algorithm != "direct"]
     fanout = [c for c in cases if c.meas.algorithm == "direct"]
     lossy = base.incast.rto_s > 0 or base.incast.retransmit > 0 or base.transport == "roce"
@@ -486,6 +524,8 @@ def fit(
             raise InputError("", "--fit", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
         phase_a = [p for p in PARAMS if p in params and p in STAGED_PARAMS]
         phase_b = [p for p in PARAMS if p in params and p in INCAST_PARAMS]
+    phase_a = [p for p in phase_a if p not in held]
+    phase_b = [p for p in phase_b if p not in held]
     model = base
     if phase_b and not model.incast.enabled:
         model = model.with_incast(start_model("roce").incast)
@@ -517,7 +557,7 @@ def _fit_staged(
     scale-up goodput) by Levenberg-Marquardt from there. The eager window, a threshold, on a x2 grid when it is
     fitted."""
     cont = [k for k in names if k != "eager_bytes"]
-    fluid = {i for i, _j in Batch(rows).fluid}
+    fluid = {i for i, _j, _k in Batch(rows).fluid}
     cheap = [c for i, c in enumerate(rows) if i not in fluid]
     first = [k for k in cont if k != "intra_efficiency"]
     grid = [get_param(model, "eager_bytes")] if "eager_bytes" not in names else list(EAGER_GRID)

@@ -255,3 +255,73 @@ def test_calibrate_refuses_to_overwrite_a_log_or_hold_back_a_fitted_one(tmp_path
     assert "held-back log" in capsys.readouterr().err
     assert main([*base, "--fit", "", "-o", str(tmp_path / "p.yaml")]) == 2
     assert "--fit" in capsys.readouterr().err and not (tmp_path / "p.yaml").exists()
+
+
+def test_rows_timed_back_to_back_are_predicted_as_their_period(tmp_path):
+    """FAST's benchmark and nccl-tests queue their timed calls back to back: a staged row with its iteration
+    count is predicted as two calls' makespan minus one's; a row of unknown iteration count, and fan-out's
+    rows (a per-call timeout hazard), as one call."""
+    from a2acc.analysis.fastsim import simulate_setup
+    from a2acc.analysis.iterations import back_to_back
+    from a2acc.analysis.simulate import routes
+    from a2acc.pipeline import Request, compile
+    from a2acc.studies.calibrate import PLANNED_AS, timed_back_to_back
+
+    topo_file = tmp_path / "syn.yaml"
+    topo_file.write_text(TOPO_YAML, encoding="utf-8")
+    topo = load_topology(str(topo_file))
+    model = start_model("roce")
+    size = 6 * MiB
+    for alg in ("fast", "spreadout", "direct"):
+        for iters in (FAST_ITERATIONS, 0):
+            meas = Measurement("syn", alg, Traffic("fixed"), size, 1.0, 1, iters)
+            case = build_cases([meas], topo)[0]
+            got = float(Batch([case]).predict(model, tolerance=0.0)[0])
+            mat = matrix_for(Traffic("fixed"), topo.nranks, size, 0)
+            prog = compile(Request(topo, mat, alg, planner_options=PLANNED_AS.get(alg))).program
+            one = simulate_setup(routes(prog, topo).setup(model), tolerance=0.0).time_s
+            if alg != "direct" and iters:
+                assert timed_back_to_back(meas) and len(case.periods) == 1
+                two = simulate_setup(routes(back_to_back(prog, 2), topo).setup(model), tolerance=0.0).time_s
+                assert got == pytest.approx(two - one, rel=1e-9) and got > 0
+            else:
+                assert not timed_back_to_back(meas) and not case.periods
+                assert got == pytest.approx(one, rel=1e-9)
+
+
+def test_held_parameters_are_kept_and_bad_holds_refused(tmp_path, capsys):
+    """--hold keeps a parameter at its value and out of the fit; unknown names, values outside the search
+    range, and a parameter both fitted and held are refused before anything is written."""
+    topo_file = tmp_path / "syn.yaml"
+    topo_file.write_text(TOPO_YAML, encoding="utf-8")
+    topo = load_topology(str(topo_file))
+    n = topo.nranks
+    lines = []
+    for pair in (256 << 10, 1 * MiB, 4 * MiB, 16 * MiB):
+        total = pair * n * (n - 1)
+        meas = Measurement("syn", "spreadout", Traffic("fixed"), total // n, 1.0, 1, FAST_ITERATIONS)
+        t = float(Batch(build_cases([meas], topo)).predict(start_model("roce"))[0]) * 1e3
+        lines.append(_fast_line(total, 0.0, t, t, t, n))
+    log = tmp_path / "2n_fixed_sz_synthetic.txt"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    base = ["calibrate", str(log), "-t", str(topo_file), "--fit-on", "spreadout"]
+    out = tmp_path / "p.yaml"
+    assert main([*base, "-o", str(out), "--fit", "inter_efficiency,stage_us", "--hold", "alpha_us=7.5"]) == 0
+    got = load_model(out)
+    assert get_param(got, "alpha_us") == pytest.approx(7.5)
+    assert "held: alpha_us=7.5" in got.source
+    capsys.readouterr()
+    for hold, fit_list, why in (
+        ("alpha=1", None, "NAME=VALUE"),
+        ("alpha_us=abc", None, "a number"),
+        ("alpha_us=0.001", None, "between"),
+        ("inter_efficiency=1.5", None, "between"),
+        ("alpha_us=3,alpha_us=4", None, "each parameter once"),
+        ("alpha_us=3", "alpha_us,stage_us", "does not also list"),
+    ):
+        bad = tmp_path / "bad.yaml"
+        argv = [*base, "-o", str(bad), "--hold", hold, *(["--fit", fit_list] if fit_list else [])]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "--hold" in err and why in err and "Traceback" not in err
+        assert not bad.exists()

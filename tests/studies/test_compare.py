@@ -196,7 +196,8 @@ def test_the_closing_table_marks_the_fastest_row_and_autos_pick(tmp_path, capsys
         best = min(mine, key=lambda r: r["time_s"])
         assert [r["fastest"] for r in mine].count(True) == 1 and best["fastest"]
         auto = next(r for r in mine if r["algorithm"] == "auto")
-        assert auto["pick"] in ("direct", "fast") and auto["time_s"] <= best["time_s"] * (1 + 1e-9)
+        # auto may pick a planner the comparison did not list (syccl runs within its budget at 16 GPUs)
+        assert auto["pick"] not in ("", "auto") and auto["time_s"] <= best["time_s"] * (1 + 1e-9)
         line = next(ln for ln in text.splitlines() if ln.startswith("#") and f" {size} " in ln)
         assert best["algorithm"] in line and auto["pick"] in line
 
