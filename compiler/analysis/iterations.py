@@ -30,27 +30,45 @@ _I64 = npt.NDArray[np.int64]
 
 
 def _rank_ends(t: OpTable) -> tuple[_I64, _I64, _I64, _I64]:
-    """Per rank, where each op stands in that rank's stream: (root op, its rank) pairs - ops involving a rank
-    none of whose dependencies involve that rank - and (sink op, its rank) pairs - ops involving a rank no op
-    involving that rank depends on."""
+    """Where each op stands in its ranks' streams: (root op, its rank) pairs - ops involving a rank none of
+    whose ancestors (transitively) involves that rank: the rank's first ops - and (sink op, its rank) pairs -
+    ops involving a rank none of whose descendants involves it: the rank's last ops. One pass each way over
+    the op ids (a topological order), ranks as bit sets."""
     n = len(t)
-    src, dst = t.src_rank, t.dst_rank
-    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(t.dep_ptr))
-    dep = t.dep_ids
-    so, do, sd, dd = src[owner], dst[owner], src[dep], dst[dep]
-    remote = dst != src
-    # a root: no dependency involves the op's sender (receiver)
-    src_root = np.bincount(owner[(so == sd) | (so == dd)], minlength=n) == 0
-    dst_root = (np.bincount(owner[(do == sd) | (do == dd)], minlength=n) == 0) & remote
-    # a sink: no op depends on it that involves its sender (receiver)
-    src_sink = np.bincount(dep[(sd == so) | (sd == do)], minlength=n) == 0
-    dst_sink = (np.bincount(dep[(dd == so) | (dd == do)], minlength=n) == 0) & remote
-    ids = np.arange(n, dtype=np.int64)
-    root_op = np.concatenate([ids[src_root], ids[dst_root]])
-    root_rank = np.concatenate([src[src_root], dst[dst_root]])
-    sink_op = np.concatenate([ids[src_sink], ids[dst_sink]])
-    sink_rank = np.concatenate([src[src_sink], dst[dst_sink]])
-    return root_op, root_rank, sink_op, sink_rank
+    src = t.src_rank.tolist()
+    dst = t.dst_rank.tolist()
+    ptr = t.dep_ptr.tolist()
+    dep = t.dep_ids.tolist()
+    own = [(1 << s) | (1 << d) for s, d in zip(src, dst)]
+    before = [0] * n  # ranks involved in an op's ancestors
+    for i in range(n):
+        m = 0
+        for d in dep[ptr[i] : ptr[i + 1]]:
+            m |= before[d] | own[d]
+        before[i] = m
+    after = [0] * n  # ranks involved in an op's descendants
+    for i in range(n - 1, -1, -1):
+        m = after[i] | own[i]
+        for d in dep[ptr[i] : ptr[i + 1]]:
+            after[d] |= m
+    root_op: list[int] = []
+    root_rank: list[int] = []
+    sink_op: list[int] = []
+    sink_rank: list[int] = []
+    for i in range(n):
+        for r in (src[i], dst[i]) if src[i] != dst[i] else (src[i],):
+            if not before[i] >> r & 1:
+                root_op.append(i)
+                root_rank.append(r)
+            if not after[i] >> r & 1:
+                sink_op.append(i)
+                sink_rank.append(r)
+    return (
+        np.array(root_op, dtype=np.int64),
+        np.array(root_rank, dtype=np.int64),
+        np.array(sink_op, dtype=np.int64),
+        np.array(sink_rank, dtype=np.int64),
+    )
 
 
 def back_to_back(prog: Program, k: int) -> Program:
@@ -58,6 +76,8 @@ def back_to_back(prog: Program, k: int) -> Program:
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     t = prog.table
+    if t.ids is not None:
+        raise ValueError("op ids other than 0..n-1 (a hand-made op list): verify the Program first")
     n = len(t)
     if k == 1 or n == 0:
         return prog
@@ -100,6 +120,5 @@ def back_to_back(prog: Program, k: int) -> Program:
         link=np.ascontiguousarray(np.tile(t.link, k), dtype=np.uint8),
         dep_ptr=ptr,
         dep_ids=np.ascontiguousarray(dep, dtype=np.int64),
-        ids=None,
     )
     return replace_ops(prog, table)

@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
         bar.advance()
     finally:
         bar.close()
-    _report(fit_preds, test_preds, fit_on, model, res.params)
+    _report(fit_preds, test_preds, fit_on, model, res.params, tuple(hold))
     header = (
         f"a2acc simulator parameters (a2acc calibrate {__version__})\n"
         f"topology: {topo.name} ({topo.nranks} GPUs), fingerprint {topo.fingerprint}\n"
@@ -199,16 +199,20 @@ def _holds(text: str | None) -> dict[str, float]:
         name, sep, value = item.partition("=")
         name = name.strip()
         if not sep or name not in PARAMS:
-            raise InputError("", "--hold", item, f"NAME=VALUE with NAME one of {', '.join(PARAMS)}")
+            raise InputError("", "--hold", text, f"NAME=VALUE,... with NAME one of {', '.join(PARAMS)}")
         try:
+            if "_" in value:  # float() would read 5_0 as 50
+                raise ValueError(value)
             v = float(value)
         except ValueError:
-            raise InputError("", "--hold", item, "a number after '='") from None
+            raise InputError("", "--hold", text, f"a number after '{name}='") from None
         lo, hi = (1e-3, 1.0) if name.endswith("efficiency") else BOUNDS.get(name, (0.0, math.inf))
+        if name == "retransmit":  # no loss at all is a value worth holding
+            lo = 0.0
         if not (math.isfinite(v) and lo <= v <= hi):
-            raise InputError("", "--hold", item, f"{name} between {lo:g} and {hi:g}")
+            raise InputError("", "--hold", text, f"{name} between {lo:g} and {hi:g}")
         if name in out:
-            raise InputError("", "--hold", item, "each parameter once")
+            raise InputError("", "--hold", text, "each parameter once")
         out[name] = v
     return out
 
@@ -303,6 +307,7 @@ def _report(
     fit_on: list[str],
     model: SimModel,
     fitted: tuple[str, ...],
+    held: tuple[str, ...] = (),
 ) -> None:
     """The tables and summaries on standard output."""
     print(
@@ -321,7 +326,8 @@ def _report(
             )
     print("# parameters:")
     for p in PARAMS:
-        print(f"#   {p:18s} {get_param(model, p):.6g}{'  (fitted)' if p in fitted else ''}")
+        tag = "  (fitted)" if p in fitted else "  (held)" if p in held else ""
+        print(f"#   {p:18s} {get_param(model, p):.6g}{tag}")
 
 
 def _logs(n: int) -> str:

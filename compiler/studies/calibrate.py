@@ -107,12 +107,11 @@ class Case:
     periods: tuple[Routes, ...] = ()
 
     def results(self, model: SimModel, tolerance: float = 1e-3) -> list[SimResult]:
+        """One call of each draw, simulated (what the fan-out fit's timeout hazard re-weighs; a period is
+        :class:`Batch`'s)."""
         from a2acc.analysis.fastsim import simulate_setup
 
         return [simulate_setup(r.setup(model), tolerance=tolerance) for r in self.draws]
-
-    def predict(self, model: SimModel, tolerance: float = 1e-3) -> float:
-        return float(np.median([r.time_s for r in self.results(model, tolerance)]))
 
 
 class Batch:
@@ -128,11 +127,16 @@ class Batch:
         self.fluid: list[tuple[int, int, int]] = []
         solo_routes: list[Routes] = []
         for i, c in enumerate(self.cases):
-            for kind, rts in enumerate((c.draws, c.periods)):
-                for j, r in enumerate(rts):
-                    if all_solo(r):
+            if c.periods and len(c.periods) != len(c.draws):
+                raise ValueError(f"case {i}: {len(c.periods)} periods for {len(c.draws)} draws")
+            for j, r in enumerate(c.draws):
+                # a period's two calls by one engine: both exact longest paths, or both fluid
+                pair = [(0, r), *([(1, c.periods[j])] if c.periods else [])]
+                solo = all(all_solo(x) for _k, x in pair)
+                for kind, x in pair:
+                    if solo:
                         self.solo.append((i, j, kind))
-                        solo_routes.append(r)
+                        solo_routes.append(x)
                     else:
                         self.fluid.append((i, j, kind))
         self.batch = SoloBatch(solo_routes) if solo_routes else None
@@ -507,6 +511,9 @@ def fit(
     bad = [p for p in held if p not in PARAMS]
     if bad:
         raise InputError("", "--hold", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
+    both = [p for p in held if params is not None and p in params]
+    if both:
+        raise InputError("", "--hold", ",".join(both), "a parameter that --fit does not also list")
     if held:
         base = set_params(base, held)
     staged = [c for c in cases if c.meas.algorithm != "direct"]
@@ -529,6 +536,7 @@ def fit(
     model = base
     if phase_b and not model.incast.enabled:
         model = model.with_incast(start_model("roce").incast)
+        model = set_params(model, {k: v for k, v in held.items() if k in INCAST_PARAMS})
     total_evals, total_loss = 0, 0.0
     if phase_a:
         rows = staged or fanout
