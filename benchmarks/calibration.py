@@ -49,11 +49,11 @@ ROOT = Path(__file__).resolve().parents[2] / "shared" / "reference" / "peers" / 
 
 
 #: held, not fitted: FAST's logs do not identify a per-message cost beside the per-step fill and rendezvous
-#: (fitted, it runs to its 0.1 us bound while the staged rows' rms log error moves by 3 %: 0.0588 at 0.1 us,
-#: 0.0607 at 5.2 us, 0.0616 at 6.8 us). It stays at 5.209 us, the value the one-call fit found before
-#: 2026-11-29 - below the base latency NCCL's and RCCL's tuning models charge a Simple-protocol ring collective
-#: (8.4 and 17 us, ``baseLat`` in NCCL's and RCCL's ``src/graph/tuning.cc``) - so messages far smaller than the logs' (>= 256 KiB)
-#: keep a cost
+#: (fitted, it runs to its 0.1 us bound while the staged rows' rms log error moves by 3 %: 0.0625 at 0.1 us,
+#: 0.0639 at 5.209 us, 0.0645 at 6.8 us). It stays at 5.209 us, the value the one-call fit found before
+#: 2026-11-29 - below the base latency NCCL's and RCCL's tuning models charge a Simple-protocol ring
+#: collective (8.4 and 17 us, ``baseLat`` in their ``src/graph/tuning.cc``) - so messages far smaller than the
+#: logs' (>= 256 KiB) keep a cost
 HELD = {"alpha_us": 5.209}
 
 

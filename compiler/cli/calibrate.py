@@ -25,6 +25,7 @@ from a2acc.studies.calibrate import (
     Prediction,
     band_summaries,
     build_cases,
+    check_hold,
     evaluate,
     fit,
     get_param,
@@ -139,9 +140,7 @@ def _run(args: argparse.Namespace) -> int:
     _distinct_logs(args.logs, args.test)
     fit_on, params = _choices(args)
     hold = _holds(args.hold)
-    if params is not None and set(params) & set(hold):
-        both = ",".join(p for p in params if p in hold)
-        raise InputError("", "--hold", both, "a parameter that --fit does not also list")
+    check_hold(params, hold)  # before any log is read
     fit_meas, test_meas = _read(args, topo, fit_on)
     bar = BarProgress()
     try:

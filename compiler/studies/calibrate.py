@@ -494,6 +494,16 @@ def loss(cases: Sequence[Case], model: SimModel, tolerance: float = 1e-3) -> flo
     return float(np.mean(np.square(Batch(cases).residuals(model, tolerance)))) if cases else 0.0
 
 
+def check_hold(params: Sequence[str] | None, hold: Mapping[str, float]) -> None:
+    """Held parameters are known ones that ``params`` (the ones to fit; None: the default set) does not list."""
+    bad = [p for p in hold if p not in PARAMS]
+    if bad:
+        raise InputError("", "--hold", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
+    both = [p for p in hold if params is not None and p in params]
+    if both:
+        raise InputError("", "--hold", ",".join(both), "a parameter that --fit does not also list")
+
+
 def fit(
     cases: Sequence[Case],
     base: SimModel,
@@ -508,12 +518,7 @@ def fit(
     identify (a fit that runs a parameter to its bound says so)."""
     prog = progress or _Quiet()
     held = dict(hold or {})
-    bad = [p for p in held if p not in PARAMS]
-    if bad:
-        raise InputError("", "--hold", ",".join(bad), f"parameters: {', '.join(PARAMS)}")
-    both = [p for p in held if params is not None and p in params]
-    if both:
-        raise InputError("", "--hold", ",".join(both), "a parameter that --fit does not also list")
+    check_hold(params, held)
     if held:
         base = set_params(base, held)
     staged = [c for c in cases if c.meas.algorithm != "direct"]

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from a2acc.analysis.model import load_model
 from a2acc.cli import main
 from a2acc.errors import InputError
-from a2acc.ir.program import replace_ops
 from a2acc.model.topology import load_topology
 from a2acc.studies.calibrate import Batch, build_cases, get_param, set_params, start_model
 from a2acc.studies.logs import (
@@ -264,6 +263,7 @@ def test_rows_timed_back_to_back_are_predicted_as_their_period(tmp_path):
     count is predicted as two calls' makespan minus one's (per draw of a random row, then the median over the
     draws); a row of unknown iteration count, and fan-out's rows (a per-call timeout hazard), as one call."""
     from a2acc.analysis.fastsim import simulate_setup
+    from a2acc.analysis.iterations import back_to_back  # its stream order: tests/analysis/test_iterations.py
     from a2acc.analysis.simulate import routes
     from a2acc.pipeline import Request, compile
     from a2acc.studies.calibrate import PLANNED_AS, RANDOM_DRAWS, _config_seed, timed_back_to_back
@@ -272,29 +272,6 @@ def test_rows_timed_back_to_back_are_predicted_as_their_period(tmp_path):
     topo_file.write_text(TOPO_YAML, encoding="utf-8")
     topo = load_topology(str(topo_file))
     model = start_model("roce")
-
-    def chained(prog):  # two calls, each rank's second call after its own first: built here, by hand
-        t, n = prog.table, len(prog.table)
-        ops = list(prog.ops)
-        ranks = [{o.src_rank, o.dst_rank} for o in ops]
-        anc: list[set[int]] = []
-        for o in ops:
-            anc.append(set(o.deps).union(*(anc[d] for d in o.deps)))
-        desc: list[set[int]] = [set() for _ in ops]
-        for i in range(n):
-            for a in anc[i]:
-                desc[a].add(i)
-        out = list(ops)
-        for o in ops:
-            extra = {
-                j
-                for x in ranks[o.id]
-                if not any(x in ranks[a] for a in anc[o.id])
-                for j in range(n)
-                if x in ranks[j] and not any(x in ranks[d] for d in desc[j])
-            }
-            out.append(o._replace(id=o.id + n, deps=tuple(sorted({d + n for d in o.deps} | extra))))
-        return replace_ops(prog, out), t
 
     size = 6 * MiB
     for alg, traffic in (
@@ -312,7 +289,7 @@ def test_rows_timed_back_to_back_are_predicted_as_their_period(tmp_path):
                 mat = matrix_for(traffic, topo.nranks, size, _config_seed(meas, 0) + j)
                 prog = compile(Request(topo, mat, alg, planner_options=PLANNED_AS.get(alg))).program
                 one = simulate_setup(routes(prog, topo).setup(model), tolerance=0.0).time_s
-                two = simulate_setup(routes(chained(prog)[0], topo).setup(model), tolerance=0.0).time_s
+                two = simulate_setup(routes(back_to_back(prog, 2), topo).setup(model), tolerance=0.0).time_s
                 want.append(two - one if (alg != "direct" and iters) else one)
             assert len(case.draws) == draws
             if alg != "direct" and iters:
