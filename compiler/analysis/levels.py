@@ -34,24 +34,28 @@ def all_solo(r: Routes) -> bool:
 
 
 class SoloBatch:
-    """Many all-solo :class:`~a2acc.analysis.simulate.Routes` on one topology, timed together (module docstring)."""
+    """Many all-solo :class:`~a2acc.analysis.simulate.Routes`, timed together (module docstring); they may come
+    from different topologies."""
 
     def __init__(self, items: Sequence[Routes]) -> None:
         if not items:
             raise ValueError("an empty batch")
-        first = items[0]
-        self.raw_cap = first.raw_cap
-        self.eff_class = first.eff_class
+        # each item's links get their own slots (items may come from different topologies: a calibration over
+        # several server counts); one padding slot past them all stands for "no link" (infinite capacity)
+        self.raw_cap = np.concatenate([r.raw_cap for r in items])
+        self.eff_class = np.concatenate([r.eff_class for r in items])
+        link_base = np.concatenate([[0], np.cumsum([len(r.raw_cap) for r in items])]).astype(np.int64)
         self.items = tuple(items)
         sizes = [len(r.size) for r in items]
         base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.op_start = base[:-1]
         n = int(base[-1])
         width = max(r.bind.shape[1] for r in items)
-        pad = len(first.raw_cap)
+        pad = int(link_base[-1])
         bind = np.full((n, width), pad, dtype=np.int64)
-        for r, b in zip(items, base[:-1].tolist()):
-            bind[b : b + len(r.size), : r.bind.shape[1]] = r.bind
+        for r, b, lb in zip(items, base[:-1].tolist(), link_base[:-1].tolist()):
+            own = len(r.raw_cap)  # an item's own padding value (its link count) maps to the shared one
+            bind[b : b + len(r.size), : r.bind.shape[1]] = np.where(r.bind >= own, pad, r.bind + lb)
         self.bind = bind
         self.size = np.concatenate([r.size for r in items])
         self.route_alpha = np.concatenate([r.route_alpha for r in items])

@@ -17,11 +17,12 @@ from a2acc.analysis.model import SimModel
 from a2acc.cli.common import add_topology_args, topology_from_args
 from a2acc.errors import InputError
 from a2acc.fileio import Output, atomic_write_text, check_outputs
-from a2acc.model.topology import Topology
+from a2acc.model.topology import Topology, load_topology
 from a2acc.model.traffic import load_matrix
 from a2acc.studies.calibrate import (
     BOUNDS,
     PARAMS,
+    Case,
     Prediction,
     band_summaries,
     build_cases,
@@ -32,7 +33,7 @@ from a2acc.studies.calibrate import (
     start_model,
     summarise,
 )
-from a2acc.studies.logs import Measurement, read_logs
+from a2acc.studies.logs import Measurement, read_logs, servers_named
 
 DEFAULT_FIT_ON = "fast,spreadout,direct"
 ACCURACY_FROM = 8_000_000  # bytes per GPU: the accuracy summary covers sizes from 8 MB up
@@ -47,8 +48,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "alltoall_perf / alltoallv_perf output. Prints predicted vs measured per size, and writes a parameter "
         "file that 'a2acc simulate' and 'a2acc compare' accept with --model. Logs given with --test are "
         "predicted with the fitted parameters but never used to fit them.",
-        epilog="example:\n  a2acc calibrate amd-result/3n_random_sz_*.txt amd-result/3n_skew*.txt -t mi300x-100g -n 3 "
-        "--test amd-result/3n_fixed_sz_*.txt -o params.yaml",
+        epilog="examples:\n  a2acc calibrate amd-result/3n_random_sz_*.txt amd-result/3n_skew*.txt -t mi300x-100g -n 3 "
+        "--test amd-result/3n_fixed_sz_*.txt -o params.yaml\n"
+        "  a2acc calibrate 3n_random_*.txt 4n_random_*.txt -t mi300x-100g --fit-on fast,spreadout -o params.yaml"
+        "\n    (no -n: each log on the server count its name gives, one fit over both)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -56,8 +59,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         nargs="+",
         metavar="LOG",
         help="measurement logs to fit on. FAST logs are told apart by their names, as FAST names its runs: "
-        "'<n>n_' gives the servers (it must match -n), '*fixed_sz*' equal entries, '*random*' uniform, "
-        "'*skew*' Zipf with each line's skew; nccl-tests output is recognised by its '# size count' header",
+        "'<n>n_' gives the servers (it must match -n; without -n, the topology is scaled to each log's n, so "
+        "one fit may span several server counts), '*fixed_sz*' equal entries, '*random*' uniform, '*skew*' Zipf "
+        "with each line's skew; nccl-tests output is recognised by its '# size count' header",
     )
     add_topology_args(p)
     p.add_argument("-o", "--output", required=True, metavar="PARAMS.yaml", help="parameter file to write")
@@ -141,11 +145,12 @@ def _run(args: argparse.Namespace) -> int:
     fit_on, params = _choices(args)
     hold = _holds(args.hold)
     check_hold(params, hold)  # before any log is read
-    fit_meas, test_meas = _read(args, topo, fit_on)
+    topos = _topologies(args, topo)
+    fit_meas, test_meas = _read(args, topo, topos, fit_on)
     bar = BarProgress()
     try:
-        fit_cases = build_cases(fit_meas, topo, progress=bar)
-        test_cases = build_cases(test_meas, topo, seed=10_000, progress=bar) if test_meas else []
+        fit_cases = _cases(fit_meas, topos, 0, bar)
+        test_cases = _cases(test_meas, topos, 10_000, bar)
         res = fit(
             [c for c in fit_cases if c.meas.algorithm in fit_on],
             base_model(topo),
@@ -158,7 +163,7 @@ def _run(args: argparse.Namespace) -> int:
         model = replace(
             res.model,
             name=args.name or f"{topo.name}-calibrated",
-            source=f"calibrated by a2acc calibrate {__version__} on {topo.name} x{topo.servers} from "
+            source=f"calibrated by a2acc calibrate {__version__} on {_machines(fit_meas, topos)} from "
             f"{_names(args.logs)} (fitted: {', '.join(res.params)}; "
             + (f"held: {', '.join(f'{k}={v:g}' for k, v in hold.items())}; " if hold else "")
             + f"rows of {fitted_algs})",
@@ -173,8 +178,12 @@ def _run(args: argparse.Namespace) -> int:
     _report(fit_preds, test_preds, fit_on, model, res.params, tuple(hold))
     header = (
         f"a2acc simulator parameters (a2acc calibrate {__version__})\n"
-        f"topology: {topo.name} ({topo.nranks} GPUs), fingerprint {topo.fingerprint}\n"
-        f"fitted on: {_names(args.logs)}\n"
+        + "".join(
+            f"topology: {t.name} ({t.nranks} GPUs), fingerprint {t.fingerprint}\n"
+            for n, t in sorted(topos.items())
+            if any(m.servers == n for m in (*fit_meas, *test_meas))
+        )
+        + f"fitted on: {_names(args.logs)}\n"
         + (f"held back: {_names(args.test)}\n" if args.test else "")
         + "use: a2acc simulate PLAN -t TOPO --model THIS_FILE; a2acc compare ... --model THIS_FILE"
     )
@@ -232,18 +241,77 @@ def _choices(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
     return fit_on, params
 
 
+def _topologies(args: argparse.Namespace, topo: Topology) -> dict[int, Topology]:
+    """The topology of every server count the logs need, by server count. With ``-n`` every log is read against
+    the one topology (a FAST log naming another count is refused by the reader); without it, the topology (a
+    preset or a file) is scaled to the count each FAST log's name gives (``<n>n_``), and a log naming none
+    (nccl-tests output, whose count is its ``#  Rank`` lines) is read against the topology as it is."""
+    out = {topo.servers: topo}
+    if args.servers is None:
+        for p in (*args.logs, *args.test):
+            n = servers_named(p)
+            if n is not None and n not in out:
+                try:
+                    out[n] = load_topology(args.topology, n)
+                except InputError as exc:  # the count came from the file name, not from --servers
+                    raise InputError(
+                        p, "file name", f"{n}n_", f"a server count the topology allows ({exc.allowed})"
+                    ) from None
+    return out
+
+
+def _servers_of(path: str, topos: dict[int, Topology], topo: Topology) -> int:
+    """The server count of the topology ``path`` is read against (:func:`_topologies`)."""
+    n = servers_named(path)
+    return n if n is not None and n in topos else topo.servers
+
+
+def _cases(meas: list[Measurement], topos: dict[int, Topology], seed: int, bar: BarProgress) -> list[Case]:
+    """Each measurement planned on the topology it was read against."""
+    return [
+        c
+        for n, t in sorted(topos.items())
+        if (group := [m for m in meas if m.servers == n])
+        for c in build_cases(group, t, seed=seed, progress=bar)
+    ]
+
+
+def _machines(meas: list[Measurement], topos: dict[int, Topology]) -> str:
+    """``mi300x-100g x3`` (or ``x3, x4``) for the server counts ``meas`` spans."""
+    counts = sorted({m.servers for m in meas})
+    return f"{topos[counts[0]].name} " + ", ".join(f"x{n}" for n in counts)
+
+
 def _read(
-    args: argparse.Namespace, topo: Topology, fit_on: list[str]
+    args: argparse.Namespace, topo: Topology, topos: dict[int, Topology], fit_on: list[str]
 ) -> tuple[list[Measurement], list[Measurement]]:
-    """The fit and held-back measurements; the header lines saying what they are."""
+    """The fit and held-back measurements, each log read against its topology (:func:`_topologies`); the header
+    lines saying what they are."""
     traffic = load_matrix(args.traffic, expect_ranks=topo.nranks) if args.traffic else None
 
     def warn(msg: str) -> None:
         print(f"a2acc: warning: {msg}", file=sys.stderr, flush=True)
 
-    fit_meas = read_logs(args.logs, topo, traffic=traffic, warn=warn)
-    test_meas = read_logs(args.test, topo, traffic=traffic, warn=warn) if args.test else []
+    def read(paths: list[str]) -> list[Measurement]:
+        by: dict[int, list[str]] = {}
+        for p in paths:
+            by.setdefault(_servers_of(p, topos, topo), []).append(p)
+        return [
+            m
+            for n, group in sorted(by.items())
+            for m in read_logs(group, topos[n], traffic=traffic, warn=warn)
+        ]
+
+    fit_meas = read(args.logs)
+    test_meas = read(args.test) if args.test else []
     fitted = [m for m in fit_meas if m.algorithm in fit_on]
+    fan_counts = sorted({m.servers for m in fitted if m.algorithm == "direct"})
+    if len(fan_counts) > 1:
+        warn(
+            f"fan-out rows of {', '.join(f'{n} servers' for n in fan_counts)} are fitted together: on FAST's 3- "
+            "and 4-server logs one set of incast parameters fitted that way described neither count "
+            "(docs/simulator.md); --fit-on fast,spreadout leaves them out"
+        )
     if not fitted:
         raise InputError(
             "",
@@ -254,7 +322,8 @@ def _read(
         )
     algs = ", ".join(sorted({m.algorithm for m in fitted}))
     transport = (topo.inter.transport if topo.inter is not None else "") or "not given"
-    print(f"# a2acc calibrate {__version__}: {topo.name} ({topo.nranks} GPUs, transport {transport})")
+    gpus = ", ".join(f"{t.nranks}" for n, t in sorted(topos.items()) if any(m.servers == n for m in fit_meas))
+    print(f"# a2acc calibrate {__version__}: {topo.name} ({gpus} GPUs, transport {transport})")
     print(f"# fit on   : {len(fitted)} configurations from {_logs(len(args.logs))} (algorithms {algs})")
     if args.test:
         print(f"# held back: {len(test_meas)} configurations from {_logs(len(args.test))} (never fitted)")
@@ -309,20 +378,27 @@ def _report(
     held: tuple[str, ...] = (),
 ) -> None:
     """The tables and summaries on standard output."""
+    counts = sorted({p.case.meas.servers for p in (*fit_preds, *test_preds)})
+    multi = len(counts) > 1  # several server counts: a column in the tables, summaries per count
+    width = max(len(f"test x{n}") for n in counts) if multi else 4
     print(
-        _table(fit_preds, "fit", fit_on) + ("\n" + _table(test_preds, "test", fit_on) if test_preds else "")
+        _table(fit_preds, "fit", fit_on, multi)
+        + ("\n" + _table(test_preds, "test", fit_on, multi) if test_preds else "")
     )
     for label, preds in (("fit", fit_preds), ("test", test_preds)):
-        for s in summarise(preds, ACCURACY_FROM):
-            print(
-                f"# {label:4s} {s.algorithm:9s}: {s.runs:3d} sizes >= 8 MB/GPU, median |pred/meas - 1| "
-                f"{100 * s.median_abs_error:5.1f}%, worst {100 * s.worst_abs_error:5.1f}%"
-            )
-        for band, s in band_summaries(preds):
-            print(
-                f"# {label:4s} {s.algorithm:9s}: {s.runs:3d} sizes in {band:16s} median "
-                f"{100 * s.median_abs_error:5.1f}%, worst {100 * s.worst_abs_error:5.1f}%"
-            )
+        for n in counts:
+            sub = [p for p in preds if p.case.meas.servers == n]
+            tag = f"{label} x{n}" if multi else label
+            for s in summarise(sub, ACCURACY_FROM):
+                print(
+                    f"# {tag:{width}s} {s.algorithm:9s}: {s.runs:3d} sizes >= 8 MB/GPU, median |pred/meas - 1| "
+                    f"{100 * s.median_abs_error:5.1f}%, worst {100 * s.worst_abs_error:5.1f}%"
+                )
+            for band, s in band_summaries(sub):
+                print(
+                    f"# {tag:{width}s} {s.algorithm:9s}: {s.runs:3d} sizes in {band:16s} median "
+                    f"{100 * s.median_abs_error:5.1f}%, worst {100 * s.worst_abs_error:5.1f}%"
+                )
     print("# parameters:")
     for p in PARAMS:
         tag = "  (fitted)" if p in fitted else "  (held)" if p in held else ""
@@ -333,19 +409,29 @@ def _logs(n: int) -> str:
     return f"{n} log" + ("" if n == 1 else "s")
 
 
-def _table(preds: list[Prediction], label: str, fit_on: list[str]) -> str:
-    """Predicted vs measured per row; in the fit set, rows of algorithms not fitted are labelled ``shown``."""
+def _table(preds: list[Prediction], label: str, fit_on: list[str], servers: bool = False) -> str:
+    """Predicted vs measured per row; in the fit set, rows of algorithms not fitted are labelled ``shown``;
+    ``servers``: a column with each row's server count."""
+    col = f" {'servers':>7s}" if servers else ""
     lines = [
-        f"# {label}: {'algorithm':10s} {'traffic':10s} {'size/GPU':>10s} {'runs':>5s} {'measured':>11s} "
+        f"# {label}: {'algorithm':10s}{col} {'traffic':10s} {'size/GPU':>10s} {'runs':>5s} {'measured':>11s} "
         f"{'predicted':>11s} {'error':>7s}",
-        f"#       {'':10s} {'':10s} {'(MiB)':>10s} {'':>5s} {'(ms)':>11s} {'(ms)':>11s} {'':>7s}",
+        f"#       {'':10s}{' ' * len(col)} {'':10s} {'(MiB)':>10s} {'':>5s} {'(ms)':>11s} {'(ms)':>11s} {'':>7s}",
     ]
     for p in sorted(
-        preds, key=lambda q: (q.case.meas.algorithm, q.case.meas.traffic.label(), q.case.meas.size)
+        preds,
+        key=lambda q: (
+            q.case.meas.algorithm,
+            q.case.meas.servers,
+            q.case.meas.traffic.label(),
+            q.case.meas.size,
+        ),
     ):
         m = p.case.meas
+        tag = label if label != "fit" or m.algorithm in fit_on else "shown"
+        cell = f" {m.servers:7d}" if servers else ""
         lines.append(
-            f"  {(label if label != 'fit' or m.algorithm in fit_on else 'shown'):5s} {m.algorithm:10s} {m.traffic.label():10s} {m.size / 2**20:10.2f} {m.runs:5d} "
+            f"  {tag:5s} {m.algorithm:10s}{cell} {m.traffic.label():10s} {m.size / 2**20:10.2f} {m.runs:5d} "
             f"{m.time_s * 1e3:11.4f} {p.predicted_s * 1e3:11.4f} {100 * p.error:+6.1f}%"
         )
     return "\n".join(lines)

@@ -815,7 +815,9 @@ def band_summaries(preds: Sequence[Prediction]) -> list[tuple[str, Summary]]:
 
 # ---------------------------------------------------------------------------------------------- FAST's MI300X logs
 #: The split of FAST's published 3-server MI300X logs (FAST repository, ``amd-result/``) used for the shipped
-#: RoCE parameters: fit on the random- and skewed-traffic runs, hold back every fixed-size run.
+#: RoCE parameters: fit on the random- and skewed-traffic runs, hold back every fixed-size run. (The shipped fit
+#: also takes the FLASH and SpreadOut rows of the same kinds of runs on 4 servers, from FAST's repository:
+#: ``benchmarks/calibration.py --more``.)
 FIT_PATTERNS = (
     "3n_random_sz_*.txt",
     "3n_random_cdf_*.txt",

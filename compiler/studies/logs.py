@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +76,8 @@ class Measurement:
     #: iterations each run averages (FAST: 10; nccl-tests: its ``iters``); 0 when unknown. A run that times out
     #: in some iterations reports their mean, and the median over runs is what a prediction is compared with
     iterations: int = 0
+    #: servers of the topology the run was read against (a calibration may mix server counts); 0 when unknown
+    servers: int = 0
 
 
 #: FAST's benchmark times ``perf_iters = 10`` back-to-back iterations per logged run, after 10 warm-up ones
@@ -110,7 +112,16 @@ def read_logs(
         else:
             raw += _fast(text, p, topo, say)
             iterations[p] = FAST_ITERATIONS
-    return _group(raw, iterations)
+    return [replace(m, servers=topo.servers) for m in _group(raw, iterations)]
+
+
+def servers_named(path: str) -> int | None:
+    """The server count a FAST log's file name gives (``<n>n_``, as FAST names its runs), or None - also for
+    nccl-tests output (recognised by content), whose count is its ``#  Rank`` lines, whatever its name says."""
+    m = _SERVERS_RE.search(Path(path).name)
+    if m is None or _is_nccl_tests(_read(path)):
+        return None
+    return int(m.group(1))
 
 
 #: the largest log read (FAST's logs are ~10 KiB, a long nccl-tests sweep with NCCL INFO lines a few MiB)
@@ -167,7 +178,7 @@ def _fast_traffic_kind(name: str, path: str, topo: Topology) -> str:
             "file name",
             name,
             f"the run used {m.group(1)} servers ('{m.group(1)}n_'), the topology has {topo.servers} "
-            f"(give --servers {m.group(1)})",
+            f"(give --servers {m.group(1)}, or leave -n out to read each log on the count its name gives)",
         )
     low = name.lower()
     if "fixed" in low:

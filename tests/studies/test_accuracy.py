@@ -20,12 +20,11 @@ from a2acc.studies.logs import read_logs
 SHARED = Path(os.environ.get("A2ACC_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 FAST_LOGS = SHARED / "reference" / "peers" / "FAST" / "amd-result"
 
-# docs/simulator.md reports, for the shipped parameters: fast median 1.4 %, worst 1.7 % (asserted at the accuracy
-# target, 10 %, and a 5 % median); SpreadOut median 6.3 %, worst 15.8 % (the worst misses the 15 % target; the
-# docs say why), asserted with about one point of margin; fan-out's collapse within a factor 2 of the measured
-# size.
+# docs/simulator.md reports, for the shipped parameters: fast median 1.3 %, worst 4.1 %; SpreadOut median 5.7 %,
+# worst 11.8 %; both asserted at the accuracy targets (fast within 10 %, SpreadOut within 15 %; medians 5 % and
+# 7.5 %); fan-out's collapse within a factor 2 of the measured size.
 FAST_MEDIAN, FAST_WORST = 0.05, 0.10
-SPREADOUT_MEDIAN, SPREADOUT_WORST = 0.075, 0.17
+SPREADOUT_MEDIAN, SPREADOUT_WORST = 0.075, 0.15
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,7 @@ def test_fast_meets_the_accuracy_target_on_held_back_logs(held_back):
 
 
 @pytest.mark.slow
-def test_spreadout_accuracy_does_not_regress(held_back):
+def test_spreadout_meets_the_accuracy_target_on_held_back_logs(held_back):
     s = held_back.summary("spreadout")
     assert s.runs == 10
     assert s.median_abs_error <= SPREADOUT_MEDIAN and s.worst_abs_error <= SPREADOUT_WORST

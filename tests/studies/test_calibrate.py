@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from a2acc.studies.logs import (
     fast_zipf_weights,
     matrix_for,
     read_logs,
+    servers_named,
 )
 
 SHARED = Path(os.environ.get("A2ACC_SHARED", Path(__file__).resolve().parents[3] / "shared"))
@@ -357,3 +359,66 @@ def test_a_held_incast_parameter_survives_the_switch_to_a_lossy_model():
     assert get_param(res.model, "fanin_power") == pytest.approx(3.0)
     with pytest.raises(InputError, match="does not also list"):
         fit([], start_model("roce"), ["alpha_us"], hold={"alpha_us": 3.0})
+
+
+def test_one_fit_spans_the_server_counts_fast_logs_name(tmp_path, capsys):
+    """Without -n, a preset is scaled to each FAST log's ``<n>n_``: SpreadOut logs made by a known model on 2 and
+    3 servers give that model back from one fit, the report has a row per server count, the parameter file names
+    both topologies; with -n, a log of another count is refused."""
+    true = set_params(start_model("roce"), {"inter_efficiency": 0.8, "stage_us": 150.0})
+    logs = []
+    for servers in (2, 3):
+        topo = load_topology("mi300x-100g", servers)
+        n = topo.nranks
+        lines = []
+        for pair in (1 * MiB, 3 * MiB, 12 * MiB):
+            total = pair * n * (n - 1)
+            meas = Measurement("syn", "spreadout", Traffic("fixed"), total // n, 1.0, 1, FAST_ITERATIONS)
+            t = float(Batch(build_cases([meas], topo)).predict(true)[0]) * 1e3
+            lines.append(_fast_line(total, 0.0, t, t, t, n))
+        log = tmp_path / f"{servers}n_fixed_sz_syn.txt"
+        log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        logs.append(str(log))
+    out = tmp_path / "p.yaml"
+    args = [
+        "calibrate",
+        *logs,
+        "-t",
+        "mi300x-100g",
+        "--fit-on",
+        "spreadout",
+        "--fit",
+        "inter_efficiency,stage_us",
+    ]
+    assert main([*args, "-o", str(out)]) == 0
+    got = load_model(out)
+    assert get_param(got, "inter_efficiency") == pytest.approx(0.8, rel=0.01)
+    assert get_param(got, "stage_us") == pytest.approx(150.0, rel=0.05)
+    text = capsys.readouterr().out
+    assert "(16, 24 GPUs" in text and "servers" in text
+    assert re.search(r"^# fit x2 +spreadout", text, re.M) and re.search(r"^# fit x3 +spreadout", text, re.M)
+    head = out.read_text(encoding="utf-8")
+    assert "mi300x-100g (16 GPUs)" in head and "mi300x-100g (24 GPUs)" in head
+    other = tmp_path / "q.yaml"
+    assert main([*args, "-n", "3", "-o", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "2n_fixed_sz_syn.txt" in err and "give --servers 2" in err and not other.exists()
+    # fan-out rows of two counts fitted together: said on stderr before the fit
+    fan = ["calibrate", *logs, "-t", "mi300x-100g", "--fit-on", "direct", "--fit", "inter_efficiency"]
+    assert main([*fan, "-o", str(other)]) == 0
+    assert "fan-out rows of 2 servers, 3 servers are fitted together" in capsys.readouterr().err
+
+
+def test_only_fast_logs_are_read_on_the_count_their_name_gives(tmp_path):
+    """nccl-tests output keeps its ``#  Rank`` count whatever its file is called."""
+    fast = tmp_path / "4n_random_sz_a.txt"
+    fast.write_text(_fast_line(1 << 30, 0.0, 10.0, 10.0, 10.0, 32) + "\n", encoding="utf-8")
+    nccl = tmp_path / "alltoall_3n_run.txt"
+    nccl.write_text(
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20\n"
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong\n",
+        encoding="utf-8",
+    )
+    assert servers_named(str(fast)) == 4
+    assert servers_named(str(nccl)) is None
+    assert servers_named(str(tmp_path / "plain.txt")) is None

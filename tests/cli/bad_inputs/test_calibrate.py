@@ -137,3 +137,14 @@ def test_another_collectives_output_is_refused(tmp_path, capsys, edit, fragment)
     rc, err, got = _fitted_alpha(tmp_path, capsys, edit(_log(GOOD)))
     assert rc == 2 and fragment in err and "alltoall" in err and "Traceback" not in err, err
     assert got == ""
+
+
+@pytest.mark.parametrize(("count", "allowed"), [(0, "integer >= 1"), (100_000_000, "at most")])
+def test_a_server_count_in_a_log_name_the_preset_cannot_have_is_refused(tmp_path, capsys, count, allowed):
+    """Without -n a FAST log's ``<n>n_`` scales the preset: a count it cannot take names the file, not --servers."""
+    log = tmp_path / f"{count}n_fixed_sz_a.txt"
+    log.write_text("1 0 1 1 1 1 1 0 1 0 1 1 0 1 0 1\n")
+    out = tmp_path / "p.yaml"
+    rc, err, _ = run(capsys, ["calibrate", str(log), "-t", "mi300x-100g", "-o", str(out)])
+    assert rc == 2 and log.name in err and "file name" in err and allowed in err, err
+    assert "--servers" not in err and not out.exists()
