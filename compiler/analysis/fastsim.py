@@ -73,6 +73,7 @@ from a2acc.model.topology import Topology
 from a2acc.native import carray
 from a2acc.native import fastsim as _native_fastsim
 from a2acc.native import maxmin as _native_maxmin
+from a2acc.segments import segment_positions
 
 #: batching tolerance (module docstring, 5-6); 0 takes every event on time
 DEFAULT_TOLERANCE = 3e-3
@@ -297,7 +298,7 @@ def _group_exclusive(st: Setup, key: npt.NDArray[np.int64]) -> npt.NDArray[np.bo
         if total > _GROUP_PAIRS:
             return None
         pair_run = np.repeat(np.arange(len(nxt)), npairs)
-        within = np.arange(total) - np.repeat(np.cumsum(npairs) - npairs, npairs)
+        within = segment_positions(npairs)
         ia = run_start[nxt][pair_run] + within // lb[pair_run]
         ib = run_start[nxt + 1][pair_run] + within % lb[pair_run]
         _clear_unordered(st, ops[ia], ops[ib], links[ia], ok_link)

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.ir.program import OpTable, Program, replace_ops
+from a2acc.segments import segment_indices
 
 _I64 = npt.NDArray[np.int64]
 
@@ -89,7 +90,7 @@ def back_to_back(prog: Program, k: int) -> Program:
     hi = np.searchsorted(sink_rank, root_rank, side="right")
     cnt = hi - lo
     link_owner = np.repeat(root_op, cnt)
-    link_dep = sink_op[np.repeat(lo, cnt) + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)]
+    link_dep = sink_op[segment_indices(lo, cnt)]
     owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(t.dep_ptr))
     owners, deps = [], []
     for c in range(k):

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import Routes
+from a2acc.segments import segment_indices
 
 _I64 = npt.NDArray[np.int64]
 _F64 = npt.NDArray[np.float64]
@@ -97,11 +98,8 @@ class SoloBatch:
             ops = np.flatnonzero(depth == lv)
             cnt = ndeps[ops]
             starts = self.dep_ptr[ops]
-            edges = np.repeat(starts - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(
-                int(cnt.sum())
-            )
             levels_ops.append(ops)
-            levels_edges.append(edges.astype(np.int64))
+            levels_edges.append(segment_indices(starts, cnt))
             levels_first.append(np.concatenate([[0], np.cumsum(cnt)[:-1]]).astype(np.int64))
         return levels_ops, levels_edges, levels_first
 

@@ -36,6 +36,7 @@ from a2acc.analysis.model import SimModel, default_model
 from a2acc.errors import InputError, InternalError
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
+from a2acc.segments import segment_positions
 
 T = TypeVar("T")
 #: links at least this fast never bind (the topology's PCIe/C2C attachment and non-blocking core: 1e15 B/s)
@@ -553,7 +554,7 @@ def _route_csr(
         else:
             uptr, ulinks, which = rows
             cnt = lens[ids]
-            within = np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            within = segment_positions(cnt)
             links[np.repeat(ptr[ids], cnt) + within] = ulinks[np.repeat(uptr[which], cnt) + within]
     return ptr, links, alpha
 

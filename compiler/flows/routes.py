@@ -17,6 +17,7 @@ import numpy.typing as npt
 from a2acc.flows.mcf import LinkFlow, PathFlow, SteppedFlow, candidate_paths, hop_distances
 from a2acc.flows.network import FlowNetwork
 from a2acc.flows.paths import peel
+from a2acc.segments import segment_positions
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -205,6 +206,6 @@ def complete(net: FlowNetwork, routes: Routes, counts: I64) -> tuple[Routes, int
     kept = routes.select(keep)
     extra = shortest(net, counts, fix)
     if kept.epochs is not None:  # a stepped plan re-routes a pair without epochs: give its hops in order
-        ep = np.arange(len(extra.edges)) - np.repeat(extra.ptr[:-1], np.diff(extra.ptr))
-        extra = Routes(extra.src, extra.dst, extra.chunks, extra.ptr, extra.edges, ep.astype(np.int64))
+        ep = segment_positions(np.diff(extra.ptr))
+        extra = Routes(extra.src, extra.dst, extra.chunks, extra.ptr, extra.edges, ep)
     return concat([kept, extra]), len(fix)

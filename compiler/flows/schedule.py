@@ -41,6 +41,7 @@ import numpy.typing as npt
 
 from a2acc.native import carray
 from a2acc.native import listsched as _native_listsched
+from a2acc.segments import segment_indices, segment_positions
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -126,17 +127,16 @@ def cut_pieces(route_chunks: I64, route_ptr: I64, route_edges: I64, mid: int) ->
     off = end - cnt
     hops = np.diff(route_ptr)[route]
     hop_ptr = np.concatenate([[0], np.cumsum(hops)]).astype(np.int64)
-    start = np.repeat(route_ptr[:-1][route], hops)
-    within = np.arange(int(hop_ptr[-1])) - np.repeat(hop_ptr[:-1], hops)
+    edges = route_edges[segment_indices(route_ptr[:-1][route], hops)]
     total = np.maximum(c[route], 1).astype(np.float64)
-    return Pieces(route, off, cnt, hop_ptr, route_edges[start + within], end / total, cnt / total)
+    return Pieces(route, off, cnt, hop_ptr, edges, end / total, cnt / total)
 
 
 def fluid_keys(pc: Pieces) -> F64:
     """Per hop: the piece's fluid due time (``done``) plus one piece share per hop before it."""
     counts = np.diff(pc.hop_ptr)
     piece = np.repeat(np.arange(len(counts)), counts)
-    h = np.arange(pc.nhops) - np.repeat(pc.hop_ptr[:-1], counts)
+    h = segment_positions(counts)
     return np.asarray(pc.done[piece] + h * pc.share[piece], dtype=np.float64)
 
 

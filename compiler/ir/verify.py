@@ -41,6 +41,7 @@ from a2acc.errors import InternalError, VerificationError
 from a2acc.ir.dag import HappensBefore, order_errors
 from a2acc.ir.program import Buf, Op, Program
 from a2acc.native import verify as _native
+from a2acc.segments import segment_positions
 
 _BUF_NAME = ("input", "output", "scratch")
 ENGINE_ENV = "A2ACC_VERIFY"  # "python" forces the reference verifier
@@ -415,7 +416,7 @@ def _postcondition(
         if tot == 0:
             continue
         src_of = np.repeat(np.arange(n), col)
-        within = np.arange(tot) - np.repeat(np.cumsum(col) - col, col)
+        within = segment_positions(col)
         in_off_d = np.array([p.input_offset(s, d) for s in range(n)], dtype=np.int64)
         expected = in_base[src_of] + in_off_d[src_of] + within
         got = out_content[d]

@@ -51,6 +51,7 @@ from a2acc.flows.schedule import Pieces, Timed, cut_pieces, schedule
 from a2acc.ir.builder import ProgramBuilder
 from a2acc.ir.program import Buf, Program
 from a2acc.planners import PlanRequest
+from a2acc.segments import segment_indices, segment_positions
 
 I64 = npt.NDArray[np.int64]
 log = logging.getLogger("a2acc.planners.mcf")
@@ -294,16 +295,15 @@ def _even_pieces(routes: rt.Routes, k: int) -> Pieces:
     c = routes.chunks
     npieces = np.minimum(c, k)
     route = np.repeat(np.arange(len(routes), dtype=np.int64), npieces)
-    i = np.arange(len(route)) - np.repeat(np.cumsum(npieces) - npieces, npieces)
+    i = segment_positions(npieces)
     kk = npieces[route]
     cnt = c[route] // kk + (i < c[route] % kk)
     off = i * (c[route] // kk) + np.minimum(i, c[route] % kk)
     hops = np.diff(routes.ptr)[route]
     hop_ptr = np.concatenate([[0], np.cumsum(hops)]).astype(np.int64)
-    start = np.repeat(routes.ptr[:-1][route], hops)
-    within = np.arange(int(hop_ptr[-1])) - np.repeat(hop_ptr[:-1], hops)
+    edges = routes.edges[segment_indices(routes.ptr[:-1][route], hops)]
     total = c[route].astype(np.float64)
-    return Pieces(route, off, cnt, hop_ptr, routes.edges[start + within], (off + cnt) / total, cnt / total)
+    return Pieces(route, off, cnt, hop_ptr, edges, (off + cnt) / total, cnt / total)
 
 
 def _emit(
@@ -430,7 +430,7 @@ def _robust(
 def _stages(routes: rt.Routes, pc: Pieces) -> I64:
     """Stage of every hop: the hop number (time-stepped flows: the epoch)."""
     counts = np.diff(pc.hop_ptr)
-    h = np.arange(pc.nhops) - np.repeat(pc.hop_ptr[:-1], counts)
+    h = segment_positions(counts)
     if routes.epochs is not None:
         entry = np.repeat(routes.ptr[:-1][pc.route], counts) + h
         return np.asarray(routes.epochs[entry], dtype=np.int64)
