@@ -145,8 +145,8 @@ def _run(args: argparse.Namespace) -> int:
     fit_on, params = _choices(args)
     hold = _holds(args.hold)
     check_hold(params, hold)  # before any log is read
-    topos = _topologies(args, topo)
-    fit_meas, test_meas = _read(args, topo, topos, fit_on)
+    topos, count = _topologies(args, topo)
+    fit_meas, test_meas = _read(args, topo, topos, count, fit_on)
     bar = BarProgress()
     try:
         fit_cases = _cases(fit_meas, topos, 0, bar)
@@ -241,29 +241,28 @@ def _choices(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
     return fit_on, params
 
 
-def _topologies(args: argparse.Namespace, topo: Topology) -> dict[int, Topology]:
-    """The topology of every server count the logs need, by server count. With ``-n`` every log is read against
-    the one topology (a FAST log naming another count is refused by the reader); without it, the topology (a
-    preset or a file) is scaled to the count each FAST log's name gives (``<n>n_``), and a log naming none
-    (nccl-tests output, whose count is its ``#  Rank`` lines) is read against the topology as it is."""
-    out = {topo.servers: topo}
+def _topologies(args: argparse.Namespace, topo: Topology) -> tuple[dict[int, Topology], dict[str, int]]:
+    """The topology of every server count the logs need, by server count, and the count each log is read
+    against. With ``-n`` every log is read against the one topology (a FAST log naming another count is refused
+    by the reader); without it, the topology (a preset or a file) is scaled to the count each FAST log's name
+    gives (``<n>n_``), and a log naming none (nccl-tests output, whose count is its ``#  Rank`` lines) is read
+    against the topology as it is."""
+    topos = {topo.servers: topo}
+    count = {p: topo.servers for p in (*args.logs, *args.test)}
     if args.servers is None:
-        for p in (*args.logs, *args.test):
+        for p in count:
             n = servers_named(p)
-            if n is not None and n not in out:
+            if n is None:
+                continue
+            if n not in topos:
                 try:
-                    out[n] = load_topology(args.topology, n)
+                    topos[n] = load_topology(args.topology, n)
                 except InputError as exc:  # the count came from the file name, not from --servers
                     raise InputError(
                         p, "file name", f"{n}n_", f"a server count the topology allows ({exc.allowed})"
                     ) from None
-    return out
-
-
-def _servers_of(path: str, topos: dict[int, Topology], topo: Topology) -> int:
-    """The server count of the topology ``path`` is read against (:func:`_topologies`)."""
-    n = servers_named(path)
-    return n if n is not None and n in topos else topo.servers
+            count[p] = n
+    return topos, count
 
 
 def _cases(meas: list[Measurement], topos: dict[int, Topology], seed: int, bar: BarProgress) -> list[Case]:
@@ -283,7 +282,11 @@ def _machines(meas: list[Measurement], topos: dict[int, Topology]) -> str:
 
 
 def _read(
-    args: argparse.Namespace, topo: Topology, topos: dict[int, Topology], fit_on: list[str]
+    args: argparse.Namespace,
+    topo: Topology,
+    topos: dict[int, Topology],
+    count: dict[str, int],
+    fit_on: list[str],
 ) -> tuple[list[Measurement], list[Measurement]]:
     """The fit and held-back measurements, each log read against its topology (:func:`_topologies`); the header
     lines saying what they are."""
@@ -295,7 +298,7 @@ def _read(
     def read(paths: list[str]) -> list[Measurement]:
         by: dict[int, list[str]] = {}
         for p in paths:
-            by.setdefault(_servers_of(p, topos, topo), []).append(p)
+            by.setdefault(count[p], []).append(p)
         return [
             m
             for n, group in sorted(by.items())

@@ -124,12 +124,19 @@ def cut_pieces(route_chunks: I64, route_ptr: I64, route_edges: I64, mid: int) ->
         pos = np.concatenate([first[r] + np.arange(len(s)) for r, s in zip(big.tolist(), sizes_big)])
         cnt[pos] = np.concatenate([np.asarray(s, dtype=np.int64) for s in sizes_big])
     end = np.cumsum(cnt) - np.repeat(np.cumsum(c) - c, npieces)
-    off = end - cnt
+    return route_pieces(route, end - cnt, cnt, c, route_ptr, route_edges)
+
+
+def route_pieces(
+    route: I64, off: I64, cnt: I64, route_chunks: I64, route_ptr: I64, route_edges: I64
+) -> Pieces:
+    """The :class:`Pieces` whose piece ``p`` carries chunks ``[off[p], off[p] + cnt[p])`` of route ``route[p]``
+    (pieces of a route consecutive, in chunk order): each piece's hops are its route's edges."""
     hops = np.diff(route_ptr)[route]
     hop_ptr = np.concatenate([[0], np.cumsum(hops)]).astype(np.int64)
     edges = route_edges[segment_indices(route_ptr[:-1][route], hops)]
-    total = np.maximum(c[route], 1).astype(np.float64)
-    return Pieces(route, off, cnt, hop_ptr, edges, end / total, cnt / total)
+    total = np.maximum(np.asarray(route_chunks)[route], 1).astype(np.float64)
+    return Pieces(route, off, cnt, hop_ptr, edges, (off + cnt) / total, cnt / total)
 
 
 def fluid_keys(pc: Pieces) -> F64:

@@ -47,7 +47,7 @@ from a2acc.flows.mcf import LinkFlow, SteppedFlow, hop_distances, link_mcf, path
 from a2acc.flows.network import FlowNetwork
 from a2acc.flows.parallel import executor, parse_workers, probe
 from a2acc.flows.scale import ascent_weights, dual_bound, path_flow
-from a2acc.flows.schedule import Pieces, Timed, cut_pieces, schedule
+from a2acc.flows.schedule import Pieces, Timed, cut_pieces, route_pieces, schedule
 from a2acc.ir.builder import ProgramBuilder
 from a2acc.ir.program import Buf, Program
 from a2acc.planners import PlanRequest
@@ -299,11 +299,7 @@ def _even_pieces(routes: rt.Routes, k: int) -> Pieces:
     kk = npieces[route]
     cnt = c[route] // kk + (i < c[route] % kk)
     off = i * (c[route] // kk) + np.minimum(i, c[route] % kk)
-    hops = np.diff(routes.ptr)[route]
-    hop_ptr = np.concatenate([[0], np.cumsum(hops)]).astype(np.int64)
-    edges = routes.edges[segment_indices(routes.ptr[:-1][route], hops)]
-    total = c[route].astype(np.float64)
-    return Pieces(route, off, cnt, hop_ptr, edges, (off + cnt) / total, cnt / total)
+    return route_pieces(route, off, cnt, c, routes.ptr, routes.edges)
 
 
 def _emit(
@@ -430,11 +426,9 @@ def _robust(
 def _stages(routes: rt.Routes, pc: Pieces) -> I64:
     """Stage of every hop: the hop number (time-stepped flows: the epoch)."""
     counts = np.diff(pc.hop_ptr)
-    h = segment_positions(counts)
     if routes.epochs is not None:
-        entry = np.repeat(routes.ptr[:-1][pc.route], counts) + h
-        return np.asarray(routes.epochs[entry], dtype=np.int64)
-    return np.asarray(h, dtype=np.int64)
+        return np.asarray(routes.epochs[segment_indices(routes.ptr[:-1][pc.route], counts)], dtype=np.int64)
+    return segment_positions(counts)
 
 
 def _route_base(routes: rt.Routes, n: int) -> I64:

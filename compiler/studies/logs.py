@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -112,7 +112,7 @@ def read_logs(
         else:
             raw += _fast(text, p, topo, say)
             iterations[p] = FAST_ITERATIONS
-    return [replace(m, servers=topo.servers) for m in _group(raw, iterations)]
+    return _group(raw, iterations, topo.servers)
 
 
 def servers_named(path: str) -> int | None:
@@ -371,7 +371,7 @@ def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, f
 
 
 def _group(
-    raw: list[tuple[str, str, Traffic, float, float]], iterations: dict[str, int]
+    raw: list[tuple[str, str, Traffic, float, float]], iterations: dict[str, int], servers: int
 ) -> list[Measurement]:
     """Runs of one (algorithm, traffic, size within 1 %) configuration -> one median measurement."""
     groups: dict[tuple[str, str, float, int, int], list[tuple[str, float, float]]] = {}
@@ -398,6 +398,7 @@ def _group(
                 time_s=float(np.median([r[2] for r in rows])),
                 runs=len(rows),
                 iterations=min(iterations.get(s, 0) for s in srcs),
+                servers=servers,
             )
         )
     out.sort(key=lambda m: (m.algorithm, m.traffic.kind, m.traffic.skew, m.size))
