@@ -10,8 +10,8 @@ measures in one process what a rank pays on the call's critical path:
   the topology's symmetries, as the JIT runs it; ``plain`` = without), its hit rate after the first two calls, and
   how many distinct plans were compiled (each in the background, once);
 - **online**: planning the call's own matrix every call: quantise at the same unit, plan + verify
-  (:func:`a2acc.pipeline.compile`) and compile the stage programs of one rank
-  (:mod:`a2acc.runtime.executors.stages`), which the call would have to wait for.
+  (:func:`a2acc.pipeline.compile`) and compile the launch program of one rank
+  (:mod:`a2acc.runtime.launch.program`), which the call would have to wait for.
 
 Times are CPU wall clock on this machine (median and p90); the padding of each approach is reported too.
 """
@@ -29,8 +29,8 @@ from a2acc.ir import program_from_json
 from a2acc.ir.quantize import ladder_unit, quantize
 from a2acc.jit.bucket import BucketIndex
 from a2acc.model.topology import load_topology
-from a2acc.runtime.engine import compile_entry
-from a2acc.runtime.executors.stages import compile_rank, global_steps
+from a2acc.runtime.decide.compiling import compile_entry
+from a2acc.runtime.launch.program import compile_launch, exchange_set, global_steps
 
 TOPOLOGIES = {4: ("alps", 1), 8: ("alps", 2), 32: ("dgx-h100", 4)}
 
@@ -80,7 +80,8 @@ def main() -> None:
                     counts = quantize(m, unit)
                     entry = compile_entry(topo, counts, unit, args.algorithm, None, f"online{i}")
                     prog = program_from_json(entry.program_json)
-                    compile_rank(prog, 0, global_steps(prog))
+                    steps = global_steps(prog)
+                    compile_launch(prog, 0, steps, exchange_set(prog, steps, False))
                     online.append(time.perf_counter() - t0)
                     pad_o += int(counts.sum()) * unit - int(m.sum())
             n_online = len(online)

@@ -21,7 +21,7 @@ from a2acc.jit.bucket import BucketIndex
 from a2acc.jit.cache import PlanCache
 from a2acc.model.topology import load_topology
 from a2acc.model.traffic import moe_stream
-from a2acc.runtime.engine import compile_entry
+from a2acc.runtime.decide.compiling import compile_entry
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 1. Compile an all-to-all-v for a known token matrix (``a2acc compile -b msccl-xml``: ``algos/`` holds the XML an
    MSCCL executor loads, ``algos.manifest.json`` the chunk layout) and verify it (``a2acc verify``).
-2. In four Gloo processes, every rank packs its tokens per the manifest (:class:`a2acc.runtime.packing.ManifestCall`,
+2. In four Gloo processes, every rank packs its tokens per the manifest (:class:`a2acc.runtime.launch.packing.ManifestCall`,
    the same code the JIT runs), makes the executor's call, and unpacks the result into the tensor
    ``all_to_all_single`` would have filled; the result is compared byte for byte with torch's own call.
 
@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from a2acc.ir.layout import Manifest, load_manifest
-from a2acc.runtime.packing import ManifestCall
+from a2acc.runtime.launch.packing import ManifestCall
 
 RANKS = 4
 HIDDEN = 64  # bfloat16: 128 bytes per token

@@ -1,34 +1,32 @@
-"""The JIT engine behind the patched ``all_to_all_single``: matrix -> bucket -> cached plan -> execution.
+"""The JIT engine behind the patched ``all_to_all_single``: a fast path that replays, a slow path that decides.
 
-Per call (all ranks of the call's process group do the same, in the same order):
+**Fast path** (most calls of a steady job). A call whose plan every rank already holds, bound for this group,
+position, row size and device, runs with no decision work beyond a few comparisons: the adaptive exchange
+predicts it from the call one period back (:mod:`a2acc.runtime.decide.prediction`), or the caller announced
+its matrix (:func:`a2acc.runtime.announce`), and the bound launch (:mod:`a2acc.runtime.launch`) replays: the
+caller's rows packed on its device, a few exchanges posted, the output gathered, the residual sent. No
+collective of a2acc's own, no host sync.
 
-1. **Capture.** Under CUDA-graph capture or ``torch.compile`` tracing the call goes to the stock collective
-   before anything else (no exchange, no allocation), with one warning per job.
-2. **Group.** The group maps onto the topology (:mod:`a2acc.runtime.groups`: the world, a regular slice of
-   it, or ``A2ACC_TOPOLOGY`` describing the group itself); plans, buckets and buffers are per group.
-3. **Exchange** (:mod:`a2acc.runtime.collectives`): one all-gather of every rank's input and output split
-   sizes, an eligibility flag, the row size and the plan state (:mod:`a2acc.runtime.plans`), on the CPU when
-   the group accepts it, else on the data's device (NCCL/RCCL): the call's one host sync. A matrix the caller
-   announced (:meth:`Engine.announce`) whose plan every rank settled at an earlier exchange skips it (the plan
-   follows the announcement, the data each rank's own split sizes), and so do calls that repeat the bucket of
-   the call one period back (``A2ACC_EXCHANGE=adaptive``, :meth:`Engine._adapt`): they run that call's plan.
-4. **Bucket** (:mod:`a2acc.jit.bucket`): a cached layout serving the matrix (in canonical form under the
-   topology's symmetries, ``A2ACC_BUCKETS=symmetric``), or a new one; the index evolves from the matrix
-   sequence only, so every rank picks the same bucket.
-5. **Plan.** A bucket's plan is loaded from the disk cache or compiled (:func:`a2acc.pipeline.compile`) by a
-   background thread while the stock collective serves (``A2ACC_MISS=wait``: in the call); it runs once every
-   rank has it and the ranks' Programs for it were compared equal (the exchanged plan state says so), so all
-   ranks switch at the same call.
-6. **Measure** (:mod:`a2acc.runtime.tuning`, ``A2ACC_TUNE=measure``): a bucket's first served calls alternate
-   between its plan and its direct plan, each rank timing its part; an exchange carries the medians and every
-   rank keeps the same one.
-7. **Execute** (:mod:`a2acc.runtime.executors`): pack the caller's rows into the executor's arena on the data's
-   device (:mod:`a2acc.runtime.packing`, the layout every manifest describes; the arena is pooled), run the
-   plan, send rows beyond the layout (residual) with the stock call, unpack. With ``async_op=True`` the tail
-   completes behind a real ``torch.distributed.Work``.
+**Slow path** (an exchanged call; every rank does the same, in the same order):
 
-Anything that fails before step 6 makes all ranks take the stock call together, with once-per-job warnings on
-the group's first rank; the caller's output is always produced by either the plan or the stock call.
+1. **Group.** The group maps onto the topology (:mod:`a2acc.runtime.decide.groups`: the world, a regular slice
+   of it, or ``A2ACC_TOPOLOGY`` describing the group itself); plans, buckets and buffers are per group.
+2. **Exchange** (:mod:`a2acc.runtime.decide.exchange`): one all-gather of every rank's split sizes, an
+   eligibility flag, the row size, its exchange mode, the plan state (:mod:`a2acc.runtime.decide.agreement`)
+   and its tuning report (:mod:`a2acc.runtime.decide.tuning`): on the CPU when the group accepts it, else on the
+   data's device (one host sync).
+3. **Bucket** (:mod:`a2acc.jit.bucket`): a cached layout serving the matrix (canonical under the topology's
+   symmetries), or a new one; every rank picks the same. An exact repeat of a recent matrix reuses its lookup.
+4. **Plan.** A bucket's plan is loaded or compiled in the background (:mod:`a2acc.runtime.decide.compiling`)
+   while the stock collective serves; it runs once every rank holds it and the ranks' Programs compared equal.
+5. **Measure** (``A2ACC_TUNE=measure``): a bucket's first served calls alternate between its plan and its
+   direct plan; an exchange carries the medians and every rank keeps the same one.
+6. **Run** the bound launch, as on the fast path.
+
+Calls below ``A2ACC_MIN_BYTES`` (a per-expert count exchange) take the stock collective before any of this when
+every rank can tell (calls without split sizes: every rank's tensors have the same size), else after the
+exchange. Anything that fails before the run makes all ranks take the stock call together, with once-per-job
+warnings; the caller's output is always produced by either the plan or the stock call.
 """
 
 from __future__ import annotations
@@ -37,109 +35,56 @@ import atexit
 import logging
 import threading
 import time
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
 
 from a2acc.errors import AnnounceError
-from a2acc.ir import program_from_json
-from a2acc.ir.quantize import UnitPolicy
 from a2acc.jit.bucket import Bucket, BucketIndex, variant
-from a2acc.jit.cache import CacheEntry, PlanCache, default_cache_dir
+from a2acc.jit.cache import PlanCache, default_cache_dir
 from a2acc.model.topology import Topology, load_topology
 from a2acc.options import parse_options
-from a2acc.pipeline import Request
-from a2acc.pipeline import compile as compile_pipeline
-from a2acc.runtime.collectives import accepted_devices, all_gather_ints, metadata_device
 from a2acc.runtime.counters import EngineStats
+from a2acc.runtime.decide.agreement import FAILED, OK, Plan, PlanTable
+from a2acc.runtime.decide.compiling import Loader, compile_entry
+from a2acc.runtime.decide.exchange import Gatherer, accepted_devices, backend_name, metadata_device
+from a2acc.runtime.decide.groups import slice_topology
+from a2acc.runtime.decide.prediction import Prediction, Seen, seen
+from a2acc.runtime.decide.tuning import ALTERNATIVE, DIRECT, PLAN, UNDECIDED, WIDTH, Trial, Tuner
 from a2acc.runtime.executors import FALLBACK, Executor, get_executor, info, options_type
-from a2acc.runtime.groups import slice_topology
-from a2acc.runtime.packing import byte_view, copy_segments, row_bytes_of
-from a2acc.runtime.plans import FAILED, OK, Plan, PlanTable, digest56
-from a2acc.runtime.plans import FALLBACK as STATUS_FALLBACK
+from a2acc.runtime.launch.call import Call
+from a2acc.runtime.launch.packing import row_bytes_of
 from a2acc.runtime.settings import JitSettings, parse_topology_spec
-from a2acc.runtime.tuning import ALTERNATIVE, DIRECT, PLAN, UNDECIDED, WIDTH, Trial, Tuner
 
 log = logging.getLogger("a2acc.runtime")
 
-
-def compile_entry(
-    topo: Topology,
-    layout: np.ndarray,
-    unit: int,
-    algorithm: str,
-    backend: str | None,
-    key: str,
-    planner_options: Any = None,
-    backend_options: Any = None,
-) -> CacheEntry:
-    """Plan the bucket's layout exactly and (with a backend) lower it: one :func:`a2acc.pipeline.compile`."""
-    backend = None if backend in (None, "none") else backend
-    res = compile_pipeline(
-        Request(
-            topo,
-            layout * unit,
-            algorithm,
-            planner_options=planner_options,
-            target=backend,
-            target_options=backend_options,
-            units=UnitPolicy(unit=unit),
-            counts=layout,
-            name=f"a2acc-{key[:16]}",
-        )
-    )
-    files: dict[str, str] = dict(res.lowered.files) if res.lowered is not None else {}
-    manifest = res.lowered.manifest.to_json() if res.lowered is not None else None
-    return CacheEntry(
-        key,
-        res.program.to_json(),
-        files,
-        manifest,
-        {"algorithm": algorithm, "backend": backend or "none", "unit": unit},
-    )
+#: exact matrices whose bucket lookup is remembered per group (a stationary skew repeats one)
+LOOKUPS = 64
+_ALL_SAME = np.ones(1 << 16, dtype=bool)  # "every column the same on every rank" (indexed, never written)
 
 
-@dataclass
-class _Group:
-    """What the engine keeps per process group."""
+@dataclass(eq=False)
+class GroupState:
+    """What the engine keeps per process group: decided once, at its first call."""
 
+    group: Any
     ranks: tuple[int, ...]  # global ranks, in group order
+    rank: int  # this process's rank in the group
+    world: int
+    backend: str
     topology: Topology
     index: BucketIndex
     table: PlanTable
     tuner: Tuner
+    pred: Prediction = field(default_factory=Prediction)
     side: Any = None  # the second process group of the p2p executor's overlap option
-    arenas: dict[str, list[Any]] = field(default_factory=dict)  # free arenas per device
     disabled: str = ""  # why a2acc stopped serving this group (set on every rank at the same call)
-    # the adaptive exchange (Engine._predicted, Engine._adapt): the recent calls' matrices with their bucket and
-    # job (newest last), per period p the exchanges in a row whose bucket and frame were those of the call p
-    # before, the period in use and the calls left to run without an exchange. Every rank derives them from
-    # the exchanged matrices alone, so every rank skips the same calls
-    history: deque[_Seen] = field(default_factory=lambda: deque(maxlen=MAX_PERIOD))
-    streaks: list[int] = field(default_factory=lambda: [0] * MAX_PERIOD)
-    period: int = 0
-    skip: int = 0
-    every: bool = False  # ranks disagree on A2ACC_EXCHANGE (seen at an exchange): an exchange on every call
-
-
-@dataclass
-class _Call:
-    """One call's arguments as the engine sees them (rank-local, before the exchange)."""
-
-    output: Any
-    input: Any
-    group: Any
-    rank: int
-    world: int
-    in_splits: list[int]
-    out_splits: list[int]
-    row_bytes: int
-    eligible: bool
-    stock: Any  # the stock all_to_all_single
+    accepts: dict[Any, bool] = field(default_factory=dict)  # data device -> the group accepts it
+    gatherers: dict[Any, Gatherer] = field(default_factory=dict)
+    launches: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # bound launches
+    lookups: OrderedDict[bytes, tuple[Bucket, int]] = field(default_factory=OrderedDict)
 
 
 class Engine:
@@ -169,11 +114,18 @@ class Engine:
             and info(settings.executor).backend == "none"
             and settings.algorithm != ALTERNATIVE
         )
-        self._groups: dict[tuple[int, ...], _Group | str] = {}
+        self.min_bytes = settings.min_bytes
+        import torch
+
+        self._torch = torch
+        self._cuda = torch.cuda.is_available()  # fixed for the process: checked once, not per call
+        self.adaptive = settings.exchange == "adaptive"
+        self.loader = Loader(
+            self.cache, self.executor, self.fallback, settings.target, settings.miss == "wait"
+        )
+        self._groups: dict[Any, GroupState | str] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
-        self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a2acc-compile")
-        self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a2acc-finish")
         # the next call's matrix per group (or group size), see announce
         self._announce: dict[tuple[int, ...] | int, np.ndarray] = {}
         atexit.register(self.summary)
@@ -196,30 +148,30 @@ class Engine:
             s = self.stats.as_dict()
             log.info(
                 "summary: %d calls, %d by a2acc plans (%s; %d bucket hits), %d stock while compiling, "
-                "fallbacks %s; padding %.1f%%, residual %.1f%% of payload; hook %.0f us per call (median); "
-                "measured buckets kept %s",
+                "%d below A2ACC_MIN_BYTES, fallbacks %s; padding %.1f%%, residual %.1f%% of payload; measured "
+                "buckets kept %s",
                 s["calls"],
                 s["handled"],
                 ", ".join(f"{k} {v}" for k, v in s["by_executor"].items()) or "none",
                 s["bucket_hits"],
                 s["stock_while_compiling"],
+                s["small"],
                 s["fallbacks"] or "none",
                 100 * s["padding_bytes"] / max(s["payload_bytes"], 1),
                 100 * s["residual_bytes"] / max(s["payload_bytes"], 1),
-                s["overhead_us_median"],
                 ", ".join(f"{k} {v}" for k, v in sorted(s["tuned"].items())) or "none",
             )
 
-    def capturing(self, input: Any) -> str | None:
+    def capturing(self) -> str | None:
         """Why the call must go to the stock collective untouched: CUDA-graph capture or torch.compile
-        tracing (no exchange, no allocation, no host sync may happen then). Warned once per job."""
-        import torch
-
+        tracing (no exchange, no allocation, no host sync may happen then; a plan bound for capture runs through
+        :func:`a2acc.runtime.capture`). Warned once per job."""
         why = None
+        torch = self._torch
         compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
         if compiling is not None and compiling():
             why = "torch.compile is tracing this call"
-        elif torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        elif self._cuda and torch.cuda.is_current_stream_capturing():
             why = "a CUDA graph is being captured"
         if why is not None:
             from a2acc.runtime.activate import job_rank0
@@ -227,25 +179,27 @@ class Engine:
             self._announce.clear()  # an announcement for a captured call must not reach a later one
             self.stats.fallback("capture")
             self.warn_once(
-                "capture", f"{why}: a2acc does not exchange, allocate or sync inside it", speak=job_rank0()
+                "capture",
+                f"{why}: a2acc does not exchange, allocate or sync inside it (a2acc.runtime.capture binds a plan "
+                "at a fixed capacity that a graph can replay)",
+                speak=job_rank0(),
             )
         return why
 
     # ------------------------------------------------------------------ groups
-    def _group(self, group: Any, world: int, device: Any) -> _Group | str:
+    def _group(self, group: Any, device: Any) -> GroupState | str:
         import torch.distributed as dist
 
+        world = dist.get_world_size(group)
         ranks = tuple(range(world)) if group is None else tuple(dist.get_process_group_ranks(group))
-        hit = self._groups.get(ranks)
-        if hit is not None:
-            return hit
         topo: Topology | str
         if world == self.topology.nranks:
             topo = self.topology  # the world, or A2ACC_TOPOLOGY describing this group
         else:
             topo = slice_topology(self.topology, ranks)
+        state: GroupState | str
         if isinstance(topo, str):
-            state: _Group | str = f"group of {world} ranks: {topo}"
+            state = f"group of {world} ranks: {topo}"
         else:
             index = BucketIndex(
                 topo,
@@ -256,69 +210,49 @@ class Engine:
             layouts = getattr(self.executor, "layouts", None)
             for counts, unit in layouts(world) if layouts is not None else ():
                 index.pin(counts, unit)  # layouts the executor already holds files for (a2acc compile)
-            state = _Group(ranks, topo, index, PlanTable(world), Tuner(self.tune, decided=self.stats.tuned))
+            state = GroupState(
+                group,
+                ranks,
+                dist.get_rank(group),
+                world,
+                backend_name(group),
+                topo,
+                index,
+                PlanTable(world),
+                Tuner(self.tune, decided=self.stats.tuned),
+            )
             if self.overlap and topo.servers > 1:
-                state.side = self._side_group(group, ranks, device)
+                state.side = self._side_group(state, device)
             if dist.get_rank() == ranks[0]:
                 log.info(
                     "group of %d ranks (first %d): topology %s", world, ranks[0], topo.summary().describe()
                 )
-        self._groups[ranks] = state
+        self._groups[group] = state
         return state
 
-    def _side_group(self, group: Any, ranks: tuple[int, ...], device: Any) -> Any:
+    def _side_group(self, g: GroupState, device: Any) -> Any:
         """The second process group of the overlap option (its members create it together, at their first
-        call on ``group``), with one collective over all of them right away: NCCL wants the first operation on
+        call on the group), with one collective over all of them right away: NCCL wants the first operation on
         a group that later carries batched send/recv to include every rank. None (no overlap) when it cannot be
         made."""
         import torch.distributed as dist
 
         try:
-            side = dist.new_group(
-                ranks=list(ranks), backend=str(dist.get_backend(group)), use_local_synchronization=True
-            )
-            all_gather_ints([0], side, metadata_device(side, device), len(ranks))
+            side = dist.new_group(ranks=list(g.ranks), backend=g.backend, use_local_synchronization=True)
+            name = backend_name(side)
+            Gatherer(side, metadata_device(side, device, name), g.world, None, name).gather([0])
             return side
         except Exception as exc:  # the plans still run, on one group
             self.warn_once("side", f"no second process group for overlap=true ({exc})", tail="one group")
             return None
 
-    # ------------------------------------------------------------------ plans (background thread)
-    def _load(self, g: _Group, bucket: Bucket, group: Any, key: str, algorithm: str) -> Plan:
-        """The plan of ``bucket`` by ``algorithm`` (the configured planner, or the measured alternative under its
-        own ``key``), from the cache or compiled; prepared for the executor that will run it."""
-        options = self.planner_options if algorithm == self.settings.algorithm else None
-        entry, where = self.cache.get_or_compile(
-            key,
-            lambda: compile_entry(
-                g.topology,
-                bucket.layout,
-                bucket.unit,
-                algorithm,
-                self.settings.target,
-                key,
-                options,
-                self.backend_options,
-            ),
-        )
-        prog = program_from_json(entry.program_json, f"cache entry {key}")
-        plan = Plan(key, entry, prog, where, content=digest56(entry.program_json))
-        why = self.executor.unavailable(entry, group)
-        ex = self.executor
-        if why is not None:
-            plan.status, plan.why, ex = STATUS_FALLBACK, why, self.fallback
-        plan.prepared[ex.name] = ex.prepare(plan.prog, entry)
-        return plan
-
-    def _submit(self, g: _Group, bucket: Bucket, group: Any, key: str, algorithm: str) -> Future[Plan]:
-        if self.settings.miss == "wait":
-            fut: Future[Plan] = Future()
-            try:
-                fut.set_result(self._load(g, bucket, group, key, algorithm))
-            except Exception as exc:
-                fut.set_exception(exc)
-            return fut
-        return self._compiler.submit(self._load, g, bucket, group, key, algorithm)
+    def _gatherer(self, g: GroupState, call: Call) -> Gatherer:
+        key = call.input.device
+        ga = g.gatherers.get(key)
+        if ga is None:
+            dev = metadata_device(g.group, call.input.device, g.backend)
+            ga = g.gatherers[key] = Gatherer(g.group, dev, g.world, call.stock, g.backend)
+        return ga
 
     # ------------------------------------------------------------------ the call
     def run(
@@ -333,110 +267,193 @@ class Engine:
     ) -> Any:
         """Serve one call: None means "not handled, call the stock collective" (decided on all ranks alike);
         otherwise a ``torch.distributed.Work`` (``async_op``) or True."""
-        import torch.distributed as dist
-
         with self._lock:
             self.stats.calls += 1
-            cpu0 = time.thread_time()
-            world = dist.get_world_size(group)
-            rank = dist.get_rank(group)
-            g = self._group(group, world, input.device)
-            known = self._take_announced(group, world)  # consumed by this call, whatever serves it
-            if isinstance(g, str):
-                self.warn_once(f"group:{world}", g, speak=rank == 0)
+            g = self._groups.get(group)
+            if g is None:
+                g = self._group(group, input.device)
+            known = self._take_announced(*_members(g, group)) if self._announce else None
+            if not isinstance(g, GroupState):
+                self.warn_once(f"group:{g}", g, speak=_rank(group) == 0)
                 self.stats.fallback("unmapped group")
                 return None
             if g.disabled:
                 self.stats.fallback(g.disabled)
                 return None
-            call = self._call(output, input, output_split_sizes, input_split_sizes, group, rank, world, stock)
+            call = self._call(g, output, input, output_split_sizes, input_split_sizes, stock, async_op)
             if call is None:
                 self.stats.fallback("tensors on a device the group does not accept")
                 return None
-            t0 = time.perf_counter()
-            self._check_announced(known, call)
-            pre = None if known is None else self._lookup(g, known, call, group)
-            # no exchange: a call one period back predicts this one (Engine._predicted), or an announced matrix
-            # whose plan every rank already has (see announce). The plan is that matrix's on every rank; what
-            # this rank sends and receives is its own split sizes (the same as its peers' view of them in any
-            # valid call), so a stale prediction or announcement costs residual, never data or a hang
-            ahead = self._predicted(g, call) if known is None else None
-            if (
-                ahead is None
-                and known is not None
-                and pre is not None
-                and self._agreed_without_exchange(g, pre[1])
-            ):
-                ahead = (known, *pre)
-            rows: np.ndarray
-            status: int | None
-            if ahead is not None:
-                if known is None:
-                    self.stats.predicted += 1
-                else:  # the adaptive exchange counts it as a call seen (every rank has the announcement)
-                    g.history.append(_seen(*ahead))
-                base, bucket, j = ahead
-                rows = base.copy()
-                rows[call.rank] = call.in_splits
-                rows[:, call.rank] = call.out_splits
-                g.table.settle()
-                status = g.table.agreed(j)
-                self.stats.exchanges_skipped += 1
-                t1 = t0
-            else:
-                got = self._exchange(g, call, known)
-                if got is None:
-                    _forget_calls(g)
-                    return None
-                rows = got
-                t1 = time.perf_counter()
-                if pre is None or known is None or not np.array_equal(rows, known):
-                    pre = self._lookup(g, rows, call, group)
-                bucket, j = pre
-                self._adapt(g, rows, bucket, j)
-                status = self._status(g, call, j, bucket)
-            t2 = time.perf_counter()
-            self.stats.overhead_s.append(t2 - t1)
-            if status is None:
+            if call.even and known is None and call.nbytes < 2 * self.min_bytes:
+                # no split sizes (the same call site on every rank): every rank's tensors have this size, so
+                # every rank decides alike, before any exchange
+                self.stats.small += 1
                 return None
-            self.stats.phase_s["exchange"] += t1 - t0
-            self.stats.phase_s["decide"] += t2 - t1
-            jj, trial, which = self._pick(g, j, status)
-            mark = g.tuner.begin(call.input.device) if trial is not None else None
-            finish = self._execute(g, call, g.table.plans[jj], status, bucket, rows, stock)
-            self.stats.add_cpu(time.thread_time() - cpu0)
-            if trial is not None:
-                finish = _timed(finish, g.tuner, mark, trial, which)
-            if not async_op:
-                finish()
-                return True
-            return self._async_work(finish, call.output)
+            if known is not None:
+                self._check_announced(known, call)
+            s = self._ahead(g, call, known)
+            if s is not None:
+                if s.stock:  # a call one period back that the stock collective served by decision
+                    self.stats.small += 1
+                    return None
+                status = g.table.agreed(s.job)
+                self.stats.exchanges_skipped += 1
+                return self._serve(g, call, s, status, None)
+            return self._slow(g, call, known)
+
+    def _ahead(self, g: GroupState, call: Call, known: np.ndarray | None) -> Seen | None:
+        """A call that runs without an exchange: the adaptive exchange predicts it from one period back, or
+        its matrix was announced and its plan is one every rank settled at an exchange (see :meth:`run`)."""
+        if known is None:
+            if not self.adaptive:
+                return None
+            s = g.pred.due()
+            if s is None:
+                return None
+            if not s.stock:
+                if not self._runs_unexchanged(g, s.job, call):
+                    g.pred.decline()
+                    return None
+                self._check_unexchanged(call)
+            g.pred.take(s)
+            self.stats.predicted += 1
+            return s
+        bucket, j = self._lookup(g, known, call)
+        if not self._runs_unexchanged(g, j, call):
+            return None
+        s = seen(known, bucket, j)
+        g.pred.record(s)  # the adaptive exchange counts it as a call seen (every rank has the announcement)
+        return s
+
+    def _runs_unexchanged(self, g: GroupState, j: int, call: Call) -> bool:
+        """Whether job ``j`` runs with no exchange: every rank had settled it at the last exchange, it did not
+        fail anywhere, whichever executor runs it carries rows beyond the layout in its own messages (a residual
+        exchanged by a stock collective would need every rank to agree that there is one), and no measurement
+        waits for an exchange to decide it (:mod:`a2acc.runtime.decide.tuning`)."""
+        if not g.table.runnable(j) or g.tuner.awaiting:
+            return False
+        status = g.table.agreed(j)
+        ex = self.executor if status == OK else self.fallback
+        return status != FAILED and bool(getattr(ex, "carries_residual", False))
+
+    def _slow(self, g: GroupState, call: Call, known: np.ndarray | None) -> Any:
+        """An exchanged call: exchange, bucket, plan state, measurement; then run."""
+        t0 = time.perf_counter()
+        rows = self._exchange(g, call, known)
+        if rows is None:
+            g.pred.forget()
+            return None
+        if int(rows.sum()) * call.row_bytes < self.min_bytes * call.world:
+            if self.adaptive and not g.pred.every:
+                g.pred.observe(seen(rows, None, -1, stock=True))
+            self.stats.small += 1
+            return None
+        bucket, j = self._lookup(g, rows, call)
+        s = seen(rows, bucket, j)
+        if self.adaptive and not g.pred.every:  # the prediction is consulted only then
+            g.pred.observe(s)
+        status = self._status(g, call, j)
+        self.stats.overhead_s.append(time.perf_counter() - t0)
+        if status is None:
+            return None
+        return self._serve(g, call, s, status, rows)
+
+    def _serve(self, g: GroupState, call: Call, s: Seen, status: int, matrix: np.ndarray | None) -> Any:
+        """Run the call with the job that serves ``s``'s (its plan, or its direct plan once measured faster)."""
+        jj, trial, which = self._pick(g, s.job, status)
+        plan = g.table.plans[jj]
+        launch = self._launch(g, call, plan, status, s.bucket)
+        mark = g.tuner.begin(call.input.device) if trial is not None else None
+        before = self.stats.posted.snapshot()
+        done = launch.run(call, matrix)
+        if trial is not None and mark is not None:
+            g.tuner.end(mark, trial, which)
+        self._count(plan, status, s.bucket, before)
+        return done if call.async_op else True
+
+    def _launch(self, g: GroupState, call: Call, plan: Plan, status: int, bucket: Bucket) -> Any:
+        """The plan bound for this call's position, relabelling, row size and device (made once)."""
+        ranks = bucket.ranks
+        key = (
+            plan.key,
+            status,
+            None if ranks is None else ranks.tobytes(),
+            call.row_bytes,
+            call.input.device,
+        )
+        launch = g.launches.get(key)
+        if launch is None:
+            ex, prepared = self._executor_for(plan, status, call.rank)
+            if ranks is None:
+                c = call.rank
+            else:
+                c = int(np.flatnonzero(ranks == call.rank)[0])
+            launch = ex.bind(
+                plan.prog,
+                prepared,
+                c,
+                None if ranks is None else ranks.tolist(),
+                call.row_bytes,
+                call.input.device,
+                (g.group, g.side or g.group),
+                g.ranks,
+                g.backend,
+                call.stock,
+                self.stats.posted,
+            )
+            if len(g.launches) >= 64:  # buffers of plans no longer used go with them
+                g.launches.pop(next(iter(g.launches)))
+            g.launches[key] = launch
+        return launch
 
     def _call(
-        self, output: Any, input: Any, oss: Any, iss: Any, group: Any, rank: int, world: int, stock: Any
-    ) -> _Call | None:
+        self, g: GroupState, output: Any, input: Any, oss: Any, iss: Any, stock: Any, async_op: bool
+    ) -> Call | None:
         """Rank-local checks; None when the data's device is one the group does not accept (the stock call
         then raises the caller's own error)."""
-        if input.device.type not in accepted_devices(group, input.device):
+        dev = input.device
+        ok = g.accepts.get(dev)
+        if ok is None:
+            ok = g.accepts[dev] = dev.type in accepted_devices(g.group, dev, g.backend)
+        if not ok:
             return None
-        eligible = bool(
-            input.dim() > 0
+        world = g.world
+        shape, oshape = input.shape, output.shape
+        eligible = (
+            len(shape) > 0
+            and len(oshape) > 0
+            and shape[1:] == oshape[1:]
+            and input.dtype == output.dtype
             and input.is_contiguous()
             and output.is_contiguous()
-            and input.dtype == output.dtype
-            and input.device == output.device
-            and output.dim() > 0
-            and tuple(input.shape[1:]) == tuple(output.shape[1:])
+            and dev == output.device
         )
-        n_in = int(input.shape[0]) if input.dim() > 0 else 0
-        n_out = int(output.shape[0]) if output.dim() > 0 else 0
-        ins = [int(x) for x in iss] if iss else [n_in // world] * world
-        outs = [int(x) for x in oss] if oss else [n_out // world] * world
+        n_in = shape[0] if len(shape) else 0
+        n_out = oshape[0] if len(oshape) else 0
+        ins = list(map(int, iss)) if iss else [n_in // world] * world
+        outs = list(map(int, oss)) if oss else [n_out // world] * world
         eligible = eligible and len(ins) == len(outs) == world and sum(ins) == n_in and sum(outs) == n_out
         if not eligible:
             ins, outs = [0] * world, [0] * world
-        return _Call(output, input, group, rank, world, ins, outs, row_bytes_of(input), eligible, stock)
+        rb = (
+            input.stride(0) * input.element_size() if eligible else (row_bytes_of(input) if len(shape) else 0)
+        )
+        return Call(
+            output,
+            input,
+            g.group,
+            g.rank,
+            world,
+            ins,
+            outs,
+            rb,
+            bool(eligible),
+            stock,
+            not iss and not oss,
+            async_op,
+        )
 
+    # ------------------------------------------------------------------ announcements
     def announce(self, rows: Any, group: Any = None) -> None:
         """The matrix (rows per pair, ``world x world``) of the next call on ``group`` (None: the next call of
         a group of that size), the same on every rank of the group; see :func:`a2acc.runtime.announce`."""
@@ -454,31 +471,29 @@ class Engine:
         with self._lock:
             self._announce[key] = m.astype(np.int64, copy=True)
 
-    def _take_announced(self, group: Any, world: int) -> np.ndarray | None:
-        """The matrix announced for this call (for its group, else for the next call of its size), consumed:
-        every call on the group takes it, served or not, so it never outlives the call it was meant for."""
-        if not self._announce:
-            return None
-        import torch.distributed as dist
-
-        ranks = tuple(range(world)) if group is None else tuple(dist.get_process_group_ranks(group))
-        m = self._announce.pop(ranks, None)
+    def _take_announced(self, ranks: tuple[int, ...] | None, world: int) -> np.ndarray | None:
+        """The matrix announced for this call (for its group's ranks, else for the next call of its size),
+        consumed: every call on the group takes it, served or not, so it never outlives the call it was meant
+        for."""
+        m = self._announce.pop(ranks, None) if ranks is not None else None
         return self._announce.pop(world, None) if m is None else m
 
-    def _check_announced(self, m: np.ndarray | None, call: _Call) -> None:
+    def _check_announced(self, m: np.ndarray, call: Call) -> None:
         """Rank-local checks of an announced call. Tensors a2acc cannot serve in place (non-contiguous, input and
         output of different dtypes, devices or row shapes; the stock call refuses most of these too) raise
         :class:`~a2acc.errors.AnnounceError`: the rank cannot take the stock call alone while its peers may run
         the plan. An announcement whose row or column for this rank differs from the call's split sizes is
         said once; the call runs from the split sizes (see :meth:`run`)."""
-        if m is None:
-            return
         r = call.rank
         if not call.eligible:
             raise AnnounceError(
                 f"a2acc.runtime.announce: rank {r}'s call has tensors a2acc cannot serve in place (they must be "
                 "contiguous, of one dtype, device and row shape, with split sizes that add up to their first "
                 "dimensions); an announced call cannot fall back to the stock call on one rank alone"
+            )
+        if m.shape[0] != call.world:
+            raise AnnounceError(
+                f"announce: a {m.shape[0]}x{m.shape[0]} matrix for a group of {call.world} ranks"
             )
         if m[r].tolist() != call.in_splits or m[:, r].tolist() != call.out_splits:
             self.warn_once(
@@ -488,9 +503,22 @@ class Engine:
                 tail="rows beyond the plan's layout travel as residual",
             )
 
-    def _pick(self, g: _Group, j: int, status: int) -> tuple[int, Trial | None, int]:
+    def _check_unexchanged(self, call: Call) -> None:
+        """A call run without an exchange on every rank cannot take the stock call on one rank alone: tensors
+        a2acc cannot serve in place (which the stock call refuses too) raise :class:`AnnounceError` (the
+        ``ValueError`` an announced call raises for the same reason), naming the setting."""
+        if not call.eligible:
+            raise AnnounceError(
+                f"a2acc: rank {call.rank}'s call has tensors a2acc cannot serve in place (they must be "
+                "contiguous, of one dtype, device and row shape, with split sizes that add up to their first "
+                "dimensions) while every rank runs the plan of the call one period back without an exchange "
+                "(A2ACC_EXCHANGE=adaptive); A2ACC_EXCHANGE=every exchanges on every call"
+            )
+
+    # ------------------------------------------------------------------ decisions
+    def _pick(self, g: GroupState, j: int, status: int) -> tuple[int, Trial | None, int]:
         """The job that serves a call of job ``j`` (agreed status ``status``): ``j``, or its direct plan once
-        measured faster; while the two are measured (:mod:`a2acc.runtime.tuning`), either in turn for
+        measured faster; while the two are measured (:mod:`a2acc.runtime.decide.tuning`), either in turn for
         ``SAMPLES`` calls each, with the trial and which of the two it is (0: the planner's, 1: direct), then
         ``j`` until the next exchange decides. Every input is the same on every rank: the agreed plan state and
         the count of calls the bucket served."""
@@ -511,144 +539,117 @@ class Engine:
             return (t.alt if which == DIRECT else j), t, which
         return (t.alt, None, DIRECT) if t.winner == DIRECT else (j, None, PLAN)
 
-    def _agreed_without_exchange(self, g: _Group, j: int) -> bool:
-        """Whether job ``j`` runs with no exchange: every rank had settled it at the last exchange, it did not
-        fail anywhere, and whichever executor runs it carries rows beyond the layout in its own messages (a
-        residual exchanged by a stock collective would need every rank to agree that there is one), and no
-        measurement waits for an exchange to decide it (:mod:`a2acc.runtime.tuning`)."""
-        if not g.table.runnable(j) or g.tuner.awaiting:  # a measurement to decide: exchange
-            return False
-        status = g.table.agreed(j)
-        ex = self.executor if status == OK else self.fallback
-        return status != FAILED and bool(getattr(ex, "carries_residual", False))
-
-    def _predicted(self, g: _Group, call: _Call) -> tuple[np.ndarray, Bucket, int] | None:
-        """With ``A2ACC_EXCHANGE=adaptive``: the matrix, bucket and job of the call one period back, when this
-        call is one of those :meth:`_adapt` left to run without an exchange and that job runs without one
-        (settled on every rank at an exchange, an executor that carries residual). Decided from what every rank
-        learned at the exchanges, so every rank decides alike; a call it declines is exchanged on every rank.
-        A call it takes whose tensors a2acc cannot serve in place raises before any state changes."""
-        if self.settings.exchange != "adaptive" or g.every or g.skip <= 0 or not g.period:
-            return None
-        if len(g.history) < g.period:
-            return None
-        got = g.history[-g.period]
-        if not self._agreed_without_exchange(g, got.job):
-            g.skip -= 1
-            return None
-        self._check_unexchanged(call)
-        g.skip -= 1
-        g.history.append(got)  # the period goes on through the calls it predicts
-        return got.rows, got.bucket, got.job
-
-    def _adapt(self, g: _Group, rows: np.ndarray, bucket: Bucket, j: int) -> None:
-        """After an exchange: per period p (1 to :data:`MAX_PERIOD` calls), whether its matrix found the bucket and
-        frame of the call p before. The period with the longest run of confirmations by the latest exchanges is
-        used (the shortest of equals): after 1, 2, 3... confirmations in a row the next 1, 2, 4, then at most
-        :data:`MAX_SKIP` calls run without an exchange, each with the plan of the call one period back. A
-        stationary skew is period 1; an MoE layer's dispatch and combine alternate (period 2), L layers forward
-        and backward repeat every 4L calls. A matrix that left its bucket or frame exchanges every call again,
-        and a change while calls are skipped costs at most ``MAX_SKIP`` calls of residual."""
-        seen = _seen(rows, bucket, j)
-        hist = g.history
-        for p in range(1, MAX_PERIOD + 1):
-            same = p <= len(hist) and hist[-p].key == seen.key
-            g.streaks[p - 1] = min(g.streaks[p - 1] + 1, _STREAK_CAP) if same else 0
-        hist.append(seen)
-        # the longest streak, the shortest period among equals (a stationary skew repeats at every period)
-        run, neg = max((g.streaks[p - 1], -p) for p in range(1, MAX_PERIOD + 1))
-        g.period = -neg if run else 0
-        g.skip = min(1 << (run - 1), MAX_SKIP) if run else 0
-
-    def _check_unexchanged(self, call: _Call) -> None:
-        """A call run without an exchange on every rank cannot take the stock call on one rank alone: tensors
-        a2acc cannot serve in place (which the stock call refuses too) raise :class:`AnnounceError` (the
-        ``ValueError`` an announced call raises for the same reason), naming the setting."""
-        if not call.eligible:
-            raise AnnounceError(
-                f"a2acc: rank {call.rank}'s call has tensors a2acc cannot serve in place (they must be "
-                "contiguous, of one dtype, device and row shape, with split sizes that add up to their first "
-                "dimensions) while every rank runs the plan of the call one period back without an exchange "
-                "(A2ACC_EXCHANGE=adaptive); A2ACC_EXCHANGE=every exchanges on every call"
-            )
-
-    def _lookup(self, g: _Group, rows: np.ndarray, call: _Call, group: Any) -> tuple[Bucket, int]:
+    def _lookup(self, g: GroupState, rows: np.ndarray, call: Call) -> tuple[Bucket, int]:
         """The matrix's bucket and its job number (submitting its plan the first time, and with
-        ``A2ACC_TUNE=measure`` the direct plan it is measured against as the next job)."""
-        bucket = g.index.lookup(rows * call.row_bytes)
+        ``A2ACC_TUNE=measure`` the direct plan it is measured against as the next job). An exact repeat of one
+        of the last :data:`LOOKUPS` matrices (with this row size) reuses its answer: every rank sees the same
+        matrices, so every rank remembers alike."""
+        memo = rows.tobytes() + call.row_bytes.to_bytes(8, "little")
+        hit = g.lookups.get(memo)
+        if hit is not None:
+            g.lookups.move_to_end(memo)
+            bucket, j = hit
+            self.stats.bucket_hits += 1
+            return bucket, j
+        # chunks hold whole rows (a row is one index entry when packing; see a2acc.runtime.launch.slots)
+        bucket = g.index.lookup(rows * call.row_bytes, align=call.row_bytes)
+        self.stats.bucket_hits += int(bucket.hit)
         algorithm = self.settings.algorithm
-        j = g.table.job(bucket.key, lambda: self._submit(g, bucket, group, bucket.key, algorithm))
+        j = g.table.job(bucket.key, lambda: self._submit(g, bucket, bucket.key, algorithm))
         if g.tuner.on and j not in g.tuner.trials:
             key = g.index.key_for(bucket, ALTERNATIVE)
-            alt = g.table.job(key, lambda: self._submit(g, bucket, group, key, ALTERNATIVE))
+            alt = g.table.job(key, lambda: self._submit(g, bucket, key, ALTERNATIVE))
             g.tuner.trials[j] = Trial(alt)
+        g.lookups[memo] = (bucket, j)
+        if len(g.lookups) > LOOKUPS:
+            g.lookups.popitem(last=False)
         return bucket, j
 
-    def _exchange(self, g: _Group, call: _Call, known: np.ndarray | None) -> np.ndarray | None:
+    def _submit(self, g: GroupState, bucket: Bucket, key: str, algorithm: str) -> Any:
+        options = self.planner_options if algorithm == self.settings.algorithm else None
+        topo, layout, unit = g.topology, bucket.layout, bucket.unit
+        target, bopts = self.settings.target, self.backend_options
+
+        def make() -> Any:
+            return compile_entry(topo, layout, unit, algorithm, target, key, options, bopts)
+
+        return self.loader.submit(key, make, g.group)
+
+    def _exchange(self, g: GroupState, call: Call, known: np.ndarray | None) -> np.ndarray | None:
         """The call's one exchange: the rows matrix (the plan table learns what every rank has settled and
         holds), when every rank can take the a2acc path, else None (the same answer on every rank)."""
         n = call.world
-        dev = metadata_device(call.group, call.input.device)
-        adaptive = int(self.settings.exchange == "adaptive")
         mine = [
             *call.in_splits,
             *call.out_splits,
             int(call.eligible),
             call.row_bytes,
-            adaptive,
+            int(self.adaptive),
             *g.table.report(),
             *g.tuner.report(),
         ]
-        gm = all_gather_ints(mine, call.group, dev, n, call.stock)
-        self.stats.host_syncs += int(dev.type != "cpu")
+        ga = self._gatherer(g, call)
+        gm = ga.gather(mine)
+        self.stats.host_syncs += int(not ga.host)
         rows, outs = gm[:, :n], gm[:, n : 2 * n]
-        eligible, row_bytes, modes, prefix, nexc, digest = (gm[:, 2 * n + k] for k in range(6))
-        contents, tuned = gm[:, 2 * n + 6 : -WIDTH], gm[:, -WIDTH:]
-        if int(modes.min()) != int(modes.max()) and not g.every:
+        k = 2 * n
+        # per column: every rank reported the same. Usually every rank reports the same state: one comparison
+        # of bytes says so (and the first rank's numbers are everyone's); otherwise one numpy pass
+        tail = gm[:, k:].tobytes()
+        uniform = tail == tail[: len(tail) // n] * n
+        if uniform:
+            first = gm[0, k : k + 5].tolist()
+            same, eligible, prefix, nexc = _ALL_SAME, bool(first[0]), first[3], first[4]
+        else:
+            same = np.concatenate([np.ones(k, bool), (gm[:, k:] == gm[0, k:]).all(axis=0)])
+            eligible, prefix, nexc = bool(gm[:, k].all()), int(gm[:, k + 3].min()), gm[:, k + 4]
+        contents, tuned = gm[:, k + 6 : -WIDTH], gm[:, -WIDTH:]
+        if not same[k + 2] and not g.pred.every:
             # ranks set A2ACC_EXCHANGE differently: a rank that skips an exchange its peers make hangs them, so
             # the group exchanges on every call from here, on every rank (this report is the same everywhere)
-            g.every = True
-            _forget_calls(g)
+            g.pred.every = True
+            g.pred.forget()
             self.warn_once(
                 "exchange-modes",
                 "ranks set A2ACC_EXCHANGE differently; exchanging on every call",
                 speak=call.rank == 0,
                 tail="as A2ACC_EXCHANGE=every does",
             )
-        if int(eligible.min()) == 0:
+        if not eligible:
             self.stats.fallback("ineligible tensors")
             return None
-        if not (rows == outs.T).all() or int(row_bytes.min()) != int(row_bytes.max()):
+        if not same[k + 1] or not (rows == outs.T).all():
             self.stats.fallback("split sizes disagree")
             self.warn_once(
                 "splits", "output split sizes or row sizes disagree across ranks", speak=call.rank == 0
             )
             return None
-        if not g.tuner.decide(tuned):
+        if not g.tuner.decide(tuned, uniform):
             # ranks set A2ACC_TUNE differently: seen before the digest, as their job lists differ as a result
             # (only the measuring ranks add direct plans); a2acc stops for the group on every rank at this call
             g.disabled = "ranks set A2ACC_TUNE differently"
             self.stats.fallback(g.disabled)
             self.warn_once("tune", g.disabled, speak=call.rank == 0)
             return None
-        if int(digest.min()) != int(digest.max()):
+        if not same[k + 5]:
             g.disabled = "ranks disagree"  # histories diverged (e.g. a restarted process): stop for good
             self.stats.fallback(g.disabled)
             self.warn_once("agree", "ranks disagree on the plan history of a group", speak=call.rank == 0)
             return None
         width = g.table.pending_width(nexc)
         if width:  # a rank reported new exceptions: one more small exchange says which jobs
-            extra = all_gather_ints(g.table.my_exceptions(call.rank, width), call.group, dev, n, call.stock)
-            self.stats.host_syncs += int(dev.type != "cpu")
-            g.table.merge(extra, nexc)
-        if not g.table.agree(contents, int(prefix.min())):
+            counts = gm[:, k + 4]
+            extra = ga.gather(g.table.my_exceptions(call.rank, width))
+            self.stats.host_syncs += int(not ga.host)
+            g.table.merge(extra, counts)
+        if not g.table.agree(contents, prefix, uniform):
             self._plans_differ(g, call)
             return None
         if known is not None and not np.array_equal(known, rows):
             self.warn_once("announce", "ranks announced different matrices; using the exchanged split sizes")
         return np.asarray(rows, dtype=np.int64)
 
-    def _plans_differ(self, g: _Group, call: _Call) -> None:
+    def _plans_differ(self, g: GroupState, call: Call) -> None:
         """Ranks hold different Programs for one bucket (another a2acc, numpy or CPU somewhere): a2acc stops for
         the group, on every rank at this call (the comparison's inputs are the same everywhere)."""
         g.disabled = "ranks hold different plans"
@@ -660,7 +661,7 @@ class Engine:
             speak=call.rank == 0,
         )
 
-    def _status(self, g: _Group, call: _Call, j: int, bucket: Bucket) -> int | None:
+    def _status(self, g: GroupState, call: Call, j: int) -> int | None:
         """The agreed status of job ``j`` (OK or FALLBACK), or None when the stock call serves (the plan is
         still compiling somewhere, not yet compared, or failed)."""
         if g.table.runnable(j):
@@ -668,10 +669,9 @@ class Engine:
         elif self.settings.miss == "wait":
             # compiled in this call on every rank: agree on its outcome and its content
             g.table.settle(block_until=j)
-            dev = metadata_device(call.group, call.input.device)
-            mine = [g.table.status[j], g.table.content.get(j, -1)]
-            got = all_gather_ints(mine, call.group, dev, call.world, call.stock)
-            self.stats.host_syncs += int(dev.type != "cpu")
+            ga = self._gatherer(g, call)
+            got = ga.gather([g.table.status[j], g.table.content.get(j, -1)])
+            self.stats.host_syncs += int(not ga.host)
             status = int(got[:, 0].max())
             held = got[got[:, 0] != FAILED, 1]
             if status != FAILED and int(held.min()) != int(held.max()):
@@ -687,67 +687,9 @@ class Engine:
         if status == FAILED:
             self.stats.fallback("plan failed on a rank")
             err = g.table.errors.get(j, "on another rank")
-            self.warn_once(
-                f"failed:{j}", f"a2acc could not plan bucket {bucket.key[:12]} ({err})", speak=call.rank == 0
-            )
+            self.warn_once(f"failed:{j}", f"a2acc could not plan bucket {j} ({err})", speak=call.rank == 0)
             return None
         return status
-
-    # ------------------------------------------------------------------ execution
-    def _execute(
-        self, g: _Group, call: _Call, plan: Plan, status: int, bucket: Bucket, rows: np.ndarray, stock: Any
-    ) -> Any:
-        """Pack, start the plan, exchange the residual; returns the tail (finish the plan, unpack)."""
-        ex, prepared = self._executor_for(plan, status, call.rank)
-        lay, unit = plan.prog.layout, plan.prog.unit_bytes
-        ranks = bucket.ranks
-        c = call.rank if ranks is None else int(np.flatnonzero(ranks == call.rank)[0])
-        peers = [g.ranks[int(r)] for r in (ranks if ranks is not None else range(call.world))]
-        reg = ex.regions(prepared, c)
-        dev = call.input.device
-        arena = self._arena(g, dev, reg.total)
-        rb = call.row_bytes
-        t0 = time.perf_counter()
-        io = ex.io(prepared, c) if hasattr(ex, "io") else None
-        direct = _Direct.of(call, rows, io, ranks)
-        copy_segments(
-            arena[reg.input[0] : reg.input[1]],
-            byte_view(call.input),
-            lay.pack_segments(rows, rb, unit, call.rank, ranks, direct.pack),
-        )
-        t1 = time.perf_counter()
-        waited = float(getattr(ex, "wait_s", 0.0))
-        groups = (call.group, g.side or call.group)
-        fit = _fitting(lay.counts, rows, rb, unit, ranks)
-        extra: list[tuple[bool, Any, int]] = []
-        if getattr(ex, "carries_residual", False):  # decided from this rank's own row and column only
-            r = call.rank
-            mine = bool((rows[r] > fit[r]).any() or (rows[:, r] > fit[:, r]).any())
-            extra = _residual_messages(call, rows, fit, g.ranks, direct) if mine else []
-            tail = ex.start(prepared, c, arena, peers, groups, stock, extra, direct.views)
-        else:
-            tail = ex.start(prepared, c, arena, peers, groups, stock)
-            if bool((rows > fit).any()):  # every rank has the exchanged matrix: the same answer everywhere
-                _residual(call, rows, fit, stock)
-        segs = lay.unpack_segments(rows, rb, unit, call.rank, ranks, direct.unpack)
-        self._count(ex, prepared, c, plan, bucket, extra, direct.sent)
-        t2 = time.perf_counter()
-        phases = self.stats.phase_s
-        phases["pack"] += t1 - t0
-        phases["start"] += t2 - t1
-
-        def finish() -> None:
-            t3, cpu3 = time.perf_counter(), time.thread_time()
-            try:
-                tail()
-                copy_segments(byte_view(call.output), arena[reg.output[0] : reg.output[1]], segs)
-            finally:
-                g.arenas.setdefault(str(dev), []).append(arena)
-                phases["tail"] += time.perf_counter() - t3
-                phases["wait"] += float(getattr(ex, "wait_s", 0.0)) - waited
-                self.stats.add_cpu(time.thread_time() - cpu3)
-
-        return finish
 
     def _executor_for(self, plan: Plan, status: int, rank: int) -> tuple[Executor, Any]:
         """The executor every rank runs this plan with (the fallback when the chosen one cannot run it on some
@@ -765,242 +707,37 @@ class Engine:
             prepared = plan.prepared[ex.name] = ex.prepare(plan.prog, plan.entry)
         return ex, prepared
 
-    def _count(
-        self,
-        ex: Executor,
-        prepared: Any,
-        c: int,
-        plan: Plan,
-        bucket: Bucket,
-        extra: list[tuple[bool, Any, int]],
-        direct_sent: int,
-    ) -> None:
+    def _count(self, plan: Plan, status: int, bucket: Bucket, before: tuple[int, ...]) -> None:
+        """What a served call did, as plain ints (its bytes and messages were counted when they were posted:
+        ``before`` is the count at its start)."""
         s = self.stats
         s.handled += 1
-        s.by_executor[ex.name] += 1
-        s.by_algorithm[str(plan.entry.meta.get("algorithm", ""))] += 1
-        s.bucket_hits += int(bucket.hit)
+        ex = self.executor.name if status == OK else self.fallback.name
+        s.by_executor[ex] += 1
+        s.by_algorithm[plan.algorithm] += 1
         where = plan.source if plan.used == 0 else "memory"  # first use: where the plan came from
-        s.cache[where] = s.cache.get(where, 0) + 1
+        s.cache[where] += 1
         plan.used += 1
         s.payload_bytes += bucket.payload_bytes
         s.padding_bytes += bucket.padding_bytes
         s.residual_bytes += bucket.overflow_bytes
-        counters = dict(ex.counters(prepared, c)) if hasattr(ex, "counters") else {}
-        if direct_sent:
-            counters["sent_bytes"] = counters.get("sent_bytes", 0) + direct_sent
-        if extra:  # the residual's messages: one more stage of at most one message per peer and direction
-            counters["sends"] = counters.get("sends", 0) + sum(1 for e in extra if e[0])
-            counters["recvs"] = counters.get("recvs", 0) + sum(1 for e in extra if not e[0])
-            counters["steps"] = counters.get("steps", 0) + 1
-            counters["sent_bytes"] = counters.get("sent_bytes", 0) + sum(
-                int(t.numel()) for snd, t, _p in extra if snd
-            )
-        s.sent_bytes += int(counters.get("sent_bytes", 0))
-        s.p2p_sends += int(counters.get("sends", 0))
-        s.p2p_recvs += int(counters.get("recvs", 0))
-        s.p2p_steps += int(counters.get("steps", 0))
-        s.last = {
-            "served": True,
-            "executor": ex.name,
-            "algorithm": plan.entry.meta.get("algorithm", ""),
-            "key": plan.key,
-            "source": where,
-            "hit": bucket.hit,
-            **counters,
-        }
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "call %d: plan %s (%s, %s): %d B, padding %.1f%%, residual %.1f%%",
-                s.calls,
-                plan.key[:12],
-                plan.source,
-                ex.name,
-                bucket.payload_bytes,
-                100 * bucket.padding_fraction,
-                100 * bucket.overflow_fraction,
-            )
-
-    def _arena(self, g: _Group, device: Any, nbytes: int) -> Any:
-        """A uint8 buffer of at least ``nbytes`` on ``device`` from the group's pool (returned by the call's
-        tail). Not cleared: the unpack reads only bytes the plan delivered."""
-        import torch
-
-        free = g.arenas.setdefault(str(device), [])
-        for i, a in enumerate(free):
-            if int(a.numel()) >= nbytes:
-                return free.pop(i)
-        if free:
-            free.pop(0)  # too small for this plan: replaced by a larger one
-        return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
-
-    def _async_work(self, finish: Any, output: Any) -> Any:
-        """A real ``torch.distributed.Work`` completed by a background thread when the tail has run."""
-        import torch
-
-        create = getattr(torch._C._distributed_c10d, "_create_work_from_future", None)
-        if create is None:  # pragma: no cover - older torch: finish now, hand back a completed future
-            finish()
-            fut0: Any = torch.futures.Future()
-            fut0.set_result([output])
-            return fut0
-        fut: Any = torch.futures.Future()
-
-        def tail() -> None:
-            try:
-                finish()
-                fut.set_result([output])
-            except Exception as exc:  # surfaced by Work.wait()
-                fut.set_exception(exc)
-
-        self._finisher.submit(tail)
-        return create(fut)
+        s.served(ex, plan, where, bucket.hit, before)
 
 
-#: the most calls in a row ``A2ACC_EXCHANGE=adaptive`` runs without an exchange
-MAX_SKIP = 8
+def _members(g: GroupState | str, group: Any) -> tuple[tuple[int, ...], int]:
+    """The group's global ranks and size."""
+    if isinstance(g, GroupState):
+        return g.ranks, g.world
+    import torch.distributed as dist
+
+    world = dist.get_world_size(group)
+    return (tuple(range(world)) if group is None else tuple(dist.get_process_group_ranks(group))), world
 
 
-#: the longest repeating sequence of calls ``A2ACC_EXCHANGE=adaptive`` looks for (16 MoE layers' dispatch and
-#: combine, forward and backward)
-MAX_PERIOD = 64
-#: confirmations counted per period at most (past 4 the skip is at its cap anyway)
-_STREAK_CAP = 16
+def _rank(group: Any) -> int:
+    import torch.distributed as dist
 
-
-@dataclass(frozen=True, eq=False)
-class _Seen:
-    """A call as the adaptive exchange remembers it: its matrix (rows per pair), bucket and job, and the key two
-    calls are the same by (job and relabelling)."""
-
-    rows: np.ndarray
-    bucket: Bucket
-    job: int
-    key: tuple[object, ...]
-
-
-def _seen(rows: np.ndarray, bucket: Bucket, j: int) -> _Seen:
-    return _Seen(rows, bucket, j, (j, None if bucket.ranks is None else tuple(int(x) for x in bucket.ranks)))
-
-
-def _timed(finish: Any, tuner: Tuner, mark: Any, trial: Trial, which: int) -> Any:
-    """``finish`` that gives the measured trial this rank's time of the call when it is done."""
-
-    def run() -> None:
-        finish()
-        tuner.end(mark, trial, which)
-
-    return run
-
-
-def _forget_calls(g: _Group) -> None:
-    """The adaptive exchange starts over: at a call whose exchange sent every rank to the stock path (ineligible
-    tensors, split sizes that disagree, ranks that disagree on their plans), or when ranks disagree on
-    ``A2ACC_EXCHANGE``. A plan still compiling or failed does not reset it (its call is still exchanged)."""
-    g.history.clear()
-    g.streaks = [0] * MAX_PERIOD
-    g.period = g.skip = 0
-
-
-def _fitting(counts: np.ndarray, rows: np.ndarray, row_bytes: int, unit: int, ranks: Any) -> np.ndarray:
-    from a2acc.ir.layout import fitting_rows
-
-    return fitting_rows(counts, rows, row_bytes, unit, ranks)
-
-
-@dataclass
-class _Direct:
-    """What the ``p2p`` executor's direct messages carry this call (see ``stages.direct_ops``): the caller's
-    bytes per direct message (keyed ``(send?, program peer)``; None when there are no rows), the group ranks
-    whose rows travel that way (their residual with them), and the peers left to pack and unpack (None: all,
-    for executors without direct messages)."""
-
-    views: dict[tuple[bool, int], Any] = field(default_factory=dict)
-    sends: set[int] = field(default_factory=set)
-    recvs: set[int] = field(default_factory=set)
-    pack: list[int] | None = None
-    unpack: list[int] | None = None
-    sent: int = 0
-
-    @staticmethod
-    def of(call: _Call, rows: np.ndarray, io: Any, ranks: Any) -> _Direct:
-        d = _Direct()
-        if io is None:
-            return d
-        r, rb = call.rank, call.row_bytes
-        real = ranks.tolist() if ranks is not None else range(call.world)
-        src, dst = byte_view(call.input), byte_view(call.output)
-        # this rank's row and column as Python ints (a few peers: list arithmetic beats numpy scalars here)
-        row, col = rows[r].tolist(), rows[:, r].tolist()
-        in_off, out_off = list(accumulate(row, initial=0)), list(accumulate(col, initial=0))
-        for m in io.messages:
-            if not m.direct:
-                continue
-            p = real[m.peer]
-            k = row[p] if m.send else col[p]
-            lo = (in_off[p] if m.send else out_off[p]) * rb
-            d.views[(m.send, m.peer)] = (src if m.send else dst)[lo : lo + k * rb] if k else None
-            (d.sends if m.send else d.recvs).add(p)
-            d.sent += k * rb if m.send else 0
-        if io.self_direct:  # this rank's own rows: one copy, input to output, residual included
-            k = row[r] * rb
-            if k:
-                dst[out_off[r] * rb : out_off[r] * rb + k].copy_(src[in_off[r] * rb : in_off[r] * rb + k])
-            d.sends.add(r)
-            d.recvs.add(r)
-        d.pack = [real[q] for q in io.packed]
-        d.unpack = [real[q] for q in io.unpacked]
-        return d
-
-
-def _residual_messages(
-    call: _Call, rows: np.ndarray, fit: np.ndarray, ranks: tuple[int, ...], direct: _Direct
-) -> list[tuple[bool, Any, int]]:
-    """Rows beyond the layout as point-to-point messages, straight from the caller's input into the peer's
-    output: ``(send?, uint8 view, global peer)``; a rank's residual for one peer is one contiguous run. Pairs
-    whose rows travel in a direct message carry their residual there."""
-    r, n = call.rank, call.world
-    rb = call.row_bytes
-    src, dst = byte_view(call.input), byte_view(call.output)
-    in_off = np.cumsum(rows[r]) - rows[r]
-    out_off = np.cumsum(rows[:, r]) - rows[:, r]
-    out: list[tuple[bool, Any, int]] = []
-    for p in range(n):  # sends then receives, peers ascending: the same order on both sides of every pair
-        if p != r and rows[r, p] > fit[r, p] and p not in direct.sends:
-            lo = int(in_off[p] + fit[r, p]) * rb
-            out.append((True, src[lo : int(in_off[p] + rows[r, p]) * rb], ranks[p]))
-    for p in range(n):
-        if p != r and rows[p, r] > fit[p, r] and p not in direct.recvs:
-            lo = int(out_off[p] + fit[p, r]) * rb
-            out.append((False, dst[lo : int(out_off[p] + rows[p, r]) * rb], ranks[p]))
-    if rows[r, r] > fit[r, r] and r not in direct.sends:  # to itself: a copy
-        a, b = int(in_off[r] + fit[r, r]) * rb, int(out_off[r] + fit[r, r]) * rb
-        k = int(rows[r, r] - fit[r, r]) * rb
-        dst[b : b + k].copy_(src[a : a + k])
-    return out
-
-
-def _residual(call: _Call, rows: np.ndarray, fit: np.ndarray, stock: Any) -> None:
-    """Rows beyond the layout: one stock exchange with split sizes (every rank knows both matrices)."""
-    import torch
-
-    r, n = call.rank, call.world
-    inp, out = call.input, call.output
-    in_off = np.cumsum(rows[r]) - rows[r]
-    out_off = np.cumsum(rows[:, r]) - rows[:, r]
-    send_rows = (rows[r] - fit[r]).tolist()
-    recv_rows = (rows[:, r] - fit[:, r]).tolist()
-    parts = [inp[int(in_off[d] + fit[r, d]) : int(in_off[d] + rows[r, d])] for d in range(n)]
-    send = torch.cat(parts).contiguous()
-    recv = torch.empty((sum(recv_rows), *inp.shape[1:]), dtype=inp.dtype, device=inp.device)
-    stock(recv, send, recv_rows, send_rows, group=call.group)
-    at = 0
-    for s in range(n):
-        k = recv_rows[s]
-        if k:
-            lo = int(out_off[s] + fit[s, r])
-            out[lo : lo + k].copy_(recv[at : at + k])
-            at += k
+    return int(dist.get_rank(group))
 
 
 def _platform_dialect() -> str:

@@ -14,8 +14,9 @@ and keeps the stock collectives, never an exception in the job.
 | ``A2ACC_BUCKETS`` | ``symmetric``: buckets in canonical form under the topology's symmetries; ``plain`` | ``symmetric`` |
 | ``A2ACC_CACHE_DIR`` | plan cache directory | ``~/.cache/a2acc`` |
 | ``A2ACC_EXCHANGE`` | ``adaptive``: once exchanges keep finding the bucket of the call one period back (1 to 64 calls), up to 8 calls in a row run that call's plan without the split-size exchange (each rank's own split sizes travel as they are, rows beyond the plan as residual); ``every``: an exchange per call. Ranks that disagree exchange on every call | ``adaptive`` |
-| ``A2ACC_TUNE`` | ``measure``: each bucket's first calls alternate between the planner's plan and the direct plan, and the faster on the job's own fabric is kept (:mod:`a2acc.runtime.tuning`); ``off``: the planner's plan always | ``measure`` |
+| ``A2ACC_TUNE`` | ``measure``: each bucket's first calls alternate between the planner's plan and the direct plan, and the faster on the job's own fabric is kept (:mod:`a2acc.runtime.decide.tuning`); ``off``: the planner's plan always | ``measure`` |
 | ``A2ACC_MISS`` | on a cache miss: ``stock`` (serve the call with the stock collective while the plan compiles in the background) or ``wait`` (compile in the call) | ``stock`` |
+| ``A2ACC_MIN_BYTES`` | calls that move less per rank go to the stock collective untouched (no exchange) when they give no split sizes, else once the exchange shows it (and, with ``A2ACC_EXCHANGE=adaptive``, without it once the call repeats); ``K``/``M``/``G`` suffixes (1024-based); ``0``: every call through a2acc | ``DEFAULT_MIN_BYTES`` |
 | ``A2ACC_LOG`` | ``debug``, ``info``, ``warning``, ``error`` | ``warning`` |
 
 The executor and the backend are separate: ``p2p`` and ``reference`` run the Program itself and need no
@@ -40,6 +41,8 @@ from dataclasses import dataclass
 from a2acc.defaults import DEFAULT_ALGORITHM
 
 MISS_MODES = ("stock", "wait")
+#: below this many bytes per rank a call goes to the stock collective (docs/runtime.md, "The size threshold")
+DEFAULT_MIN_BYTES = 256 << 10
 BUCKET_MODES = ("symmetric", "plain")
 EXCHANGE_MODES = ("adaptive", "every")
 TUNE_MODES = ("measure", "off")
@@ -66,6 +69,7 @@ class JitSettings:
     buckets: str = "symmetric"
     exchange: str = "adaptive"
     tune: str = "measure"
+    min_bytes: int = DEFAULT_MIN_BYTES
 
     @property
     def target(self) -> str | None:
@@ -97,6 +101,7 @@ class JitSettings:
         buckets = _choice(e, "A2ACC_BUCKETS", "symmetric", BUCKET_MODES, problems)
         exchange = _choice(e, "A2ACC_EXCHANGE", "adaptive", EXCHANGE_MODES, problems)
         tune = _choice(e, "A2ACC_TUNE", "measure", TUNE_MODES, problems)
+        min_bytes = _size(e, "A2ACC_MIN_BYTES", DEFAULT_MIN_BYTES, problems)
         if problems:
             return None, problems
         return (
@@ -114,6 +119,7 @@ class JitSettings:
                 buckets=buckets,
                 exchange=exchange,
                 tune=tune,
+                min_bytes=min_bytes,
             ),
             [],
         )
@@ -127,6 +133,20 @@ def _choice(
         problems.append(f"{var}={value!r}: use one of {', '.join(allowed)}")
         return default
     return value
+
+
+def _size(e: Mapping[str, str], var: str, default: int, problems: list[str]) -> int:
+    from a2acc.errors import InputError
+    from a2acc.model.units import parse_size
+
+    text = (e.get(var) or "").strip()
+    if not text:
+        return default
+    try:
+        return parse_size(text, source=var, field=var)
+    except InputError:
+        problems.append(f"{var}={text!r}: give a size in bytes, e.g. 0, 65536 or 256K (K/M/G: 1024-based)")
+        return default
 
 
 def _names(e: Mapping[str, str], problems: list[str]) -> tuple[str, str, str]:

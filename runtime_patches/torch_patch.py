@@ -2,10 +2,11 @@
 without split sizes, any dtype, the world or a subgroup). Megatron-LM's ``_AllToAll`` looks the function up at
 call time (``megatron/core/tensor_parallel/mappings.py``), so the patch is seen there too.
 
-With ``async_op=True`` a call served by a2acc returns a real ``torch.distributed.Work`` (made from a future by
-``torch._C._distributed_c10d._create_work_from_future``): the last stage's transfers and the unpack finish in
-the background and ``wait()``/``get_future()`` behave as for a stock work. Anything unusual goes to the stock
-function.
+With ``async_op=True`` a call served by a2acc returns a real ``torch.distributed.Work``: the collective's own
+work when the plan is one collective of the caller's tensors, else one made from a future completed on the
+caller's current stream (``torch._C._distributed_c10d._create_work_from_future``), so ``wait()`` makes the
+waiting stream wait for the call's last copy, as a stock work does (:mod:`a2acc.runtime.launch.streams`).
+Anything unusual goes to the stock function.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def all_to_all_single(
         return dist.all_to_all_single(
             output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op
         )
-    if eng.capturing(input):  # CUDA-graph capture or torch.compile tracing: the stock call, untouched
+    if eng.capturing():  # CUDA-graph capture or torch.compile tracing: the stock call, untouched
         return original(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
     try:
         handled = eng.run(output, input, output_split_sizes, input_split_sizes, group, original, async_op)

@@ -109,7 +109,7 @@ def test_toy_target_through_compile_and_verify_cli(toy, tmp_path, capsys):
 
 
 def test_toy_target_from_the_jit(toy, tmp_path):
-    from a2acc.runtime.engine import compile_entry
+    from a2acc.runtime.decide.compiling import compile_entry
     from a2acc.runtime.settings import JitSettings
 
     settings, problems = JitSettings.from_env({"A2ACC_TOPOLOGY": "dgx-h100:2", "A2ACC_BACKEND": "toy"})

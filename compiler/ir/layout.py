@@ -218,7 +218,7 @@ def pack(
     ranks: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.uint8]:
     """numpy form of packing (tests, tools): the zero-padded input buffer of ``rank``. The torch form, which
-    the JIT uses, is :mod:`a2acc.runtime.packing` (same segments)."""
+    the JIT uses, is :mod:`a2acc.runtime.launch.packing` (same segments)."""
     c = int(_inverse(layout.nranks, ranks)[rank])
     buf = np.zeros(layout.input_chunks(c) * unit, dtype=np.uint8)
     for a, b, nb in layout.pack_segments(rows, row_bytes, unit, rank, ranks):

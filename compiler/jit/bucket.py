@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
+from math import lcm
 
 import numpy as np
 import numpy.typing as npt
 
 from a2acc import __version__
-from a2acc.ir.quantize import DEFAULT_PAIR_CHUNKS, ladder_unit, quantize
+from a2acc.ir.quantize import DEFAULT_ALIGN, DEFAULT_PAIR_CHUNKS, ladder_unit, quantize
 from a2acc.jit.symmetry import Symmetry
 from a2acc.model.topology import Topology
 
@@ -154,9 +155,10 @@ class BucketIndex:
                 best = Bucket(key, lay, unit, pad, over, payload, True)
         return best
 
-    def lookup(self, matrix: npt.NDArray[np.int64]) -> Bucket:
+    def lookup(self, matrix: npt.NDArray[np.int64], align: int = 1) -> Bucket:
         """Bucket for ``matrix``: a pinned layout that serves it, else the best serving cached layout (hit),
-        else a new layout (miss).
+        else a new layout (miss). Its unit is a multiple of ``align`` (and of the ladder's own alignment): the
+        JIT passes the call's row size, so every chunk holds whole rows.
 
         With ``symmetric``, two frames are tried: the relabelling last used (a stationary skew keeps its frame,
         whatever the noise does to the order of similar ranks), then the matrix's canonical form (a hot expert
@@ -165,38 +167,38 @@ class BucketIndex:
         pinned = self._pinned_lookup(m) if self._pinned else None
         if pinned is not None:
             return pinned
+        # relabelling keeps the mean pair, so one unit serves every frame
+        unit = ladder_unit(m, self.pair_chunks, lcm(DEFAULT_ALIGN, max(int(align), 1)))
         if self._sym is None:
-            hit = self._serve(m)
-            self._observe(m)
-            return hit if hit is not None else self._new(m)
+            hit = self._serve(m, unit)
+            self._observe(m, unit)
+            return hit if hit is not None else self._new(m, unit)
         canon = self._sym.canonical(m)
         frames = [f for f in (self._frame,) if f is not None]
         if not any(np.array_equal(f, canon) for f in frames):
             frames.append(canon)
         for perm in frames:
             mp = m[np.ix_(perm, perm)]
-            hit = self._serve(mp)
+            hit = self._serve(mp, unit)
             if hit is not None:
-                self._observe(mp)
+                self._observe(mp, unit)
                 self._frame = perm
                 return _relabelled(hit, perm)
         mp = m[np.ix_(canon, canon)]
-        self._observe(mp)
+        self._observe(mp, unit)
         self._frame = canon
-        return _relabelled(self._new(mp), canon)
+        return _relabelled(self._new(mp, unit), canon)
 
-    def _observe(self, m: npt.NDArray[np.int64]) -> None:
+    def _observe(self, m: npt.NDArray[np.int64], unit: int) -> None:
         """Per-pair EWMA mean and variance of the required chunks (per unit)."""
-        unit = ladder_unit(m, self.pair_chunks)
         req = quantize(m, unit)
         mean, var = self._stats.get(unit, (req.astype(np.float64), np.zeros(req.shape)))
         d = req - mean
         self._stats[unit] = (mean + self.alpha * d, (1 - self.alpha) * (var + self.alpha * d * d))
 
-    def _serve(self, m: npt.NDArray[np.int64]) -> Bucket | None:
+    def _serve(self, m: npt.NDArray[np.int64], unit: int) -> Bucket | None:
         """The cached layout that serves ``m`` within both budgets (the most recently used first, else the least
         waste), or None."""
-        unit = ladder_unit(m, self.pair_chunks)
         payload = int(m.sum())
         layouts = self._layouts.get(unit)
         if not layouts:
@@ -226,9 +228,8 @@ class BucketIndex:
             self._stacks.pop(unit, None)
         return Bucket(key, lay, unit, int(pads[i]), int(overs[i]), payload, True)
 
-    def _new(self, m: npt.NDArray[np.int64]) -> Bucket:
+    def _new(self, m: npt.NDArray[np.int64], unit: int) -> Bucket:
         """A new layout for ``m``'s family (see the class docstring), remembered."""
-        unit = ladder_unit(m, self.pair_chunks)
         req = quantize(m, unit)
         payload = int(m.sum())
         mean, var = self._stats[unit]

@@ -2,7 +2,7 @@
 
 | name | runs | needs |
 |---|---|---|
-| ``p2p`` (default) | the plan as a few stages of coalesced per-peer send/recv + vectorised local copies (FLASH's implementation style) | any backend with point-to-point: NCCL, RCCL, Gloo |
+| ``p2p`` (default) | the plan as a few exchanges of grouped per-peer transfers, bound once and replayed per call (FLASH's implementation style) | any backend with point-to-point: NCCL, RCCL, Gloo |
 | ``reference`` | every op as its own send/recv or copy, level by level: the correctness oracle | as ``p2p`` |
 | ``msccl`` | the packed buffer through the stock ``all_to_all_single``, which msccl-executor-nccl / RCCL (ROCm <= 7.12) replace by the bucket's XML | an NCCL/RCCL group on ROCm PyTorch and the XML in ``MSCCL_ALGO_DIR`` at start |
 | ``mscclpp`` | an MSCCL++ JSON plan through ``mscclpp.Executor`` | mscclpp >= 0.9 importable, a GPU |
@@ -16,12 +16,18 @@ docs and the CLI read it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from a2acc.errors import InputError
+from a2acc.ir.program import Program
 from a2acc.registry import Entry, Registry
+from a2acc.runtime.launch.arena import ArenaLaunch, fit_table
+from a2acc.runtime.launch.call import Call
+from a2acc.runtime.launch.post import Posted
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,7 @@ EXECUTORS: Registry[Executor] = Registry(
     "executor",
     "A2ACC_EXECUTOR",
     [
-        _line("p2p", "stages of coalesced per-peer send/recv and vectorised copies (NCCL, RCCL, Gloo)", "none", True),
+        _line("p2p", "a few exchanges of grouped send/recv per plan, bound once and replayed (NCCL, RCCL, Gloo)", "none", True),
         _line("reference", "every op as its own send/recv or copy, level by level (the correctness oracle)", "none", True),
         _line("msccl", "the bucket's XML in msccl-executor-nccl or RCCL <= ROCm 7.12 (MSCCL_ALGO_DIR at start)", "msccl-xml", False),
         _line("mscclpp", "the bucket's MSCCL++ JSON plan through mscclpp.Executor (mscclpp >= 0.9)", "mscclpp-json", False),
@@ -65,12 +71,21 @@ FALLBACK = "p2p"  # runs a plan when the chosen executor cannot
 
 @dataclass(frozen=True)
 class Regions:
-    """Byte ranges of one call's arena (one uint8 tensor on the data's device): the packed input and the
-    output the engine unpacks, in an arena of ``total`` bytes."""
+    """Byte ranges of one call's arena (one uint8 tensor on the data's device), for executors that run on one
+    buffer per rank: the packed input and the output the engine unpacks, in an arena of ``total`` bytes."""
 
     input: tuple[int, int]
     output: tuple[int, int]
     total: int
+
+
+class Launch(Protocol):
+    """A plan bound to one rank position, row size and device: replayed per call."""
+
+    def run(self, call: Call, matrix: Any = None) -> Any:
+        """Run the call (``matrix``: the call's rows per pair when every rank knows it, else None); returns its
+        ``Work`` when ``call.async_op``."""
+        ...
 
 
 class Executor(Protocol):
@@ -84,27 +99,60 @@ class Executor(Protocol):
         """Per-plan state, made once when the plan loads (in the background thread)."""
         ...
 
-    def regions(self, prepared: Any, rank: int) -> Regions:
-        """The arena program rank ``rank`` needs."""
+    def bind(
+        self,
+        prog: Any,
+        prepared: Any,
+        position: int,
+        ranks: Sequence[int] | None,
+        row_bytes: int,
+        device: Any,
+        groups: tuple[Any, Any],
+        global_ranks: Sequence[int],
+        backend: str,
+        stock: Any,
+        posted: Posted,
+    ) -> Launch:
+        """The plan at program position ``position``, its program ranks played by group ranks ``ranks`` (None:
+        the identity), bound for rows of ``row_bytes`` on ``device``. ``groups``: the (main, intra-server)
+        process groups; ``global_ranks``: the global rank of each group rank; ``stock``: the unpatched
+        ``all_to_all_single``; ``posted``: where what is posted is counted."""
         ...
 
-    def start(
-        self,
-        prepared: Any,
-        rank: int,
-        arena: Any,
-        peers: list[int],
-        groups: tuple[Any, Any],
-        stock: Any,
-        extra: Sequence[tuple[bool, Any, int]] = (),
-        direct: Mapping[tuple[bool, int], Any] | None = None,
-    ) -> Callable[[], None]:
-        """Start program rank ``rank``'s part over ``arena`` (its input region already packed); return the
-        tail that completes it (the caller runs the tail, then unpacks the output region). ``peers[c]`` is
-        the global rank playing program rank ``c``; ``groups`` the (main, intra-server) process groups;
-        ``extra`` point-to-point messages to post alongside and ``direct`` the caller's bytes for the
-        messages that carry them, given only to executors with ``carries_residual = True``."""
-        ...
+
+Start = Callable[..., Callable[[], None]]
+
+
+def bind_arena(
+    start: Start,
+    regions: Regions,
+    prog: Program,
+    position: int,
+    ranks: Sequence[int] | None,
+    row_bytes: int,
+    device: Any,
+    posted: Posted,
+) -> ArenaLaunch:
+    """An executor that runs on one buffer per rank (``start(arena, posted) -> tail``; ``regions`` of that
+    buffer) as a launch: the layout's regions placed by group rank."""
+    lay, unit, n = prog.layout, prog.unit_bytes, prog.nranks
+    perm = np.arange(n, dtype=np.int64) if ranks is None else np.asarray(ranks, dtype=np.int64)
+    in_off, in_cap = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    out_off, out_cap = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    in_off[perm], in_cap[perm] = lay.in_off[position], lay.counts[position]
+    out_off[perm], out_cap[perm] = lay.out_off[position], lay.counts[:, position]
+    out_chunks = (regions.output[1] - regions.output[0]) // unit
+    return ArenaLaunch(
+        start,
+        unit,
+        ((regions.input[1] - regions.input[0]) // unit, in_off, in_cap),
+        (regions.output[0], out_chunks, out_off, out_cap),
+        regions.total,
+        fit_table(lay.counts, unit, row_bytes, None if ranks is None else perm.tolist()),
+        row_bytes,
+        device,
+        posted,
+    )
 
 
 def get_executor(name: str) -> Executor:

@@ -42,7 +42,9 @@ import numpy as np
 from a2acc.errors import PlanFormatError, RuntimeHookError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir.layout import Manifest, find_manifest, load_manifest, manifest_from_json
-from a2acc.runtime.executors import Regions
+from a2acc.runtime.executors import Regions, bind_arena
+from a2acc.runtime.launch.arena import ArenaLaunch
+from a2acc.runtime.launch.post import Posted
 
 NCCL_DTYPES = {
     "int8": 0,
@@ -333,20 +335,31 @@ class MscclExecutor:
         b = prog.layout.buffer_chunks * prog.unit_bytes
         return Regions((0, b), (b, 2 * b), 2 * b)
 
-    def start(
+    def bind(
         self,
         prog: Any,
-        rank: int,
-        arena: Any,
-        peers: list[int],
+        prepared: Any,
+        position: int,
+        ranks: Sequence[int] | None,
+        row_bytes: int,
+        device: Any,
         groups: tuple[Any, Any],
+        global_ranks: Sequence[int],
+        backend: str,
         stock: Any,
-        extra: Sequence[tuple[bool, Any, int]] = (),
-        direct: Mapping[tuple[bool, int], Any] | None = None,
-    ) -> Callable[[], None]:
-        r = self.regions(prog, rank)
-        stock(arena[r.output[0] : r.output[1]], arena[r.input[0] : r.input[1]], group=groups[0])
-        return lambda: None
+        posted: Posted,
+    ) -> ArenaLaunch:
+        """The packed uniform buffer through the stock ``all_to_all_single``, which the MSCCL executor loaded in
+        NCCL/RCCL replaces by the bucket's XML."""
+        r = self.regions(prog, position)
+        nbytes = r.input[1] - r.input[0]
+
+        def start(arena: Any, counter: Posted) -> Callable[[], None]:
+            counter.add(prog.nranks - 1, prog.nranks - 1, nbytes, nbytes)
+            stock(arena[r.output[0] : r.output[1]], arena[r.input[0] : r.input[1]], group=groups[0])
+            return lambda: None
+
+        return bind_arena(start, r, prog, position, ranks, row_bytes, device, posted)
 
 
 def _entry_manifest(entry: Any) -> Manifest | None:

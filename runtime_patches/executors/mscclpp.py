@@ -31,14 +31,16 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from a2acc.errors import PlanFormatError, RuntimeHookError
 from a2acc.fileio import atomic_write_text
 from a2acc.ir.layout import Manifest, manifest_from_json
-from a2acc.runtime.executors import Regions
+from a2acc.runtime.executors import Regions, bind_arena
+from a2acc.runtime.launch.arena import ArenaLaunch
+from a2acc.runtime.launch.post import Posted
 
 NOT_IMPORTABLE = (
     "mscclpp is not importable: build MSCCL++ (v0.9.0 or later) with its Python bindings (pip install . in "
@@ -215,22 +217,35 @@ class MscclppExecutor:
         b = man.buffer_bytes if man is not None else prog.layout.buffer_chunks * prog.unit_bytes
         return Regions((0, b), (b, 2 * b), 2 * b)
 
-    def start(
+    def bind(
         self,
+        prog: Any,
         prepared: Any,
-        rank: int,
-        arena: Any,
-        peers: list[int],
+        position: int,
+        ranks: Sequence[int] | None,
+        row_bytes: int,
+        device: Any,
         groups: tuple[Any, Any],
+        global_ranks: Sequence[int],
+        backend: str,
         stock: Any,
-        extra: Sequence[tuple[bool, Any, int]] = (),
-        direct: Mapping[tuple[bool, int], Any] | None = None,
-    ) -> Callable[[], None]:
-        r = self.regions(prepared, rank)
-        self.run(
-            prepared[1], rank, arena[r.input[0] : r.input[1]], arena[r.output[0] : r.output[1]], groups[0]
-        )
-        return lambda: None
+        posted: Posted,
+    ) -> ArenaLaunch:
+        r = self.regions(prepared, position)
+        nbytes = r.input[1] - r.input[0]
+
+        def start(arena: Any, counter: Posted) -> Callable[[], None]:
+            counter.add(prog.nranks - 1, prog.nranks - 1, nbytes, nbytes)
+            self.run(
+                prepared[1],
+                position,
+                arena[r.input[0] : r.input[1]],
+                arena[r.output[0] : r.output[1]],
+                groups[0],
+            )
+            return lambda: None
+
+        return bind_arena(start, r, prog, position, ranks, row_bytes, device, posted)
 
     def run(self, entry: Any, rank: int, send_in: Any, recv_out: Any, group: Any) -> None:
         """Copy in, execute on the stream, copy out; everything is enqueued on the current stream, so nothing is
@@ -274,7 +289,7 @@ def group_problem(group: Any) -> str | None:
     try:
         import torch
 
-        from a2acc.runtime.collectives import accepted_devices
+        from a2acc.runtime.decide.exchange import accepted_devices
 
         devices = accepted_devices(group, torch.device("cpu"))
     except Exception as exc:  # no process group

@@ -15,16 +15,23 @@ its portable executor.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from a2acc.ir import Buf, Program
 from a2acc.ir.dag import levels
-from a2acc.runtime.executors import Regions
+from a2acc.runtime.executors import Regions, bind_arena
+from a2acc.runtime.launch.arena import ArenaLaunch
+from a2acc.runtime.launch.post import Posted
 
 
 def execute(
-    prog: Program, rank: int, bufs: dict[int, Any], group: Any = None, ranks: list[int] | None = None
+    prog: Program,
+    rank: int,
+    bufs: dict[int, Any],
+    group: Any = None,
+    ranks: Sequence[int] | None = None,
+    posted: Posted | None = None,
 ) -> list[Any]:
     """Run rank ``rank``'s ops; ``bufs`` maps Buf -> 1-D uint8 tensors of capacity x unit bytes. Returns the
     works still pending (wait for them before reading the output).
@@ -56,7 +63,7 @@ def execute(
             by_level[lvl[op.id]].append(op.id)
     for level in sorted(by_level):
         batch: list[Any] = []
-        posted: list[tuple[int, int, int, bool]] = []
+        ranges: list[tuple[int, int, int, bool]] = []
         for oid in by_level[level]:
             op = prog.ops[oid]
             s_lo, s_hi = op.src_off, op.src_off + op.cnt
@@ -70,14 +77,23 @@ def execute(
                 bufs[op.dst_buf][d_lo * u : d_hi * u].copy_(src)
             elif rank == op.src_rank:
                 batch.append(dist.P2POp(dist.isend, src, peer(op.dst_rank), group, op.id))
-                posted.append((op.src_buf, s_lo, s_hi, False))
+                ranges.append((op.src_buf, s_lo, s_hi, False))
             else:
                 dst = bufs[op.dst_buf][d_lo * u : d_hi * u]
                 batch.append(dist.P2POp(dist.irecv, dst, peer(op.src_rank), group, op.id))
-                posted.append((op.dst_buf, d_lo, d_hi, True))
+                ranges.append((op.dst_buf, d_lo, d_hi, True))
         if batch:
+            if posted is not None:
+                nbytes = [int(op.tensor.numel()) * int(op.tensor.element_size()) for op in batch]
+                sends = [op.op is dist.isend for op in batch]
+                posted.add(
+                    sum(sends),
+                    len(batch) - sum(sends),
+                    sum(b for b, s in zip(nbytes, sends) if s),
+                    sum(b for b, s in zip(nbytes, sends) if not s),
+                )
             works = dist.batch_isend_irecv(batch)
-            for (b, lo, hi, is_recv), w in zip(posted, works):
+            for (b, lo, hi, is_recv), w in zip(ranges, works):
                 pending.append((b, lo, hi, is_recv, w))
     return [p[4] for p in pending]
 
@@ -98,30 +114,39 @@ class ReferenceExecutor:
         i, o = prog.input_chunks(rank) * u, prog.output_chunks(rank) * u
         return Regions((0, i), (i, i + o), i + o + prog.scratch[rank] * u)
 
-    def start(
+    def bind(
         self,
         prog: Program,
-        rank: int,
-        arena: Any,
-        peers: list[int],
+        prepared: Program,
+        position: int,
+        ranks: Sequence[int] | None,
+        row_bytes: int,
+        device: Any,
         groups: tuple[Any, Any],
+        global_ranks: Sequence[int],
+        backend: str,
         stock: Any,
-        extra: Sequence[tuple[bool, Any, int]] = (),
-        direct: Mapping[tuple[bool, int], Any] | None = None,
-    ) -> Callable[[], None]:
-        r = self.regions(prog, rank)
-        bufs = {
-            int(Buf.INPUT): arena[r.input[0] : r.input[1]],
-            int(Buf.OUTPUT): arena[r.output[0] : r.output[1]],
-            int(Buf.SCRATCH): arena[r.output[1] : r.total],
-        }
-        pending = execute(prog, rank, bufs, group=groups[0], ranks=peers)
+        posted: Posted,
+    ) -> ArenaLaunch:
+        r = self.regions(prog, position)
+        n = prog.nranks
+        peers = [global_ranks[int(ranks[c]) if ranks is not None else c] for c in range(n)]
 
-        def tail() -> None:
-            for w in pending:
-                w.wait()
+        def start(arena: Any, counter: Posted) -> Callable[[], None]:
+            bufs = {
+                int(Buf.INPUT): arena[r.input[0] : r.input[1]],
+                int(Buf.OUTPUT): arena[r.output[0] : r.output[1]],
+                int(Buf.SCRATCH): arena[r.output[1] : r.total],
+            }
+            pending = execute(prog, position, bufs, group=groups[0], ranks=peers, posted=counter)
 
-        return tail
+            def tail() -> None:
+                for w in pending:
+                    w.wait()
+
+            return tail
+
+        return bind_arena(start, r, prog, position, ranks, row_bytes, device, posted)
 
 
 EXECUTOR = ReferenceExecutor()

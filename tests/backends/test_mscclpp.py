@@ -435,7 +435,7 @@ def test_interpreter_catches_stale_data_across_launches():
 def test_cache_export_writes_a_plan_directory_that_verifies(tmp_path, capsys):
     from a2acc.jit.bucket import BucketIndex
     from a2acc.jit.cache import PlanCache
-    from a2acc.runtime.engine import compile_entry
+    from a2acc.runtime.decide.compiling import compile_entry
 
     topo = load_topology("mi300x", 1)
     cache = PlanCache(tmp_path / "cache")

@@ -114,7 +114,7 @@ def test_cache_and_bucket_commands(tmp_path, capsys):
     from a2acc.jit.bucket import BucketIndex
     from a2acc.model.topology import load_topology
     from a2acc.model.traffic import generate
-    from a2acc.runtime.engine import compile_entry
+    from a2acc.runtime.decide.compiling import compile_entry
 
     topo = load_topology("mi300x", 1)
     m = generate("moe", 8, 1 << 22, 3)
@@ -248,7 +248,7 @@ def test_export_never_writes_outside_its_directory(tmp_path, capsys):
     from a2acc.jit.bucket import BucketIndex
     from a2acc.model.topology import load_topology
     from a2acc.model.traffic import generate
-    from a2acc.runtime.engine import compile_entry
+    from a2acc.runtime.decide.compiling import compile_entry
 
     topo = load_topology("mi300x", 1)
     b = BucketIndex(topo, "fast", "msccl-xml").lookup(generate("moe", 8, 1 << 22, 3))

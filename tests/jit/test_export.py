@@ -10,7 +10,7 @@ from a2acc.jit.bucket import BucketIndex
 from a2acc.jit.cache import PlanCache
 from a2acc.model.topology import load_topology
 from a2acc.model.traffic import generate
-from a2acc.runtime.engine import compile_entry
+from a2acc.runtime.decide.compiling import compile_entry
 
 
 def test_export_writes_xml_only_dir_and_manifests_that_verify(tmp_path, capsys):

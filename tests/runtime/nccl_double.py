@@ -7,12 +7,17 @@ difference visible without a GPU:
   (``torch.utils.backend_registration._setup_privateuseone_for_python_backend``); its tensors are wrappers
   (:class:`FakeGpuTensor`) holding CPU memory, so every op runs, but ``tensor.device`` is ``fakegpu:0``.
 - **NCCL's device rule.** ``torch.distributed.get_backend`` reports ``fakegpu:gloo`` (the group accepts
-  ``fakegpu`` tensors only), and every collective and point-to-point call a2acc can make (all-gather,
-  all-to-all, batched and single send/recv) raises, as NCCL does, for a tensor on any other device; valid
-  calls go to Gloo with the wrappers' CPU tensors. Point-to-point tags are dropped (NCCL matches by order).
-  (``isend``/``irecv`` are left alone: a2acc posts only through ``batch_isend_irecv``, as NCCL needs.)
-- **Host syncs counted.** Every copy of a ``fakegpu`` tensor to the CPU and every ``.item()`` is counted in
-  :data:`STATS` (``d2h``): on a GPU each is a host sync.
+  ``fakegpu`` tensors only) or, with ``install(report="nccl")``, plain ``nccl`` (then a2acc's table of what
+  NCCL accepts is told that ``fakegpu`` stands in for ``cuda``, and a2acc takes its NCCL branches: the
+  exchange as an all-gather, every exchange as one ``all_to_all_single``). Every collective and
+  point-to-point call a2acc can make (all-gather, all-to-all, batched and single send/recv) raises, as NCCL
+  does, for a tensor on any other device; valid calls go to Gloo with the wrappers' CPU tensors.
+  Point-to-point tags are dropped (NCCL matches by order). (``isend``/``irecv`` are left alone: a2acc posts
+  only through ``batch_isend_irecv``, as NCCL needs.)
+- **Host syncs counted.** On a GPU the host waits for the device at every blocking copy between the two and at
+  every ``.item()``: each copy of a ``fakegpu`` tensor to the CPU (``.cpu()``, ``copy_`` into a CPU tensor)
+  and each ``.item()`` is counted in :data:`STATS` as ``d2h``, and each *blocking* copy from the CPU to a
+  ``fakegpu`` tensor (pageable ``.to(device)`` or ``copy_`` without ``non_blocking=True``) as ``h2d``.
 
 Use: :func:`install` before ``init_process_group("gloo", ...)`` and before a2acc's patch is installed (so
 the stock function a2acc keeps is the checked one).
@@ -87,6 +92,11 @@ def _to_host(kwargs: dict[str, Any]) -> bool:
     return dev is not None and torch.device(dev).type == "cpu"
 
 
+def _blocking(args: Any, kwargs: dict[str, Any]) -> bool:
+    nb = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+    return not bool(nb)
+
+
 def _run(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     fake_in = any(isinstance(a, FakeGpuTensor) for a in torch.utils._pytree.tree_leaves((args, kwargs)))
     a, k = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
@@ -96,6 +106,18 @@ def _run(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     ):
         STATS["d2h"] += 1
         return func(*a, **k)
+    if func is torch.ops.aten.copy_.default:
+        dst_fake, src_fake = isinstance(args[0], FakeGpuTensor), isinstance(args[1], FakeGpuTensor)
+        if src_fake and not dst_fake:  # into host memory: the host waits for the device
+            STATS["d2h"] += 1
+            func(*a, **k)
+            return args[0]
+        if dst_fake and not src_fake and _blocking(args, kwargs):
+            STATS["h2d"] += 1
+    if func is torch.ops.aten._to_copy.default and not fake_in and _blocking(args, kwargs):
+        dev = k.get("device")
+        if dev is not None and torch.device(dev).type == NAME:
+            STATS["h2d"] += 1
     dev = k.get("device")
     to_fake = dev is not None and torch.device(dev).type == NAME
     if to_fake:
@@ -125,8 +147,11 @@ def _check(where: str, *tensors: Any) -> None:
             )
 
 
+REPORT: dict[str, str] = {"backend": f"{NAME}:gloo"}
+
+
 def _get_backend(group: Any = None) -> str:
-    return f"{NAME}:gloo"
+    return REPORT["backend"]
 
 
 def _new_group(*args: Any, **kwargs: Any) -> Any:
@@ -138,6 +163,7 @@ def _new_group(*args: Any, **kwargs: Any) -> Any:
 def _all_gather_into_tensor(out: Any, inp: Any, group: Any = None, async_op: bool = False) -> Any:
     _check("all_gather", out, inp)
     STATS["collectives"] += 1
+    STATS["all_gather"] += 1
     return _REAL["all_gather_into_tensor"](out.inner, inp.inner, group=group, async_op=async_op)
 
 
@@ -165,10 +191,16 @@ def _batch_isend_irecv(ops: list[Any]) -> Any:
     return _REAL["batch_isend_irecv"](real)
 
 
-def install() -> None:
-    """Register ``fakegpu``, enter the factory mode and wrap torch.distributed (idempotent)."""
+def install(report: str = "fakegpu:gloo") -> None:
+    """Register ``fakegpu``, enter the factory mode and wrap torch.distributed (idempotent). ``report``: the
+    backend name the group reports (``nccl``: a2acc takes its NCCL branches, see module docstring)."""
     if _REAL:
         return
+    REPORT["backend"] = report
+    if report == "nccl":
+        from a2acc.runtime.decide import exchange
+
+        exchange.BACKEND_DEVICES["nccl"] = ("cuda", NAME)
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     _setup_privateuseone_for_python_backend(NAME)

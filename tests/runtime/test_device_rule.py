@@ -18,8 +18,8 @@ inter: {nics_per_server: 2, bandwidth: 25}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("executor", ["p2p"])  # reference shares the engine's exchange, arena and packing
-def test_every_tensor_is_on_the_groups_device_and_at_most_one_host_sync_per_call(tmp_path, executor):
+@pytest.mark.parametrize("report", ["fakegpu:gloo", "nccl"])
+def test_every_tensor_is_on_the_groups_device_and_at_most_one_host_sync_per_call(tmp_path, report):
     """Data on ``fakegpu`` behind a group that accepts nothing else: every call a2acc serves hands only
     ``fakegpu`` tensors to collectives (the double raises otherwise), results equal the stock call's, and an
     exchanged call makes exactly one host sync (the split-size exchange), a call the adaptive exchange runs
@@ -28,7 +28,7 @@ def test_every_tensor_is_on_the_groups_device_and_at_most_one_host_sync_per_call
     result, and tensors a2acc cannot serve in place raise on an announced call."""
     topo = tmp_path / "t.yaml"
     topo.write_text(TWO_BY_TWO)
-    env = _env(tmp_path, A2ACC_TOPOLOGY=str(topo), A2ACC_EXECUTOR=executor, A2ACC_LOG="error")
+    env = _env(tmp_path, A2ACC_TOPOLOGY=str(topo), A2ACC_LOG="error", A2ACC_TEST_REPORT=report)
     results, errs = _run_world(tmp_path, 4, env, mode="nccl")
     for res, err in zip(results, errs):
         got = res["checks"]
@@ -54,6 +54,9 @@ def test_every_tensor_is_on_the_groups_device_and_at_most_one_host_sync_per_call
         assert res["stats"]["predicted"] == predicted
         assert res["stats"]["host_syncs"] == res["stats"]["calls"] - res["stats"]["exchanges_skipped"] - 1
         assert "cannot serve in place" in got["mismatch"]
+        # the exchange's branch: an all-gather when the group reports nccl, Gloo's all-to-all otherwise
+        exchanged = res["stats"]["calls"] - res["stats"]["exchanges_skipped"] - 1
+        assert got["double"].get("all_gather", 0) == (exchanged if report == "nccl" else 0)
         assert "DeviceRuleError" not in err
 
 

@@ -10,7 +10,7 @@ from a2acc.ir.layout import load_manifest
 from a2acc.jit.cache import CacheEntry
 from a2acc.model.topology import load_topology
 from a2acc.model.traffic import generate
-from a2acc.runtime.engine import compile_entry
+from a2acc.runtime.decide.compiling import compile_entry
 from a2acc.runtime.executors import DEFAULT_EXECUTOR, EXECUTORS, FALLBACK, get_executor, info, options_type
 from a2acc.runtime.executors.msccl import MscclExecutor, scan_algo_dir
 from a2acc.runtime.settings import JitSettings

@@ -16,7 +16,7 @@ from a2acc.ir import Buf
 from a2acc.ir.layout import manifest_from_json
 from a2acc.jit.cache import CacheEntry
 from a2acc.model.topology import load_topology
-from a2acc.runtime.engine import compile_entry
+from a2acc.runtime.decide.compiling import compile_entry
 from a2acc.runtime.executors import get_executor
 from a2acc.runtime.executors.mscclpp import NOT_IMPORTABLE, MscclppExecutor, executor_for, mscclpp_available
 

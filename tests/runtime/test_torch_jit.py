@@ -31,7 +31,14 @@ def _port() -> int:
 
 def _env(tmp_path, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2ACC_")}
-    env.update({"A2ACC_CACHE_DIR": str(tmp_path / "cache"), "PYTHONWARNINGS": "ignore::FutureWarning"})
+    # the tests' calls move a few KiB: below the default size threshold every one would go to the stock call
+    env.update(
+        {
+            "A2ACC_CACHE_DIR": str(tmp_path / "cache"),
+            "PYTHONWARNINGS": "ignore::FutureWarning",
+            "A2ACC_MIN_BYTES": "0",
+        }
+    )
     env.update(extra)
     return env
 

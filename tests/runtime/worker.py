@@ -149,13 +149,13 @@ def nccl(rank, world, seed, original, eng):
         )
         out_a = nd.fake(torch.full((sum(recv), 3), -1, dtype=dtype))
         out_b = nd.fake(torch.full((sum(recv), 3), -2, dtype=dtype))
-        d2h = nd.STATS["d2h"]
+        d2h = nd.STATS["d2h"] + nd.STATS["h2d"]
         if announce is not None:
             assert a2acc.runtime.announce(announce)
         w = dist.all_to_all_single(out_a, x, recv, send, async_op=async_op)
         if w is not None:
             w.wait()
-        syncs = nd.STATS["d2h"] - d2h
+        syncs = nd.STATS["d2h"] + nd.STATS["h2d"] - d2h
         original(out_b, x, recv, send)
         a, b = nd.host(out_a).view(torch.uint8), nd.host(out_b).view(torch.uint8)
         return bool(torch.equal(a, b)), syncs
@@ -210,6 +210,7 @@ def nccl(rank, world, seed, original, eng):
         "rejected": nd.STATS["rejected"],
         "calls": checks,
         "devices": str(out_a.device),
+        "double": dict(nd.STATS),
     }
 
 
@@ -248,6 +249,7 @@ def mixed(rank, world, seed, original, eng):
 
     if rank == 1:
         eng.settings = dataclasses.replace(eng.settings, exchange="every")
+        eng.adaptive = False
     return adaptive(rank, world, seed, original, eng)
 
 
@@ -255,16 +257,16 @@ def failrank(rank, world, seed, original, eng):
     """Rank 1 cannot compile the first bucket (a rank-local failure): every rank must take the stock call for
     that bucket, together, and the next bucket runs normally."""
     if rank == 1:
-        real = eng._load
+        real = eng.loader.load
         first: list[str] = []
 
-        def load(g, bucket, group, key, algorithm):
+        def load(key, make, group):
             first.append(first[0] if first else key)
             if key == first[0]:
                 raise RuntimeError("injected failure on rank 1")
-            return real(g, bucket, group, key, algorithm)
+            return real(key, make, group)
 
-        eng._load = load
+        eng.loader.load = load
     g = torch.Generator().manual_seed(seed)
     out = []
     for phase in range(2):
@@ -280,7 +282,7 @@ def tune(rank, world, seed, original, eng):
     """A2ACC_TUNE=measure with each call's time replaced by a fixed one per plan, so the outcome is known: in
     phase 0 the direct plan is faster on every rank but rank 2 (the slowest rank decides: the planner's plan is
     kept), in phase 1 (another bucket) it is faster on every rank (it is kept)."""
-    from a2acc.runtime import tuning
+    from a2acc.runtime.decide import tuning
 
     phase = 0
 
@@ -318,7 +320,9 @@ def content(rank, world, seed, original, eng):
         from a2acc.jit.cache import PlanCache
         from a2acc.runtime import engine as engine_mod
 
-        eng.cache = PlanCache(tempfile.mkdtemp())  # its own cache: the others must not load its entries
+        eng.loader.cache = PlanCache(
+            tempfile.mkdtemp()
+        )  # its own cache: the others must not load its entries
         real = engine_mod.compile_entry
         engine_mod.compile_entry = lambda topo, layout, unit, _alg, *rest: real(
             topo, layout, unit, "spreadout", *rest
@@ -338,6 +342,7 @@ def capture(rank, world, seed, original, eng):
     torch.compile tracing (``torch.compiler.is_compiling`` patched): the hook must not reach the engine."""
     calls = []
     saved = (torch.cuda.is_available, torch.cuda.is_current_stream_capturing, torch.compiler.is_compiling)
+    cuda, eng._cuda = eng._cuda, True  # the engine asks torch.cuda.is_available() once: as if it had said yes
     for what in ("graph", "compile"):
         if what == "graph":
             torch.cuda.is_available = lambda: True
@@ -362,6 +367,7 @@ def capture(rank, world, seed, original, eng):
             else:
                 torch.compiler.is_compiling = lambda: True
         torch.cuda.is_available, torch.cuda.is_current_stream_capturing, torch.compiler.is_compiling = saved
+    eng._cuda = cuda
     # after capture ends, the same call goes through a2acc again
     x = torch.arange(world * 4, dtype=torch.float32).reshape(world * 4, 1) + rank
     a = torch.empty_like(x)
@@ -385,9 +391,11 @@ def main() -> None:
     mode = sys.argv[6] if len(sys.argv) > 6 else "full"
     if mode == "nccl":  # the double first, then a2acc's patch over it (A2ACC_JIT is not set for this mode)
         sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[2]))
+        import os
+
         from tests.runtime import nccl_double
 
-        nccl_double.install()
+        nccl_double.install(report=os.environ.get("A2ACC_TEST_REPORT", "fakegpu:gloo"))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     from a2acc.runtime import stats, torch_patch
 

@@ -36,6 +36,7 @@ from a2acc.jit.cache import CacheEntry
 #: jobs beyond the compared prefix whose Program digests each exchange carries (a new bucket is compared, and
 #: runs, in the exchange where every rank first reports it settled)
 WINDOW = 4
+_SAME = (True,) * (1 + WINDOW)
 OK, FALLBACK, FAILED = 0, 1, 2  # a job's status: the chosen executor runs it, the fallback does, nobody does
 STATUS_NAMES = {OK: "ok", FALLBACK: "fallback executor", FAILED: "failed"}
 
@@ -54,6 +55,11 @@ class Plan:
     prepared: dict[str, Any] = field(default_factory=dict)
     # digest56 of the Program's JSON: ranks compare them before a plan runs (PlanTable)
     content: int = 0
+
+    @property
+    def algorithm(self) -> str:
+        """The planner that made it."""
+        return str(self.entry.meta.get("algorithm", ""))
 
 
 def digest56(text: str) -> int:
@@ -82,6 +88,7 @@ class PlanTable:
     _chain: tuple[int, int] = (0, 0)  # (jobs covered, chained content digest), extended as the prefix grows
     # job -> status agreed, Programs compared, in the job's own exchange (A2ACC_MISS=wait)
     checked: dict[int, int] = field(default_factory=dict)
+    _known: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __post_init__(self) -> None:
         self.known = [0] * self.world
@@ -140,22 +147,23 @@ class PlanTable:
         self._chain = (max(upto, self.agreed_prefix), h)
         return h
 
-    def agree(self, reports: npt.NDArray[np.int64], prefix: int) -> bool:
+    def agree(self, reports: npt.NDArray[np.int64], prefix: int, uniform: bool = False) -> bool:
         """After an exchange (its exceptions merged): False when the ranks' Programs differ; else the jobs
         compared equal become runnable: those the chains covered, then those of the window every rank has
         settled (``prefix``: every rank's settled jobs), up to the first that is not. ``reports`` are the ranks'
-        :meth:`report` columns from the chain on (``world x (1 + WINDOW)``)."""
-        chains, window = reports[:, 0], reports[:, 1:]
-        if int(chains.min()) != int(chains.max()):
+        :meth:`report` columns from the chain on (``world x (1 + WINDOW)``); ``uniform``: the caller knows every
+        rank reported the same."""
+        same = _SAME if uniform else (reports == reports[0]).all(axis=0)  # per column, one pass
+        if not same[0]:
             return False
         old = self.agreed_prefix
         top = max(old, prefix)
         verified = old
+        first = reports[0, 1:].tolist()
         for k, j in enumerate(range(old, min(top, old + WINDOW))):
-            col = window[:, k]
             # a job that failed anywhere never runs: nothing to compare
             failed = self.worst.get(j, OK) == FAILED
-            if not failed and (int(col.min()) < 0 or int(col.min()) != int(col.max())):
+            if not failed and (first[k] < 0 or not same[1 + k]):
                 return False
             verified = j + 1
         self.verified = verified
@@ -163,9 +171,14 @@ class PlanTable:
         return True
 
     # ------------------------------------------------------------------ every rank
-    def pending_width(self, nexc: npt.NDArray[np.int64]) -> int:
-        """How many exceptions per rank the extra exchange must carry (0: none needed); the same on all ranks."""
-        return int(max(0, int((nexc - np.asarray(self.known)).max(initial=0))))
+    def pending_width(self, nexc: npt.NDArray[np.int64] | int) -> int:
+        """How many exceptions per rank the extra exchange must carry (0: none needed); the same on all ranks.
+        ``nexc``: every rank's count of exceptions, or one count that every rank reported."""
+        if isinstance(nexc, int):
+            return max(0, nexc - min(self.known, default=0))
+        if not self._known.size:
+            self._known = np.asarray(self.known, dtype=np.int64)
+        return max(0, int((nexc - self._known).max(initial=0)))
 
     def my_exceptions(self, rank: int, width: int) -> list[int]:
         """This rank's exceptions not yet merged, as ``width`` (job, status) pairs padded with (-1, -1)."""
@@ -181,6 +194,7 @@ class PlanTable:
                 if j >= 0:
                     self.worst[j] = max(self.worst.get(j, OK), s)
         self.known = [int(x) for x in nexc]
+        self._known = np.asarray(self.known, dtype=np.int64)
 
     def runnable(self, j: int) -> bool:
         """Every rank has settled job ``j`` and holds the same Program for it (or it failed somewhere)."""

@@ -6,7 +6,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from a2acc.runtime.plans import FAILED, FALLBACK, OK, WINDOW, Plan, PlanTable
+from a2acc.runtime.decide.agreement import FAILED, FALLBACK, OK, WINDOW, Plan, PlanTable
 
 
 def _done(status: int | None, content: int = 1) -> Future:

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from a2acc.errors import InputError
 from a2acc.ir.layout import ChunkLayout, fitting_rows, manifest_for
-from a2acc.runtime.packing import LayoutCall, ManifestCall
+from a2acc.runtime.launch.packing import LayoutCall, ManifestCall
 
 torch = pytest.importorskip("torch")
-EXAMPLE = Path(__file__).parents[2] / "examples" / "offline_pack_gloo.py"
+EXAMPLE = Path(__file__).parents[3] / "examples" / "offline_pack_gloo.py"
 
 
 def _manifest(rows: np.ndarray, row_bytes: int, unit: int):

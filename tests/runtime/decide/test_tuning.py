@@ -1,4 +1,4 @@
-"""The measured choice between a bucket's plan and its direct plan (a2acc.runtime.tuning): what a rank reports,
+"""The measured choice between a bucket's plan and its direct plan (a2acc.runtime.decide.tuning): what a rank reports,
 how the ranks decide from the exchanged numbers, and CUDA-event times read without waiting."""
 
 from __future__ import annotations
@@ -7,7 +7,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a2acc.runtime.tuning import DIRECT, MARGIN, MAX_WAIT, PLAN, SAMPLES, UNDECIDED, WIDTH, Trial, Tuner
+from a2acc.runtime.decide.tuning import (
+    DIRECT,
+    MARGIN,
+    MAX_WAIT,
+    PLAN,
+    SAMPLES,
+    UNDECIDED,
+    WIDTH,
+    Trial,
+    Tuner,
+)
 
 
 def _ready(tuner: Tuner, j: int, plan_s: float, direct_s: float) -> Trial:

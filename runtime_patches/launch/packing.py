@@ -9,7 +9,7 @@ arguments (rows along the first dimension, any dtype, any device) with the segme
 offline users of ``a2acc compile`` output::
 
     from a2acc.ir.layout import load_manifest
-    from a2acc.runtime.packing import ManifestCall
+    from a2acc.runtime.launch.packing import ManifestCall
 
     call = ManifestCall(load_manifest("algos.manifest.json"), rank)
     send = call.pack(tokens, input_split_sizes)          # uint8, manifest.buffer_bytes per rank

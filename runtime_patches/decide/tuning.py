@@ -48,6 +48,7 @@ WIDTH = 4
 UNDECIDED, PLAN, DIRECT = -1, 0, 1
 #: exchanges a trial may wait for every rank to report it before it keeps the planner's plan
 MAX_WAIT = 16
+_SAME = (True,) * WIDTH
 
 
 @dataclass
@@ -112,7 +113,8 @@ class Tuner:
     def report(self) -> list[int]:
         """This rank's :data:`WIDTH` integers for the exchange: its mode, then the lowest undecided job it holds
         enough times for and the two medians in microseconds (job -1 when there is none)."""
-        self.drain()
+        if self.pending:
+            self.drain()
         if not self.awaiting:  # a trial is ready only once its calls have all run: none (the usual call)
             return [int(self.on), -1, 0, 0]
         with self._lock:
@@ -123,16 +125,18 @@ class Tuner:
                     return [int(self.on), j, a, b]
         return [int(self.on), -1, 0, 0]
 
-    def decide(self, cols: npt.NDArray[np.int64]) -> bool:
+    def decide(self, cols: npt.NDArray[np.int64], uniform: bool = False) -> bool:
         """After an exchange (``cols``: every rank's :meth:`report`, ``world x WIDTH``): decide the job every
         rank reported. False when the ranks' modes differ (their plan histories differ too: the caller stops).
         A trial still undecided :data:`MAX_WAIT` exchanges after its calls ran (a rank lost a time: a call that
-        raised) keeps the planner's plan, so the calls after it are not exchanged for ever."""
-        if int(cols[:, 0].min()) != int(cols[:, 0].max()):
+        raised) keeps the planner's plan, so the calls after it are not exchanged for ever. ``uniform``: the
+        caller knows every rank reported the same."""
+        first = cols[0]
+        same = _SAME if uniform else (cols == first).all(axis=0)
+        if not same[0]:
             return False
-        jobs = cols[:, 1]
-        j = int(jobs.min())
-        if j >= 0 and j == int(jobs.max()) and j in self.trials:
+        j = int(first[1])
+        if j >= 0 and same[1] and j in self.trials:
             plan_us, direct_us = int(cols[:, 2].max()), int(cols[:, 3].max())
             self.settle(self.trials[j], DIRECT if direct_us < plan_us * (1 - MARGIN) else PLAN)
         self.waited = self.waited + 1 if self.awaiting else 0
