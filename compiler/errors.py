@@ -85,3 +85,12 @@ class AnnounceError(A2accError, ValueError):
     """A matrix announced to the JIT (``a2acc.runtime.announce``) is malformed, or an announced call has tensors
     a2acc cannot serve in place on this rank. Raised, never hidden: a rank cannot take the stock call alone
     while the others run the plan without an exchange."""
+
+
+class CaptureError(A2accError, ValueError):
+    """A fixed-capacity binding for CUDA-graph capture (``a2acc.runtime.capture``) cannot be made as asked: a
+    malformed capacity, no JIT engine, ranks that bound different capacities or plans."""
+
+
+class CapacityOverflow(A2accError, RuntimeError):
+    """Rows beyond a bound capacity were not moved, under ``overflow="flag"`` (``CapacityLaunch.check``)."""

@@ -3,7 +3,8 @@
 Activation without code changes: ``A2ACC_JIT=1`` (read by the ``a2acc-jit.pth`` hook at interpreter start; the
 patch happens when the process imports ``torch.distributed``). Explicit use:
 :func:`a2acc.runtime.torch_patch.install` / :func:`uninstall`. Counters: :func:`stats`. Skipping the per-call
-exchange when the caller already knows the whole matrix: :func:`announce`. See ``docs/runtime.md``.
+exchange when the caller already knows the whole matrix: :func:`announce`. A plan bound at a fixed capacity for
+CUDA-graph capture: :func:`capture`. See ``docs/runtime.md``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,34 @@ def announce(rows: object, group: object = None) -> bool:
         return False
     eng.announce(rows, group)
     return True
+
+
+def capture(capacity: Any, like: Any, group: Any = None, overflow: str = "flag") -> Any:
+    """Bind a plan at a fixed capacity for CUDA-graph capture, and return it (a
+    :class:`a2acc.runtime.launch.capture.CapacityLaunch`).
+
+    ``capacity``: the most rows each rank sends each peer, one number for every pair or a ``world x world``
+    matrix (row = sender), the same on every rank; ``like``: a tensor shaped like the inputs (rows along the
+    first dimension, the dtype and device of the calls); ``overflow``: what rows beyond the capacity mean,
+    ``"flag"`` (an error, raised by ``check()``) or ``"drop"`` (dropped by design, counted). Every rank of the
+    group calls it at the same point, outside any graph (it plans, binds and compares the plan across ranks).
+
+    The binding is then used two ways, both with no host sync and no shape that depends on a count:
+
+    - ``binding(output, input, send_counts, recv_counts)`` with the counts as int64 tensors on the device
+      (what a graph-captured MoE layer has): rows up to the capacity move, the rest follow ``overflow``;
+    - ``torch.distributed.all_to_all_single`` called under capture on that group replays it with the call's own
+      split sizes (fixed for the graph).
+
+    Raises :class:`a2acc.errors.CaptureError` when the JIT is not active (``A2ACC_JIT=1``) or the ranks disagree."""
+    from a2acc.errors import CaptureError
+
+    eng = _engine()
+    if eng is None:
+        raise CaptureError(
+            "a2acc.runtime.capture: the JIT is not active (set A2ACC_JIT=1 and A2ACC_TOPOLOGY)"
+        )
+    return eng.bind_capacity(capacity, like, group, overflow)
 
 
 def _engine() -> Any:

@@ -31,7 +31,8 @@ class EngineStats:
     ``host_syncs`` (waits of the host for a device: one per exchanged call on a GPU group, none on a CPU group,
     plus any wait for a pinned staging slot); ``exchanges_skipped`` (handled calls that needed no exchange: the
     matrix was announced and its plan already agreed, or, of them, ``predicted``: ``A2ACC_EXCHANGE=adaptive``
-    ran the plan of the call one period back); ``overhead_us_median``/``overhead_us_mean`` (decision time of
+    ran the plan of the call one period back); ``captured`` (calls made under CUDA-graph capture that the
+    group's capacity binding served, :func:`a2acc.runtime.capture`); ``overhead_us_median``/``overhead_us_mean`` (decision time of
     exchanged calls: the exchange, bucket and plan state); ``last`` (what the most recent call did, with what it
     posted)."""
 
@@ -51,6 +52,7 @@ class EngineStats:
     host_syncs: int = 0
     exchanges_skipped: int = 0
     predicted: int = 0
+    captured: int = 0
     posted: Posted = field(default_factory=Posted)
     overhead_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
     # the most recent call: served or not, why not, and for a served one what ran it and what it posted
@@ -114,6 +116,7 @@ class EngineStats:
             "host_syncs": self.host_syncs + p.host_waits,
             "exchanges_skipped": self.exchanges_skipped,
             "predicted": self.predicted,
+            "captured": self.captured,
             "overhead_us_median": float(np.median(over) * 1e6),
             "overhead_us_mean": float(np.mean(over) * 1e6),
             "last": self.last,

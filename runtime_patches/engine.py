@@ -41,20 +41,23 @@ from typing import Any
 
 import numpy as np
 
-from a2acc.errors import AnnounceError
-from a2acc.jit.bucket import Bucket, BucketIndex, variant
+from a2acc.errors import AnnounceError, CaptureError
+from a2acc.ir.quantize import DEFAULT_ALIGN, ladder_unit
+from a2acc.jit.bucket import Bucket, BucketIndex, bucket_key, variant
 from a2acc.jit.cache import PlanCache, default_cache_dir
 from a2acc.model.topology import Topology, load_topology
 from a2acc.options import parse_options
 from a2acc.runtime.counters import EngineStats
-from a2acc.runtime.decide.agreement import FAILED, OK, Plan, PlanTable
+from a2acc.runtime.decide.agreement import FAILED, OK, Plan, PlanTable, digest56
 from a2acc.runtime.decide.compiling import Loader, compile_entry
 from a2acc.runtime.decide.exchange import Gatherer, accepted_devices, backend_name, metadata_device
 from a2acc.runtime.decide.groups import slice_topology
 from a2acc.runtime.decide.prediction import Prediction, Seen, seen
 from a2acc.runtime.decide.tuning import ALTERNATIVE, DIRECT, PLAN, UNDECIDED, WIDTH, Trial, Tuner
 from a2acc.runtime.executors import FALLBACK, Executor, get_executor, info, options_type
+from a2acc.runtime.executors.p2p import EXECUTOR as P2P
 from a2acc.runtime.launch.call import Call
+from a2acc.runtime.launch.capture import POLICIES, CapacityLaunch
 from a2acc.runtime.launch.packing import row_bytes_of
 from a2acc.runtime.settings import JitSettings, parse_topology_spec
 
@@ -84,6 +87,7 @@ class GroupState:
     accepts: dict[Any, bool] = field(default_factory=dict)  # data device -> the group accepts it
     gatherers: dict[Any, Gatherer] = field(default_factory=dict)
     launches: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # bound launches
+    captured: CapacityLaunch | None = None  # the plan bound for CUDA-graph capture (a2acc.runtime.capture)
     lookups: OrderedDict[bytes, tuple[Bucket, int]] = field(default_factory=OrderedDict)
 
 
@@ -144,6 +148,21 @@ class Engine:
         """At exit, rank 0 logs what the engine did (info level)."""
         from a2acc.runtime.activate import job_rank0
 
+        for (
+            g
+        ) in self._groups.values():  # rows a capacity binding dropped by design are said, never lost silently
+            if isinstance(g, GroupState) and g.captured is not None and g.captured.overflow == "drop":
+                try:
+                    counts = g.captured.check()
+                except Exception:  # the device may be gone at exit
+                    continue
+                if any(counts["dropped"]):
+                    log.warning(
+                        "rank %d: the capacity binding dropped %d rows (per peer %s)",
+                        g.rank,
+                        sum(counts["dropped"]),
+                        counts["dropped"],
+                    )
         if job_rank0() and self.stats.calls:
             s = self.stats.as_dict()
             log.info(
@@ -240,7 +259,7 @@ class Engine:
         try:
             side = dist.new_group(ranks=list(g.ranks), backend=g.backend, use_local_synchronization=True)
             name = backend_name(side)
-            Gatherer(side, metadata_device(side, device, name), g.world, None, name).gather([0])
+            Gatherer(side, metadata_device(side, device, name), g.world, _stock(), name).gather([0])
             return side
         except Exception as exc:  # the plans still run, on one group
             self.warn_once("side", f"no second process group for overlap=true ({exc})", tail="one group")
@@ -452,6 +471,95 @@ class Engine:
             not iss and not oss,
             async_op,
         )
+
+    # ------------------------------------------------------------------ capture
+    def bind_capacity(self, capacity: Any, like: Any, group: Any, overflow: str) -> CapacityLaunch:
+        """Plan and bind ``capacity`` (rows per pair, ``world x world`` or one number for every pair, the same
+        on every rank) for rows like ``like`` on its device, for CUDA-graph capture (see
+        :func:`a2acc.runtime.capture`). Every rank of the group calls it at the same point, outside any graph: it
+        compiles the plan in the call and compares it across the ranks (one exchange)."""
+        from math import lcm
+
+        import torch
+
+        if overflow not in POLICIES:
+            raise CaptureError(f"capture: overflow={overflow!r}; use one of {', '.join(POLICIES)}")
+        if not isinstance(like, torch.Tensor) or like.dim() == 0:
+            raise CaptureError(
+                "capture: like= must be a tensor whose first dimension is rows (an example input)"
+            )
+        with self._lock:
+            g = self._groups.get(group)
+            if g is None:
+                g = self._group(group, like.device)
+            if not isinstance(g, GroupState):
+                raise CaptureError(f"capture: {g}")
+            cap = _capacity(capacity, g.world)
+            rb = like.stride(0) * like.element_size() if like.is_contiguous() else row_bytes_of(like)
+            m = cap * rb
+            unit = ladder_unit(m, align=lcm(DEFAULT_ALIGN, rb))
+            counts = -(-m // unit)
+            algorithm = self.settings.algorithm
+            key = bucket_key(
+                counts,
+                unit,
+                variant(algorithm, self.planner_options),
+                variant(self.settings.backend, self.backend_options),
+                g.topology.fingerprint,
+            )
+            topo, target, popts, bopts = (
+                g.topology,
+                self.settings.target,
+                self.planner_options,
+                self.backend_options,
+            )
+
+            def make() -> Any:
+                return compile_entry(topo, counts, unit, algorithm, target, key, popts, bopts)
+
+            plan = self.loader.load(key, make, g.group)
+            p2p = P2P  # the capture path is a2acc's own launch, whatever executor runs the other calls
+
+            prepared = plan.prepared.get(p2p.name) or p2p.prepare(plan.prog, plan.entry)
+            ga = Gatherer(
+                g.group, metadata_device(g.group, like.device, g.backend), g.world, _stock(), g.backend
+            )
+            mine = [plan.content, digest56(cap.tobytes().hex()), rb]
+            got = ga.gather(mine)
+            if not (got == got[0]).all():
+                raise CaptureError(
+                    "capture: the ranks of the group bound different capacities, row sizes or plans (every rank "
+                    "must pass the same capacity and a tensor of the same row shape and dtype)"
+                )
+            launch = p2p.bind(
+                plan.prog,
+                prepared,
+                g.rank,
+                None,
+                rb,
+                like.device,
+                (g.group, g.side or g.group),
+                g.ranks,
+                g.backend,
+                _stock(),
+                self.stats.posted,
+                direct=False,
+            )
+            g.captured = CapacityLaunch(launch, cap, g.rank, overflow)
+            return g.captured
+
+    def run_captured(self, output: Any, input: Any, oss: Any, iss: Any, group: Any) -> bool:
+        """A call made under CUDA-graph capture: served by the group's capacity binding when there is one (its
+        split sizes, fixed for the graph, become device counts once), else left to the stock call."""
+        g = self._groups.get(group)
+        if not isinstance(g, GroupState) or g.captured is None:
+            return False
+        w = g.world
+        ins = list(iss) if iss else [int(input.shape[0]) // w] * w
+        outs = list(oss) if oss else [int(output.shape[0]) // w] * w
+        g.captured.with_sizes(output, input, ins, outs)
+        self.stats.captured += 1
+        return True
 
     # ------------------------------------------------------------------ announcements
     def announce(self, rows: Any, group: Any = None) -> None:
@@ -722,6 +830,34 @@ class Engine:
         s.padding_bytes += bucket.padding_bytes
         s.residual_bytes += bucket.overflow_bytes
         s.served(ex, plan, where, bucket.hit, before)
+
+
+def _capacity(capacity: Any, world: int) -> np.ndarray:
+    """A capacity as a ``world x world`` matrix of non-negative whole rows (CaptureError otherwise)."""
+    try:
+        cap = np.asarray(capacity.cpu() if hasattr(capacity, "cpu") else capacity)
+    except Exception as exc:
+        raise CaptureError(f"capture: capacity {capacity!r} is not a number or a matrix ({exc})") from None
+    if cap.ndim == 0:
+        cap = np.full((world, world), cap)
+    if cap.shape != (world, world) or not np.issubdtype(cap.dtype, np.integer) or (cap < 0).any():
+        raise CaptureError(
+            f"capture: capacity of shape {cap.shape} and type {cap.dtype}; give rows per pair as one non-negative "
+            f"integer or a {world}x{world} integer matrix (row = sender)"
+        )
+    return cap.astype(np.int64)
+
+
+def _stock() -> Any:
+    """The unpatched ``all_to_all_single``."""
+    from a2acc.runtime import torch_patch
+
+    original = torch_patch._STATE.get("original")
+    if original is None:
+        import torch.distributed as dist
+
+        return dist.all_to_all_single
+    return original
 
 
 def _members(g: GroupState | str, group: Any) -> tuple[tuple[int, ...], int]:

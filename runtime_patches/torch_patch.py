@@ -99,7 +99,12 @@ def all_to_all_single(
         return dist.all_to_all_single(
             output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op
         )
-    if eng.capturing():  # CUDA-graph capture or torch.compile tracing: the stock call, untouched
+    if eng.capturing():  # CUDA-graph capture or torch.compile tracing
+        # a plan bound at a fixed capacity for the group (a2acc.runtime.capture) replays; else the stock call
+        if eng.run_captured(output, input, output_split_sizes, input_split_sizes, group):
+            from a2acc.runtime.launch.streams import completed_work
+
+            return completed_work(output) if async_op else None
         return original(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
     try:
         handled = eng.run(output, input, output_split_sizes, input_split_sizes, group, original, async_op)

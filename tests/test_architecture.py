@@ -120,3 +120,18 @@ def test_drivers_reach_planners_and_targets_only_through_the_registries():
         if target.startswith(("a2acc.planners.", "a2acc.backends.")) and target not in ALLOWED_INSIDE
     ]
     assert not bad, bad
+
+
+def test_the_replay_layer_imports_nothing_that_decides():
+    """``a2acc.runtime.launch`` (bound launches, the hot path) is below ``a2acc.runtime.decide`` and the engine:
+    what to run is decided there, how to run it here."""
+    bad = [
+        f"{path.relative_to(ROOT)} -> {target}"
+        for mod, path in _modules()
+        if mod.startswith("a2acc.runtime.launch")
+        for target in _imports(path)
+        if target.startswith(("a2acc.runtime.decide", "a2acc.runtime.engine", "a2acc.runtime.executors"))
+        or target in ("a2acc.runtime.counters", "a2acc.runtime.torch_patch", "a2acc.runtime.settings")
+    ]
+    assert not bad, bad
+    assert any(mod.startswith("a2acc.runtime.launch.") for mod, _p in _modules())  # the check saw the package

@@ -57,22 +57,26 @@ class Prepared:
         self.overlap = overlap
         self.steps: GlobalSteps = global_steps(prog)
         self.exchanges: ExchangeSet = exchange_set(prog, self.steps, overlap)
-        self._programs: dict[tuple[int, tuple[int, ...] | None], LaunchProgram] = {}
+        self._programs: dict[tuple[int, tuple[int, ...] | None, bool], LaunchProgram] = {}
         self._lock = threading.Lock()
 
     @property
     def direct(self) -> bool:
         return self.steps.direct
 
-    def program(self, position: int, ranks: Sequence[int] | None = None) -> LaunchProgram:
-        key = (position, None if ranks is None else tuple(int(r) for r in ranks))
+    def program(
+        self, position: int, ranks: Sequence[int] | None = None, direct: bool = True
+    ) -> LaunchProgram:
+        key = (position, None if ranks is None else tuple(int(r) for r in ranks), direct)
         lp = self._programs.get(key)
         if lp is None:
             with self._lock:
                 lp = self._programs.get(key)
                 if lp is None:
                     perm = None if ranks is None else np.asarray(ranks, dtype=np.int64)
-                    lp = compile_launch(self.prog, position, self.steps, self.exchanges, perm, self.overlap)
+                    lp = compile_launch(
+                        self.prog, position, self.steps, self.exchanges, perm, self.overlap, direct
+                    )
                     self._programs[key] = lp
         return lp
 
@@ -108,10 +112,12 @@ class P2PExecutor:
         backend: str,
         stock: Any,
         posted: Posted,
+        direct: bool = True,
     ) -> BoundLaunch:
         """The plan at program position ``position`` (played by the caller), its program ranks played by group
-        ranks ``ranks`` (None: the identity), bound to buffers on ``device`` for rows of ``row_bytes``."""
-        lp = prepared.program(position, ranks)
+        ranks ``ranks`` (None: the identity), bound to buffers on ``device`` for rows of ``row_bytes``
+        (``direct=False``: a plan that is the caller's all-to-all still runs over the buffers)."""
+        lp = prepared.program(position, ranks, direct)
         return BoundLaunch(lp, row_bytes, device, groups, global_ranks, backend, stock, posted)
 
 

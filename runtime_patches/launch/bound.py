@@ -121,14 +121,27 @@ class BoundLaunch:
         self.order.begin()
         if self.lp.direct:
             return self._direct(call)
+        w = self.lp.world
+        splits = self.h2d.put(call.in_splits, call.out_splits)
+        self.replay(call.input, call.output, splits[:w], splits[w:])
+        post_residual(call, self.cap_in, self.cap_out, self.ranks, self.posted)
+        self.order.end()
+        return completed_work(call.output) if call.async_op else None
+
+    def replay(
+        self, input: Any, output: Any, s_in: Any, s_out: Any, cap_in: Any = None, cap_out: Any = None
+    ) -> Any:
+        """The fixed part of a call: pack ``input`` by ``s_in`` (rows per peer, an int64 tensor on the device),
+        run the exchanges, gather ``output`` by ``s_out``; ``cap_in``/``cap_out``: rows per peer to move at most,
+        when fewer than the plan's regions hold. Every launch and every shape depends on the buffers alone, never
+        on the sizes' values: nothing reads a device value on the host, so a CUDA graph can capture it. Returns
+        the rows that fitted per source (a device tensor)."""
         import torch
 
-        w, g = self.lp.world, self.g
-        splits = self.h2d.put(call.in_splits, call.out_splits)
-        s_in, s_out = splits[:w], splits[w:]
-        wide = True in self.data_words and call.input.data_ptr() % 8 == 0 and call.output.data_ptr() % 8 == 0
+        g = self.g
+        wide = True in self.data_words and input.data_ptr() % 8 == 0 and output.data_ptr() % 8 == 0
         buf = self.data_words[wide]
-        self.slots.pack(words(call.input, g, wide), s_in, buf)
+        self.slots.pack(words(input, g, wide), s_in, buf, cap_in)
         works: dict[int, list[Any]] = {}
         data2d = self.data2d
         for x, (waits, gather, send, post) in enumerate(self.steps):
@@ -141,10 +154,7 @@ class BoundLaunch:
         for ws in works.values():
             for wk in ws:
                 wk.wait()
-        self.slots.unpack(buf, s_out, words(call.output, g, wide), self.zero_word)
-        post_residual(call, self.cap_in, self.cap_out, self.ranks, self.posted)
-        self.order.end()
-        return completed_work(call.output) if call.async_op else None
+        return self.slots.unpack(buf, s_out, words(output, g, wide), self.zero_word, cap_out)
 
     def _direct(self, call: Call) -> Any:
         """The caller's own all-to-all, posted as it is (what FLASH's direct step and the stock call run)."""

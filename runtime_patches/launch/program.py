@@ -222,10 +222,12 @@ def compile_launch(
     exchanges: ExchangeSet,
     ranks: I64 | None = None,
     overlap: bool = False,
+    direct: bool = True,
 ) -> LaunchProgram:
     """Rank ``position``'s :class:`LaunchProgram`. ``ranks[p]`` is the group rank that plays program rank ``p``
     (a relabelling under the topology's symmetries; None: the identity), so blocks and regions are laid out in
-    the group's rank order."""
+    the group's rank order. ``direct=False``: a plan that is the caller's own all-to-all still runs over the
+    buffer (a fixed-capacity launch, whose sizes cannot come from the host)."""
     n = prog.nranks
     c = position
     perm = np.arange(n, dtype=np.int64) if ranks is None else np.asarray(ranks, dtype=np.int64)
@@ -237,7 +239,7 @@ def compile_launch(
     in_off[perm], in_cap[perm] = lay.in_off[c], lay.counts[c]
     out_off[perm], out_cap[perm] = lay.out_off[c], lay.counts[:, c]
     n_in, n_out = lay.input_chunks(c), lay.output_chunks(c)
-    if steps.direct:
+    if steps.direct and direct:
         return LaunchProgram(
             c, n, unit, True, n_in, in_off, in_cap, out_off, out_cap, _EMPTY, n_in + 1, 0, (), ()
         )

@@ -113,26 +113,28 @@ class Slots:
             a = self._arange[n] = torch.arange(n, dtype=torch.int64, device=self.device)
         return a
 
-    def pack(self, src_words: Any, splits: Any, dst_words: Any) -> None:
+    def pack(self, src_words: Any, splits: Any, dst_words: Any, cap: Any = None) -> None:
         """``dst_words[:in_words]`` = the caller's words at the region positions (padding: any word).
-        ``splits``: rows per peer (int64 tensor on the device); ``src_words``: the caller's input as words."""
+        ``splits``: rows per peer (int64 tensor on the device); ``src_words``: the caller's input as words;
+        ``cap``: fewer rows per peer to pack than the regions hold (a fixed-capacity binding's own limit)."""
         import torch
 
         n_src = int(src_words.shape[0])
         if self.in_words == 0 or n_src == 0:
             return
         off = (torch.cumsum(splits, 0) - splits) * self.wpr
-        fit = torch.minimum(splits, self.in_cap) * self.wpr
+        fit = torch.minimum(splits, self.in_cap if cap is None else cap) * self.wpr
         idx = off[self.in_peer] + self.in_pos
         idx = torch.where(self.in_pos < fit[self.in_peer], idx, 0).clamp_(max=n_src - 1)
         torch.index_select(src_words, 0, idx, out=dst_words[: self.in_words])
 
-    def unpack(self, buf_words: Any, splits: Any, dst_words: Any, zero_word: int) -> Any:
+    def unpack(self, buf_words: Any, splits: Any, dst_words: Any, zero_word: int, cap: Any = None) -> Any:
         """The caller's output words from the buffer: source ``s``'s first ``min(splits[s], fit)`` rows from
-        its region, the words of its other rows from ``zero_word``. Returns the fitting rows per source."""
+        its region, the words of its other rows from ``zero_word`` (``cap``: fewer rows per source than the
+        regions hold). Returns the fitting rows per source."""
         import torch
 
-        fit_rows = torch.minimum(splits, self.out_cap)
+        fit_rows = torch.minimum(splits, self.out_cap if cap is None else cap)
         n_dst = int(dst_words.shape[0])
         if n_dst == 0:
             return fit_rows

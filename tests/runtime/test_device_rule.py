@@ -75,3 +75,27 @@ def test_capture_and_compile_get_the_stock_call_untouched_with_one_warning(tmp_p
     assert errs[0].count("a2acc does not exchange, allocate or sync inside it") == 1
     assert "a CUDA graph is being captured" in errs[0]
     assert "inside it" not in errs[1]
+
+
+@pytest.mark.slow
+def test_a_plan_bound_at_a_fixed_capacity_replays_with_no_sync_and_fixed_shapes(tmp_path):
+    """a2acc.runtime.capture on fakegpu data behind the NCCL double: the served path, run under a dispatch-level
+    detector, reads nothing back to the host, copies nothing up with a blocking copy and makes no op whose
+    output shape depends on the counts (four calls with different counts give the same op-and-shape trace);
+    within the capacity the result is the stock call's; beyond it the rows that did not fit are zeros, counted,
+    raised by check() under overflow='flag' and reported under 'drop'; a patched call under capture replays
+    the group's binding."""
+    topo = tmp_path / "t.yaml"
+    topo.write_text(TWO_BY_TWO)
+    env = _env(tmp_path, A2ACC_TOPOLOGY=str(topo), A2ACC_LOG="error", A2ACC_TEST_REPORT="nccl")
+    results, errs = _run_world(tmp_path, 4, env, mode="capture_ready")
+    for rank, (res, err) in enumerate(zip(results, errs)):
+        got = res["checks"]
+        assert got["bad"] == [], got["bad"]
+        assert got["traces_equal"] and got["trace_len"] > 10
+        assert all(c["same"] and c["got"] and c["syncs"] == 0 for c in got["calls"]), got["calls"]
+        assert "not moved" in got["flag"] and "bind a larger capacity" in got["flag"]
+        # the one overflowing call of the 'drop' binding: every rank sent rank 1 three rows too many
+        assert got["drop"] == {"dropped": [0, 3, 0, 0], "missed": [3, 3, 3, 3] if rank == 1 else [0, 0, 0, 0]}
+        assert got["patched"] == {"served": True, "same": True}
+        assert "Traceback" not in err

@@ -362,3 +362,33 @@ def test_repeating_calls_run_without_the_exchange_in_lockstep(tmp_path, mode):
     assert predicted[0] == PREDICTED
     assert all(r["stats"]["predicted"] == len(PREDICTED) for r in results)
     assert all(r["stats"]["exchanges_skipped"] == len(PREDICTED) for r in results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", ["", "stock"])
+def test_a_served_call_posts_its_plan_and_counts_what_it_posted(tmp_path, bug):
+    """What a served call hands to torch.distributed is its plan's exchanges, per peer and byte, and stats()
+    counts exactly that. The same check run on a build whose launch moves the data with the stock call (while
+    adding the plan's counts) must fail: the test can tell a served plan from the stock collective."""
+    topo = tmp_path / "t.yaml"
+    topo.write_text(TWO_BY_TWO)
+    env = _env(
+        tmp_path,
+        A2ACC_TOPOLOGY=str(topo),
+        A2ACC_MISS="wait",
+        A2ACC_EXCHANGE="every",
+        A2ACC_TUNE="off",
+        A2ACC_PLANNER_OPTS="shape=staged",
+        A2ACC_TEST_BUG=bug,
+    )
+    results, _ = _run_world(tmp_path, 4, env, mode="honest")
+    calls = [c for r in results for c in r["checks"]]
+    assert all(c["same"] and c["served"] and c["exchange_even"] for c in calls)
+    assert all(c["stages"] >= 2 for c in calls)  # a relaying plan: more than the caller's one collective
+    honest = all(
+        c["plan_matches"]
+        and c["sent_counted"] == c["sent_posted"]
+        and c["collectives_counted"] == c["collectives_posted"]
+        for c in calls
+    )
+    assert honest == (bug == ""), calls

@@ -380,6 +380,289 @@ def capture(rank, world, seed, original, eng):
     }
 
 
+class Recorder:
+    """What reaches torch.distributed below a2acc (installed before a2acc's patch, so a2acc's stock function is
+    this one): every ``all_to_all_single`` with its per-peer bytes, every batch with its ops."""
+
+    def __init__(self) -> None:
+        self.log: list[dict] = []
+        self.a2a, self.batch = dist.all_to_all_single, dist.batch_isend_irecv
+
+    def install(self) -> None:
+        import torch.distributed.distributed_c10d as c10d
+
+        def a2a(out, inp, osz=None, isz=None, group=None, async_op=False):
+            rb = inp.element_size() * (inp[0].numel() if inp.dim() > 1 else 1)
+            n = dist.get_world_size(group)
+            isz_ = list(isz) if isz else [inp.shape[0] // n] * n
+            osz_ = list(osz) if osz else [out.shape[0] // n] * n
+            self.log.append(
+                {
+                    "kind": "a2a",
+                    "even": not isz,
+                    "send": [k * rb for k in isz_],
+                    "recv": [k * rb for k in osz_],
+                }
+            )
+            return self.a2a(out, inp, osz, isz, group=group, async_op=async_op)
+
+        def batch(ops):
+            self.log.append(
+                {
+                    "kind": "p2p",
+                    "ops": [
+                        (op.op is dist.isend, op.peer, op.tensor.numel() * op.tensor.element_size())
+                        for op in ops
+                    ],
+                }
+            )
+            return self.batch(ops)
+
+        dist.all_to_all_single = c10d.all_to_all_single = a2a
+        dist.batch_isend_irecv = c10d.batch_isend_irecv = batch
+
+
+RECORDER: Recorder | None = None
+
+
+def honest(rank, world, seed, original, eng):
+    """A relaying plan (fast's staged shape on two servers, every call exchanged, nothing measured): what each
+    served call posted below a2acc must be exactly its launch program's exchanges, byte for byte per peer, and
+    the counts ``stats()`` reports must be what was posted. With ``A2ACC_TEST_BUG=stock`` the bound launch is
+    replaced by the stock call on the caller's tensors (while the plan's counts are still added): the
+    comparison must then fail (the test runs both)."""
+    import os
+
+    from a2acc.runtime.launch import bound
+
+    rec = RECORDER
+    if os.environ.get("A2ACC_TEST_BUG") == "stock":
+        real_run = bound.BoundLaunch.run
+
+        def run(self, call, matrix=None):
+            if self.lp.direct:
+                return real_run(self, call, matrix)
+            for x in self.steps:  # the plan's counts, as a careless implementation would add them
+                self.posted.add(*x[3].counts)
+            call.stock(call.output, call.input, call.out_splits, call.in_splits, group=call.group)
+            return None
+
+        bound.BoundLaunch.run = run
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(6):
+        rows = torch.randint(20, 60, (world, world), generator=g)
+        rows[:, 1] *= 8  # a hot expert: the staged plan balances and relays
+        start = len(rec.log)
+        before = dict(eng.stats.as_dict())
+        same, served = _served(rows, rank, i, original, eng)
+        posted = rec.log[start:-1]  # the stock reference call is the last
+        after = eng.stats.as_dict()
+        # the split-size exchange first; a2acc's metadata (that one, and with A2ACC_MISS=wait a new bucket's status)
+        # goes as even all-to-alls, the plan's exchanges with sizes per peer or as batches
+        exchange = posted[0]
+        data = [p for p in posted if not (p["kind"] == "a2a" and p["even"])]
+        launches = [
+            lc
+            for grp in eng._groups.values()
+            for k, lc in grp.launches.items()
+            if k[0] == after["last"].get("key")
+        ]
+        expect = []
+        if launches and not launches[0].lp.direct:
+            lp = launches[0].lp
+            for ex, step in zip(lp.exchanges, launches[0].steps):
+                post = step[3]
+                if post.how == "a2a":
+                    expect.append(
+                        {
+                            "kind": "a2a",
+                            "send": [k * lp.unit for k in ex.send],
+                            "recv": [k * lp.unit for k in ex.recv],
+                        }
+                    )
+                elif post.ops:
+                    expect.append(
+                        {
+                            "kind": "p2p",
+                            "bytes": sorted(
+                                int(o.tensor.numel() * o.tensor.element_size()) for o in post.ops
+                            ),
+                        }
+                    )
+        got = []
+        for p in data:
+            if p["kind"] == "a2a":
+                got.append({"kind": "a2a", "send": p["send"], "recv": p["recv"]})
+            else:
+                got.append({"kind": "p2p", "bytes": sorted(b for _s, _p, b in p["ops"])})
+        sent = sum(
+            sum(b for q, b in enumerate(p["send"]) if q != rank)
+            if p["kind"] == "a2a"
+            else sum(b for s_, _p, b in p["ops"] if s_)
+            for p in data
+        )
+        out.append(
+            {
+                "same": same,
+                "served": served,
+                "exchange_even": exchange["kind"] == "a2a" and exchange["even"],
+                "plan_matches": got == expect and bool(expect),
+                "stages": len(expect),
+                "sent_counted": after["sent_bytes"] - before["sent_bytes"],
+                "sent_posted": sent,
+                "collectives_counted": after["collectives"] - before["collectives"],
+                "collectives_posted": len(data),
+            }
+        )
+    return out
+
+
+class SyncDetector:
+    """A dispatch-level detector for what a captured CUDA graph cannot contain: every op that reads a device
+    value on the host (``.item()``, ``.tolist()``, a copy to the CPU) or copies host data up with a blocking copy
+    (a capture may hold only non-blocking copies, from pinned memory), and every op whose output shape depends
+    on data (``nonzero``, ``masked_select``, ``unique``, ``repeat_interleave`` without ``output_size``). It
+    records each op and its output shapes, so two calls with different counts can be compared: a data-dependent
+    shape shows as a different trace."""
+
+    FORBIDDEN = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "repeat_interleave", "item")
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        det = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                name = str(func)
+                if any(f in name for f in det.FORBIDDEN):
+                    det.bad.append(name)
+                out = func(*args, **kwargs)
+                leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+                fake_in = any(
+                    getattr(t, "device", None) is not None and t.device.type == "fakegpu" for t in leaves
+                )
+                outs = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+                if fake_in and any(o.device.type == "cpu" for o in outs):
+                    det.bad.append(f"{name}: device to host")
+                copies = name in ("aten._to_copy.default", "aten.copy_.default")
+                nb = kwargs.get(
+                    "non_blocking", args[2] if name == "aten.copy_.default" and len(args) > 2 else False
+                )
+                up = copies and any(o.device.type == "fakegpu" for o in outs) and not fake_in
+                if up and not nb:
+                    det.bad.append(f"{name}: blocking host to device copy")
+                det.trace.append((name, tuple(tuple(o.shape) for o in outs)))
+                return out
+
+        self.mode = Mode()
+        self.bad: list[str] = []
+        self.trace: list = []
+
+    def run(self, fn):
+        self.trace = []
+        with self.mode:
+            fn()
+        return self.trace
+
+
+def capture_ready(rank, world, seed, original, eng):
+    """A plan bound at a fixed capacity (``a2acc.runtime.capture``) on ``fakegpu`` data behind the NCCL double:
+    the served path runs under :class:`SyncDetector`; counts within the capacity give the stock call's result;
+    counts beyond it give zeros for the rows that did not fit, counted, and ``check()`` raises (``flag``) or
+    reports (``drop``); the patched call under (simulated) capture replays the binding."""
+    from a2acc.errors import CapacityOverflow
+    from a2acc.runtime import capture
+    from tests.runtime import nccl_double as nd
+
+    g = torch.Generator().manual_seed(seed)
+    cap = torch.randint(6, 14, (world, world), generator=g)
+    like = nd.fake(torch.zeros(1, 3))
+    flagged = capture(cap, like, overflow="flag")
+    dropping = capture(cap, like, overflow="drop")  # the group's binding from here on (the last one bound)
+    n_in, n_out = int(cap[rank].sum()) + 5, int(cap[:, rank].sum())
+    det = SyncDetector()
+    out = {"traces_equal": True, "bad": [], "calls": []}
+    traces = []
+    for i in range(6):  # calls 0-1: warm-up (as before a capture), 2-3 within the capacity, 4-5 beyond it
+        over = i >= 4
+        rows = torch.minimum(torch.randint(0, 14, (world, world), generator=g), cap)
+        if over:  # every rank sends rank 1 three rows more than its capacity (the same matrix on every rank)
+            rows[:, 1] = cap[:, 1] + 3
+        send, recv = rows[rank], rows[:, rank]
+        x = nd.fake(torch.arange(n_in * 3, dtype=torch.float32).reshape(n_in, 3) + 1000 * rank + i)
+        y = nd.fake(torch.full((n_out + 3 * world, 3), -5.0))
+        s_dev, r_dev = nd.fake(send.clone()), nd.fake(recv.clone())
+        binding = flagged if i % 2 == 0 else dropping
+        before = (nd.STATS["d2h"], nd.STATS["h2d"])
+        got: dict = {}
+
+        def call(b=binding, x=x, y=y, s=s_dev, r=r_dev, got=got):
+            got["n"] = b(y, x, s, r)
+
+        traces.append(det.run(call))
+        syncs = (nd.STATS["d2h"] - before[0]) + (nd.STATS["h2d"] - before[1])
+        # what the stock call gives for the rows that fit; zeros for the rest of each source's rows
+        fit = torch.minimum(rows, cap)
+        xs = nd.host(x)
+        parts = []
+        off = torch.cumsum(rows[rank], 0) - rows[rank]
+        for q in range(world):
+            parts.append(xs[int(off[q]) : int(off[q]) + int(fit[rank, q])])
+        ref_d = nd.fake(torch.empty(int(fit[:, rank].sum()), 3))
+        original(ref_d, nd.fake(torch.cat(parts)), fit[:, rank].tolist(), fit[rank].tolist())
+        ref = nd.host(ref_d)
+        expect = torch.full_like(nd.host(y), 0.0)
+        at, ro = 0, 0
+        for s_ in range(world):
+            k, f = int(recv[s_]), int(fit[s_, rank])
+            expect[ro : ro + f] = ref[at : at + f]
+            at, ro = at + f, ro + k
+        got_rows = nd.host(got["n"]).tolist()
+        out["calls"].append(
+            {
+                "over": over,
+                "same": bool(torch.equal(nd.host(y)[:ro], expect[:ro])),
+                "got": got_rows == fit[:, rank].tolist(),
+                "syncs": syncs,
+            }
+        )
+    # after a warm-up call each (what precedes a capture), the same binding with counts within and beyond the
+    # capacity: the same ops with the same shapes
+    out["traces_equal"] = traces[2] == traces[4] and traces[3] == traces[5]
+    out["trace_len"] = len(traces[2])
+    out["bad"] = det.bad
+    try:
+        flagged.check()
+        out["flag"] = "no error"
+    except CapacityOverflow as exc:
+        out["flag"] = str(exc)
+    out["drop"] = dropping.check()
+    # the patched call under capture (as if a graph were being captured): the group's binding replays it
+    cuda, eng._cuda = eng._cuda, True
+    saved = torch.cuda.is_current_stream_capturing
+    torch.cuda.is_current_stream_capturing = lambda: True
+    try:
+        rows = torch.minimum(torch.randint(0, 14, (world, world), generator=g), cap)
+        send, recv = [int(v) for v in rows[rank]], [int(v) for v in rows[:, rank]]
+        x = nd.fake(torch.arange(sum(send) * 3, dtype=torch.float32).reshape(-1, 3) + rank)
+        ya, yb = nd.fake(torch.zeros(sum(recv), 3)), nd.fake(torch.zeros(sum(recv), 3))
+        before = eng.stats.captured
+        det.run(lambda: dist.all_to_all_single(ya, x, recv, send))
+    finally:
+        torch.cuda.is_current_stream_capturing = saved
+        eng._cuda = cuda
+    original(yb, x, recv, send)
+    out["patched"] = {
+        "served": eng.stats.captured > before,
+        "same": bool(torch.equal(nd.host(ya), nd.host(yb))),
+    }
+    out["bad"] = det.bad
+    return out
+
+
 def main() -> None:
     rank, world, port, out, seed = (
         int(sys.argv[1]),
@@ -389,7 +672,7 @@ def main() -> None:
         int(sys.argv[5]),
     )
     mode = sys.argv[6] if len(sys.argv) > 6 else "full"
-    if mode == "nccl":  # the double first, then a2acc's patch over it (A2ACC_JIT is not set for this mode)
+    if mode in ("nccl", "capture_ready"):  # the double first, then a2acc's patch (A2ACC_JIT is not set)
         sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[2]))
         import os
 
@@ -397,9 +680,13 @@ def main() -> None:
 
         nccl_double.install(report=os.environ.get("A2ACC_TEST_REPORT", "fakegpu:gloo"))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    if mode == "honest":  # below a2acc: installed before its patch (A2ACC_JIT is not set for this mode)
+        global RECORDER
+        RECORDER = Recorder()
+        RECORDER.install()
     from a2acc.runtime import stats, torch_patch
 
-    if mode == "nccl":
+    if mode in ("nccl", "honest", "capture_ready"):
         torch_patch.install()
 
     result = {"patched": torch_patch.is_installed(), "checks": []}
@@ -417,6 +704,8 @@ def main() -> None:
             "content": content,
             "adaptive": adaptive,
             "mixed": mixed,
+            "honest": honest,
+            "capture_ready": capture_ready,
         }[mode](rank, world, seed, original, eng)
         result["stats"] = stats()
     dist.barrier()
