@@ -20,15 +20,13 @@ each bucket's measurement kept (``plan`` or ``direct``).
 Reported per workload: calls served by a2acc plans (all calls, and after the first two), padding and residual
 (% of payload), per-call time stock and a2acc (median [min-max] over served calls), bytes each rank sends
 (stock: its payload to other ranks; a2acc: everything its messages carry, relays and padding included),
-messages per rank per call against (stages x peers), and whether every output was byte-identical.
+messages per rank per call against (collectives posted x peers), and whether every output was byte-identical.
 ``--announce`` has every rank announce each call's matrix first (:func:`a2acc.runtime.announce`, what an MoE
 dispatcher that all-gathers its token counts, as Megatron-LM's does, knows): a call whose plan every rank already
-has then skips the split-size exchange. With ``--python-time`` also the CPU time of the calling thread per
-served call (``cpu``; ``time.thread_time``: the engine's and the executor's Python, the copies it runs, and the
-socket writes and reads Gloo does in the calling thread when a message is posted or waited for; nothing spent
-blocked waiting for transfers or for the exchange; a busy machine does not inflate it), mean over ranks and
-served calls. Profiled at 4 processes on the two-server topology (cProfile, rank 0), Gloo's send and receive
-calls took about 4 ms of the 8.5 ms per call: it is not all Python. This machine is shared and small: give ``uptime`` with the figures and repeat runs.
+has then skips the split-size exchange. With ``--python-time`` also the process CPU per served call (``cpu``;
+``time.process_time``: every thread of the process, Gloo's included), median over calls, then over ranks
+(``benchmarks/jit_hostcost.py`` measures the host cost against the stock call on its own). This machine is
+shared and small: give ``uptime`` with the figures and repeat runs.
 """
 
 from __future__ import annotations
@@ -99,17 +97,19 @@ for dtype_name in dtypes:
             y_a2acc = torch.full((sum(recv), hidden), 7, dtype=dtype)
             t = {}
             order = (("stock", stock, y_stock), ("a2acc", dist.all_to_all_single, y_a2acc))
+            cpu = {}
             for label, fn, y in order if i % 2 == 0 else order[::-1]:
                 if label == "a2acc" and announce:
                     a2acc.runtime.announce(rows)  # what an MoE dispatcher that gathers its counts knows
                 dist.barrier()
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 fn(y, x, recv, send)
                 t[label] = time.perf_counter() - t0
+                cpu[label] = time.process_time() - c0
             last = dict(eng.stats.last)
             same = bool(torch.equal(y_stock.view(torch.uint8), y_a2acc.view(torch.uint8)))
             stock_sent = (sum(send) - send[rank]) * hidden * x.element_size()
-            rec.append({"t": t, "last": last, "same": same, "stock_sent": stock_sent})
+            rec.append({"t": t, "cpu": cpu, "last": last, "same": same, "stock_sent": stock_sent})
         st = stats()
         results.append({"workload": name, "dtype": dtype_name, "calls": rec, "stats": {k: v for k, v in st.items() if k != "last"}})
 json.dump(results, open(out, "w"))
@@ -196,7 +196,7 @@ def _summarise(world: int, topo: str, ranks: list[list[dict]], python_time: bool
             for c in r["calls"]:
                 last = c["last"]
                 if last.get("served"):
-                    bound = last.get("steps", 0) * (world - 1)
+                    bound = last.get("collectives", 0) * (world - 1)
                     worst = max(worst, max(last.get("sends", 0), last.get("recvs", 0)) / max(bound, 1))
                     msgs_ok &= last.get("sends", 0) <= bound and last.get("recvs", 0) <= bound
                     sent_a2acc.append(last.get("sent_bytes", 0))
@@ -226,11 +226,12 @@ def _summarise(world: int, topo: str, ranks: list[list[dict]], python_time: bool
             "kept": st[0].get("tuned", {}),
             "by_algorithm": st[0].get("by_algorithm", {}),
         }
-        if python_time:
-            handled = max(sum(s["handled"] for s in st), 1)
-            ph = {p: sum(s["phase_s"][p] for s in st) / handled * 1e3 for p in st[0]["phase_s"]}
-            row["python_ms"] = sum(s["cpu_s"] for s in st) / handled * 1e3
-            row["phases_ms"] = {p: round(v, 2) for p, v in ph.items()}
+        if python_time:  # process CPU per served call, median over calls then over ranks
+            meds = []
+            for r in per_rank:
+                xs = [c["cpu"]["a2acc"] for c in r["calls"] if c["last"].get("served")]
+                meds.append(statistics.median(xs) if xs else 0.0)
+            row["python_ms"] = statistics.median(meds) * 1e3
         rows.append(row)
     return rows
 
@@ -309,7 +310,7 @@ def main() -> None:
         metavar="PROCS=SPEC",
         help="A2ACC_TOPOLOGY for a process count (repeatable; default 4=alps:1, 4=2x2, 8=dgx-h100:1, 8=alps:2)",
     )
-    ap.add_argument("--python-time", action="store_true", help="also the calling thread's CPU time per call")
+    ap.add_argument("--python-time", action="store_true", help="also the process CPU per served call")
     ap.add_argument(
         "--announce",
         action="store_true",
