@@ -135,10 +135,8 @@ class ExchangePost:
 
     def post(self) -> list[Any]:
         self.posted.add(*self.counts)
-        if self.how == A2A:
-            work = self.stock(
-                self.recv, self.send, self.recv_sizes, self.send_sizes, group=self.group, async_op=True
-            )
+        if self._post is not None:
+            work = self._post(self.recv, self.send, self.recv_sizes, self.send_sizes)
             return [work] if work is not None else []
         if not self.ops:  # nothing of this rank's in the exchange
             self.posted.collectives -= 1
