@@ -235,7 +235,7 @@ def check_placement(device: Any) -> str:
     launches = bind(world, prog, 16)
     bad = []
     for lc in launches:
-        held = [lc.data, lc.staging, *[st[1] for st in lc.steps if st[1] is not None]]
+        held = [lc.buffers.data, lc.buffers.staging, *[st[1] for st in lc.steps if st[1] is not None]]
         sl = lc.slots
         held += [sl.in_peer, sl.in_pos, sl.in_cap, sl.out_cap, sl.out_off, sl.region]
         held.append(lc.h2d.put([1] * world.n, [1] * world.n))

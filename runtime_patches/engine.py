@@ -56,6 +56,7 @@ from a2acc.runtime.decide.prediction import Prediction, Seen, seen
 from a2acc.runtime.decide.tuning import ALTERNATIVE, DIRECT, PLAN, UNDECIDED, WIDTH, Trial, Tuner
 from a2acc.runtime.executors import FALLBACK, Executor, get_executor, info, options_type
 from a2acc.runtime.executors.p2p import EXECUTOR as P2P
+from a2acc.runtime.launch.bound import Buffers
 from a2acc.runtime.launch.call import Call
 from a2acc.runtime.launch.capture import POLICIES, CapacityLaunch
 from a2acc.runtime.launch.packing import row_bytes_of
@@ -88,6 +89,7 @@ class GroupState:
     gatherers: dict[Any, Gatherer] = field(default_factory=dict)
     launches: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # bound launches
     captured: CapacityLaunch | None = None  # the plan bound for CUDA-graph capture (a2acc.runtime.capture)
+    buffers: dict[Any, Buffers] = field(default_factory=dict)  # per device: what the group's launches share
     lookups: OrderedDict[bytes, tuple[Bucket, int]] = field(default_factory=OrderedDict)
 
 
@@ -419,6 +421,7 @@ class Engine:
                 g.backend,
                 call.stock,
                 self.stats.posted,
+                buffers=g.buffers.setdefault(call.input.device, Buffers(call.input.device)),
             )
             if len(g.launches) >= 64:  # buffers of plans no longer used go with them
                 g.launches.pop(next(iter(g.launches)))

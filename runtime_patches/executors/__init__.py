@@ -112,11 +112,13 @@ class Executor(Protocol):
         backend: str,
         stock: Any,
         posted: Posted,
+        buffers: Any = None,
     ) -> Launch:
         """The plan at program position ``position``, its program ranks played by group ranks ``ranks`` (None:
         the identity), bound for rows of ``row_bytes`` on ``device``. ``groups``: the (main, intra-server)
         process groups; ``global_ranks``: the global rank of each group rank; ``stock``: the unpatched
-        ``all_to_all_single``; ``posted``: where what is posted is counted."""
+        ``all_to_all_single``; ``posted``: where what is posted is counted; ``buffers``: the group's shared
+        buffers on the device (:class:`a2acc.runtime.launch.bound.Buffers`), for executors that use them."""
         ...
 
 

@@ -348,6 +348,7 @@ class MscclExecutor:
         backend: str,
         stock: Any,
         posted: Posted,
+        buffers: Any = None,
     ) -> ArenaLaunch:
         """The packed uniform buffer through the stock ``all_to_all_single``, which the MSCCL executor loaded in
         NCCL/RCCL replaces by the bucket's XML."""

@@ -230,6 +230,7 @@ class MscclppExecutor:
         backend: str,
         stock: Any,
         posted: Posted,
+        buffers: Any = None,
     ) -> ArenaLaunch:
         r = self.regions(prepared, position)
         nbytes = r.input[1] - r.input[0]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from a2acc.ir.program import Program
-from a2acc.runtime.launch.bound import BoundLaunch
+from a2acc.runtime.launch.bound import BoundLaunch, Buffers
 from a2acc.runtime.launch.post import Posted
 from a2acc.runtime.launch.program import (
     ExchangeSet,
@@ -113,12 +113,14 @@ class P2PExecutor:
         stock: Any,
         posted: Posted,
         direct: bool = True,
+        buffers: Buffers | None = None,
     ) -> BoundLaunch:
         """The plan at program position ``position`` (played by the caller), its program ranks played by group
         ranks ``ranks`` (None: the identity), bound to buffers on ``device`` for rows of ``row_bytes``
-        (``direct=False``: a plan that is the caller's all-to-all still runs over the buffers)."""
+        (``direct=False``: a plan that is the caller's all-to-all still runs over the buffers; ``buffers``: the
+        group's shared buffers on the device, None for buffers of its own)."""
         lp = prepared.program(position, ranks, direct)
-        return BoundLaunch(lp, row_bytes, device, groups, global_ranks, backend, stock, posted)
+        return BoundLaunch(lp, row_bytes, device, groups, global_ranks, backend, stock, posted, buffers)
 
 
 EXECUTOR = P2PExecutor()

@@ -127,6 +127,7 @@ class ReferenceExecutor:
         backend: str,
         stock: Any,
         posted: Posted,
+        buffers: Any = None,
     ) -> ArenaLaunch:
         r = self.regions(prog, position)
         n = prog.nranks

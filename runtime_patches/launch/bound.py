@@ -46,10 +46,44 @@ def _rows(buf: Any, unit: int) -> Any:
     return buf.view(-1, unit)
 
 
+class Buffers:
+    """The ``data`` and ``staging`` buffers the launches of one process group share on one device, grown to the
+    largest any of them needs (calls on a group run one after another, ordered on the stream by
+    :class:`StreamOrder`, which the buffers carry), so a job pays for one plan's buffers, not one per plan.
+    ``generation`` changes when a buffer is replaced: a launch re-slices its views then. ``owner`` is the launch
+    that used them last (the next one re-zeroes its row of zeros)."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self.device = device
+        self.data = torch.empty(0, dtype=torch.uint8, device=device)
+        self.staging = torch.empty(0, dtype=torch.uint8, device=device)
+        self.generation = 0
+        self.owner: Any = None
+        self.order = StreamOrder(device)
+
+    def fit(self, data_bytes: int, staging_bytes: int) -> None:
+        import torch
+
+        grown = False
+        if data_bytes > self.data.numel():
+            self.data = torch.empty(data_bytes, dtype=torch.uint8, device=self.device)
+            grown = True
+        if staging_bytes > self.staging.numel():
+            self.staging = torch.empty(staging_bytes, dtype=torch.uint8, device=self.device)
+            grown = True
+        if grown:
+            self.generation += 1
+            self.owner = None
+
+
 class BoundLaunch:
     """See module docstring. ``groups``: the (main, intra-server) process groups of the two lanes (the same
     group twice without overlap); ``ranks``: global rank of each group rank; ``backend``: the group's backend
-    name (what decides each exchange's posting form); ``stock``: the unpatched ``all_to_all_single``."""
+    name (what decides each exchange's posting form); ``stock``: the unpatched ``all_to_all_single``;
+    ``buffers``: the group's shared :class:`Buffers` on the device (None: buffers of its own, fixed for the
+    launch's life, as a CUDA graph that captured them needs)."""
 
     def __init__(
         self,
@@ -61,6 +95,7 @@ class BoundLaunch:
         backend: str,
         stock: Any,
         posted: Posted,
+        buffers: Buffers | None = None,
     ) -> None:
         import torch
 
@@ -72,7 +107,8 @@ class BoundLaunch:
         self.stock = stock
         self.collective = collective(stock, groups[0])
         self.posted = posted
-        self.order = StreamOrder(device)
+        self.buffers = buffers if buffers is not None else Buffers(device)
+        self.order = self.buffers.order
         unit = lp.unit
         self.cap_in = np.asarray((lp.in_cap * unit) // row_bytes, dtype=np.int64)
         self.cap_out = np.asarray((lp.out_cap * unit) // row_bytes, dtype=np.int64)
@@ -80,17 +116,8 @@ class BoundLaunch:
             return
         w = lp.world
         self.h2d = HostToDevice(device, 2 * w, posted)
-        self.data = torch.empty(lp.data_rows * unit, dtype=torch.uint8, device=device)
-        self.staging = torch.empty(max(lp.staging_rows, 0) * unit, dtype=torch.uint8, device=device)
-        data2d, stage2d = _rows(self.data, unit), _rows(self.staging, unit)
-        data2d[lp.zero_row].zero_()
-        self.data2d = data2d
         g = word_bytes(row_bytes, unit)
         self.g = g
-        # the buffer as words: 8-byte copies when the caller's tensors allow them too, else bytes
-        self.data_words = {
-            wide: words(self.data, g, wide) for wide in ({False, True} if g % 8 == 0 else {False})
-        }
         self.zero_word = lp.zero_row * (unit // g)
         self.slots = Slots(
             RegionMap(lp.in_off, lp.in_cap, lp.in_rows),
@@ -99,20 +126,57 @@ class BoundLaunch:
             unit,
             device,
         )
+        self.gathers = [
+            None if ex.send_at >= 0 else torch.as_tensor(ex.gather).to(device) for ex in lp.exchanges
+        ]
+        self.hows = [form(backend, ex.peers, w) for ex in lp.exchanges]
+        self.lanes = groups
+        self._generation = -1
+        self.buffers.fit(lp.data_rows * unit, lp.staging_rows * unit)
+        self._views()
+
+    def _views(self) -> None:
+        """Views of the (shared) buffers: the data rows, their words, each exchange's blocks and posts."""
+        lp, unit, g = self.lp, self.lp.unit, self.g
+        buf = self.buffers
+        data = buf.data[: lp.data_rows * unit]
+        data2d, stage2d = _rows(data, unit), _rows(buf.staging[: lp.staging_rows * unit], unit)
+        self.data2d = data2d
+        # the buffer as words: 8-byte copies when the caller's tensors allow them too, else bytes
+        self.data_words = {wide: words(data, g, wide) for wide in ({False, True} if g % 8 == 0 else {False})}
         self.steps: list[tuple[tuple[int, ...], Any, Any, ExchangePost]] = []
         for x, ex in enumerate(lp.exchanges):
             if ex.send_at >= 0:
                 send = data2d[ex.send_at : ex.send_at + ex.send_rows]
-                gather = None
             else:
                 send = stage2d[ex.stage_at : ex.stage_at + ex.send_rows]
-                gather = torch.as_tensor(ex.gather).to(device)
             recv = data2d[ex.recv_at : ex.recv_at + ex.recv_rows]
-            how = form(backend, ex.peers, w)
             post = ExchangePost(
-                how, send, recv, ex.send, ex.recv, unit, groups[ex.lane], self.ranks, stock, posted, x
+                self.hows[x],
+                send,
+                recv,
+                ex.send,
+                ex.recv,
+                unit,
+                self.lanes[ex.lane],
+                self.ranks,
+                self.stock,
+                self.posted,
+                x,
             )
-            self.steps.append((ex.waits, gather, send, post))
+            self.steps.append((ex.waits, self.gathers[x], send, post))
+        self._generation = buf.generation
+
+    def _claim(self) -> None:
+        """Take the shared buffers for this call: re-slice after they grew, re-zero the row of zeros after
+        another launch used them."""
+        buf = self.buffers
+        if self._generation != buf.generation:
+            buf.fit(self.lp.data_rows * self.lp.unit, self.lp.staging_rows * self.lp.unit)
+            self._views()
+        if buf.owner is not self:
+            self.data2d[self.lp.zero_row].zero_()
+            buf.owner = self
 
     # ------------------------------------------------------------------ replay
     def run(self, call: Call, matrix: Any = None) -> Any:
@@ -138,6 +202,7 @@ class BoundLaunch:
         the rows that fitted per source (a device tensor)."""
         import torch
 
+        self._claim()
         g = self.g
         wide = True in self.data_words and input.data_ptr() % 8 == 0 and output.data_ptr() % 8 == 0
         buf = self.data_words[wide]
