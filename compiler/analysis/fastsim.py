@@ -63,6 +63,7 @@ from a2acc.analysis.simulate import (
     Routes,
     Setup,
     SimResult,
+    check_topology,
     incast_capacity,
     resolve_model,
     routes,
@@ -430,6 +431,7 @@ def simulate_fast(
     Results are memoised per process by content (the ops, layout and unit, the topology's fingerprint, the
     model, the tolerance): a planner that simulates its candidates (fast, auto, syccl) and a comparison that
     simulates the winner again pay once. Treat the returned result as read-only."""
+    check_topology(prog, topo)  # (the memo below is by content: a plan's recorded topology is not in it)
     mdl = resolve_model(topo, model, incast)
     total = payload_bytes if payload_bytes is not None else int(prog.counts.sum()) * prog.unit_bytes
     digest = _program_digest(prog)
