@@ -1,12 +1,16 @@
 /*
  * a2acc._mscclpp: compiled fast path of the MSCCL++ check (a2acc/backends/mscclpp/{reader,interp}.py).
  *
- * check(text, counts, chunk_bytes, launches) -> (ngpus, C, protocol, max_tbs, max_ops, channel_pairs, launches) | str
+ * check(text, counts, chunk_bytes, launches, max_tbs)
+ *     -> (ngpus, C, protocol, max_tbs, max_ops, channel_pairs, launches) | (rank, thread blocks) | str
  *   text       : the JSON execution plan text
  *   counts     : None (the standard all-to-all postcondition) or bytes of N*N int64 chunk counts (the manifest's
  *                all-to-all-v layout, row = sender)
  *   chunk_bytes: the manifest's chunk size, or 0 (then the smallest size the plan loads with, as the reference)
  *   launches   : back-to-back launches to execute (2..8)
+ *   max_tbs    : thread blocks a rank may have (all must be co-resident); a plan that parses and gives some rank
+ *                more is answered, before any other work, with that rank and its count (a pair): the reference's
+ *                load check reports exactly that (interp/load.py)
  *
  * A tuple means: the pure-Python reference (strict reader, load checks, intra-thread-block rules, execution of
  * the launches with deadlock, race, cross-launch and postcondition checks, balanced counters) reports no error
@@ -1858,13 +1862,21 @@ static void free_plan(plan_t *P) {
     free(P->gpus), free(P->tbs), free(P->ops), free(P->refs), free(P->ints), free(P->rbufs);
 }
 
+/* the first rank with more than limit thread blocks, or -1 */
+static int first_crowded(const plan_t *P, int limit) {
+    for (int r = 0; r < P->n; r++)
+        if (P->gpus[r].ntb > limit) return r;
+    return -1;
+}
+
 /* ------------------------------------------------------------------ check() */
 static PyObject *py_check(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *text_obj, *counts_obj;
     long long chunk_bytes;
-    int launches;
-    if (!PyArg_ParseTuple(args, "UOLi", &text_obj, &counts_obj, &chunk_bytes, &launches)) return NULL;
+    int launches, limit_tbs;
+    if (!PyArg_ParseTuple(args, "UOLii", &text_obj, &counts_obj, &chunk_bytes, &launches, &limit_tbs))
+        return NULL;
     Py_ssize_t len;
     const char *text = PyUnicode_AsUTF8AndSize(text_obj, &len);
     if (!text) return NULL;
@@ -1876,11 +1888,12 @@ static PyObject *py_check(PyObject *self, PyObject *args) {
     mach_t M;
     memset(&M, 0, sizeof(M));
     const char *why = NULL;
-    int ok = 0, max_tbs = 0, max_ops = 0;
+    int ok = 0, max_tbs = 0, max_ops = 0, crowded = -1;
     i64 chunk = 0;
     Py_BEGIN_ALLOW_THREADS
     if (launches < 2 || launches > 8) why = "launches";
     else if (!parse(text, len, &P)) why = "not the form a2acc's emitter writes";
+    else if ((crowded = first_crowded(&P, limit_tbs)) >= 0) why = "thread blocks";
     else if (have_counts && cb.len != (Py_ssize_t)((i64)P.n * P.n * (i64)sizeof(i64))) why = "the manifest's size";
     else if (!static_ok(&P)) why = "a load check";
     else if (!(chunk = sizes_ok(&P, chunk_bytes, have_counts ? (const i64 *)cb.buf : NULL))) why = "the sizes";
@@ -1908,6 +1921,8 @@ static PyObject *py_check(PyObject *self, PyObject *args) {
     if (ok)
         res = Py_BuildValue("(iLsiiLi)", P.n, P.n ? P.gpus[0].in_c : 0, P.ll ? "LL" : "Simple", max_tbs, max_ops,
                             pairs / 2, launches);
+    else if (crowded >= 0)
+        res = Py_BuildValue("(ii)", crowded, P.gpus[crowded].ntb);
     else
         res = PyUnicode_FromString(why ? why : "undecided");
     free_plan(&P);
@@ -1917,9 +1932,9 @@ static PyObject *py_check(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"check", py_check, METH_VARARGS,
-     "check(text, counts, chunk_bytes, launches) -> (ngpus, C, protocol, max_tbs, max_ops, channel_pairs, "
-     "launches) when the "
-     "reference would report no error and no note, else the reason it is not decided here"},
+     "check(text, counts, chunk_bytes, launches, max_tbs) -> (ngpus, C, protocol, max_tbs, max_ops, "
+     "channel_pairs, launches) when the reference would report no error and no note, (rank, thread blocks) when a "
+     "rank has more than max_tbs, else the reason it is not decided here"},
     {NULL, NULL, 0, NULL},
 };
 
