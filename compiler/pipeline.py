@@ -121,13 +121,11 @@ def compile(request: Request) -> Result:
     clock = _Clock()
     with clock.phase("quantize"):
         counts, candidates = _layouts(request, m, target, topts)
-    peer_limit = target_max_peers(target, topts)  # the same for every layout of the ladder
-    ladder = _Ladder(request, m, popts, peer_limit, clock)
+    ladder = _Ladder(request, m, counts, popts, target, topts, clock)
     pending = list(candidates)
     coarsest: Result | None = None  # the coarsest layout's result, when the ladder jumped to it and it fit
     while pending:
-        label, unit = pending.pop(0)
-        got = ladder.attempt(label, unit, counts, target, topts)
+        got = ladder.attempt(*pending.pop(0))
         if isinstance(got, Result):
             return got
         if got is None:  # too many chunks, after coarser layouts the target refused: stop there
@@ -135,8 +133,7 @@ def compile(request: Request) -> Result:
         if got.follows_transfers and len(pending) > 1 and coarsest is None:
             # a limit of transfers and peers, which coarser layouts keep: only the coarsest can still help,
             # so it goes next; the layouts between are tried (for their smaller padding) only if it fits
-            last = pending.pop()
-            top = ladder.attempt(*last, counts, target, topts)
+            top = ladder.attempt(*pending.pop())
             if not isinstance(top, Result):
                 skipped = ", ".join(lb for lb, _u in pending)
                 raise LoweringError(
@@ -157,20 +154,27 @@ class _Ladder:
     tried and why each refused layout was refused."""
 
     def __init__(
-        self, request: Request, m: npt.NDArray[np.int64], popts: Any, peer_limit: int | None, clock: _Clock
+        self,
+        request: Request,
+        m: npt.NDArray[np.int64],
+        counts: npt.NDArray[np.int64] | None,
+        popts: Any,
+        target: Target | None,
+        topts: Any,
+        clock: _Clock,
     ) -> None:
-        self.request, self.m, self.popts, self.peer_limit, self.clock = request, m, popts, peer_limit, clock
+        self.request, self.m, self.counts, self.popts, self.clock = request, m, counts, popts, clock
+        self.target, self.topts = target, topts
+        self.peer_limit = target_max_peers(target, topts)  # the same for every layout of the ladder
         self.tried: list[str] = []
         self.refused: list[str] = []
 
-    def attempt(
-        self, label: str, unit: int, counts: npt.NDArray[np.int64] | None, target: Target | None, topts: Any
-    ) -> Result | LoweringError | None:
+    def attempt(self, label: str, unit: int) -> Result | LoweringError | None:
         """The result of one layout, or the target's refusal; None for a layout with more chunks than a plan
         may hold after coarser ones were refused (finer layouts only have more chunks)."""
-        request, m, clock = self.request, self.m, self.clock
+        request, m, clock, target = self.request, self.m, self.clock, self.target
         with clock.phase("quantize"):
-            c = counts if counts is not None else quantize(m, unit)
+            c = self.counts if self.counts is not None else quantize(m, unit)
         if int(c.sum()) > MAX_LAYOUT_CHUNKS:  # the plan could not be read back: refuse before planning it
             if self.refused:
                 return None
@@ -189,7 +193,7 @@ class _Ladder:
             return Result(prog, rep, None, None, clock.t, label, tuple(self.refused))
         try:
             with clock.phase("lower"):
-                lowered = target.lower(prog, topts, name=request.name)
+                lowered = target.lower(prog, self.topts, name=request.name)
         except LoweringError as exc:
             self.refused.append(f"{label}: {exc}")
             return exc

@@ -665,24 +665,20 @@ def test_the_json_the_dsl_prints_verifies_with_the_dsls_manifest(tmp_path, capsy
     assert main(["verify", str(plan_json), "--manifest", f"{prog_py}.manifest.json"]) == 0
     assert "all-to-all-v manifest" in capsys.readouterr().out
     xml_man = tmp_path / "algos.manifest.json"
-    assert (
-        main(
-            [
-                "compile",
-                "-t",
-                "dgx-h100",
-                "-n",
-                "1",
-                "-m",
-                str(m),
-                "-a",
-                "fast",
-                "-o",
-                str(tmp_path / "algos"),
-            ]
-        )
-        == 0
-    )
+    compile_xml = [
+        "compile",
+        "-t",
+        "dgx-h100",
+        "-n",
+        "1",
+        "-m",
+        str(m),
+        "-a",
+        "fast",
+        "-o",
+        str(tmp_path / "algos"),
+    ]
+    assert main(compile_xml) == 0
     capsys.readouterr()
     assert main(["verify", str(plan_json), "--manifest", str(xml_man)]) == 2
     err = capsys.readouterr().err

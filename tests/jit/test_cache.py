@@ -78,19 +78,25 @@ def test_other_version_is_ignored(tmp_path):
     assert new.get("k4") is None
 
 
-@pytest.mark.slow
-def test_eight_processes_racing_on_one_key_leave_one_valid_entry(tmp_path):
-    script = textwrap.dedent(
+def _racer(root, key: str, program: int, file: int) -> str:
+    """A process that waits for the start time in argv[1], then gets or compiles ``key`` (a plan of ``program``
+    bytes and one file of ``file`` bytes) and prints where it came from and the plan's length."""
+    return textwrap.dedent(
         f"""
         import sys, time
         from a2acc.jit.cache import CacheEntry, PlanCache
-        c = PlanCache({str(tmp_path)!r})
+        c = PlanCache({str(root)!r})
         while time.time() < float(sys.argv[1]):
             pass
-        e, where = c.get_or_compile("race", lambda: CacheEntry("race", "P" * 2_000_000, {{"a.xml": "x" * 100000}}, None, {{}}))
+        e, where = c.get_or_compile({key!r}, lambda: CacheEntry({key!r}, "P" * {program}, {{"a.xml": "x" * {file}}}, None, {{}}))
         print(where, len(e.program_json))
         """
     )
+
+
+@pytest.mark.slow
+def test_eight_processes_racing_on_one_key_leave_one_valid_entry(tmp_path):
+    script = _racer(tmp_path, "race", 2_000_000, 100_000)
     import time
 
     start = str(time.time() + 3.0)
@@ -349,17 +355,7 @@ def test_two_processes_healing_one_torn_entry_at_once(tmp_path):
     whole = path.read_bytes()
     torn = whole[:60]
     path.write_bytes(torn)
-    writer = textwrap.dedent(
-        f"""
-        import sys, time
-        from a2acc.jit.cache import CacheEntry, PlanCache
-        c = PlanCache({str(tmp_path)!r})
-        while time.time() < float(sys.argv[1]):
-            pass
-        e, where = c.get_or_compile("heal", lambda: CacheEntry("heal", "P" * 4_000_000, {{"a.xml": "x" * 200_000}}, None, {{}}))
-        print(where, len(e.program_json))
-        """
-    )
+    writer = _racer(tmp_path, "heal", 4_000_000, 200_000)
     reader = textwrap.dedent(
         f"""
         import sys, time
