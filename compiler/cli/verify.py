@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f"({', '.join(TARGETS.names())}). "
         "Exit codes: 0 correct, 1 wrong, 2 unreadable or unsupported.",
         epilog="examples:\n  a2acc verify plan.json\n  a2acc verify algos/00-x-rccl.xml --manifest algos.manifest.json "
-        "--opt dialect=rccl",
+        "--opt dialect=rccl\n  a2acc verify mscclpp.json --opt compute_units=132   (an MSCCL++ plan's thread blocks "
+        "must fit the GPU's SMs/CUs;\n    default: the limit its manifest records, else 108 on nvidia, 110 on amd)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file")
