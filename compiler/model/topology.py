@@ -329,7 +329,12 @@ class Topology:
         before the tag; it is compared under both definitions that a2acc used."""
         if not recorded or recorded == self.fingerprint:
             return None
-        version, digest = split_fingerprint(recorded)
+        try:
+            version, digest = split_fingerprint(recorded)
+        except ValueError:
+            return (
+                f"the plan records {recorded!r}, which is no topology fingerprint: plan again with this a2acc"
+            )
         again = "plan again with this a2acc (a2acc plan / a2acc compile)"
         if version is None:
             if digest == self._hash_v2():  # the current definition, written before it was tagged

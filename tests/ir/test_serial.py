@@ -131,6 +131,8 @@ def test_topology_fingerprint_is_versioned_and_its_definition_pinned():
     assert t.gpu is not None and load_topology("dgx-a100").fingerprint != t.fingerprint
     # the GPU is not part of it: plans do not depend on it
     assert dataclasses.replace(t, gpu=None).fingerprint == t.fingerprint
+    # a Program built in code with no fingerprint at all is answered, not a ValueError
+    assert "no topology fingerprint" in (t.plan_mismatch("xyz") or "")
 
 
 @pytest.mark.parametrize(
