@@ -56,6 +56,14 @@ class Options:
         for name in self.excluded():
             if name not in ORDER:
                 raise InputError("--opt", "exclude", name, f"planners auto tries: {', '.join(ORDER)}")
+        if set(ORDER) <= set(self.excluded()):  # (what else leaves nothing depends on the topology: plan())
+            raise InputError(
+                "--opt",
+                "exclude",
+                self.exclude,
+                f"leave auto at least one planner that applies here (none left: every one it tries, "
+                f"{', '.join(ORDER)}, is excluded)",
+            )
 
     def excluded(self) -> tuple[str, ...]:
         return tuple(x.strip() for x in self.exclude.split(",") if x.strip())
