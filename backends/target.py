@@ -135,6 +135,19 @@ def unit_align(target: Any, options: Any, nranks: int) -> int:
     return int(f(options, nranks)) if f is not None else DEFAULT_ALIGN
 
 
+def reads_manifest_of(target: Any, writer: str) -> bool:
+    """Does a manifest written by target ``writer`` describe files of ``target``? Its own, or those its optional
+    ``manifest_targets`` names (MSCCL++'s DSL program prints the JSON plan its manifest describes)."""
+    return writer == target.name or writer in getattr(target, "manifest_targets", ())
+
+
+def for_topology(target: Any, options: Any, topology: Any) -> Any:
+    """The target's options completed from the topology: its optional ``for_topology(options, topology)`` (e.g.
+    MSCCL++'s thread-block limit from the topology's GPU when the options name none), else ``options``."""
+    f = getattr(target, "for_topology", None)
+    return options if f is None else f(options, topology)
+
+
 def max_peers(target: Any, options: Any) -> int | None:
     """The most peers per rank a target's executor can run: its optional ``max_peers(options)`` (e.g. RCCL's
     thread blocks), else no limit. The pipeline hands it to the planners, so a cost-aware planner does not pick

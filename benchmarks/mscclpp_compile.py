@@ -1,9 +1,9 @@
 """MSCCL++ JSON lowering: compile + check time, peak memory, plan size and shape, as ``a2acc compile`` runs it.
 
 Run: ``.venv/bin/python benchmarks/mscclpp_compile.py [--servers 4,8,16,32,64] [--runs 1] [--opt KEY=VALUE ...]
-[--h100] [--reference]``
+[--algorithm fast] [--reference]``
 
-Workload: dgx-h100 presets (n x 8 H100), Zipf(0.8), 256 MiB per GPU, the ``fast`` planner, the padding ladder
+Workload: dgx-h100 presets (n x 8 H100), Zipf(0.8), 256 MiB per GPU, the ``fast`` planner (``--algorithm``), the padding ladder
 of ``a2acc compile`` (``--max-padding auto``), target ``mscclpp-json``. Every configuration runs in a fresh
 process (its peak RSS is its own) through :func:`a2acc.pipeline.compile`, the path ``a2acc compile`` runs: plan,
 verify, lower (the compiled lowering when built), check (the compiled check of the exact JSON text: load checks,
@@ -11,8 +11,8 @@ intra-thread-block rules, two launches with deadlock, race, cross-launch and pos
 wall and CPU seconds of the whole compile (CPU: ``time.process_time``, which a loaded machine does not inflate),
 the pipeline's own phase times (wall), peak RSS, the JSON size and the plan's shape (thread blocks per GPU,
 operations per thread block: the executor's limits are 64 operations and, all thread blocks being co-resident,
-at most the SMs: 108 on an A100, 132 on an H100). ``--h100`` passes ``max_threadblocks=132`` (the dgx-h100
-preset's GPUs). ``--reference`` hides the compiled cores and times the pure-Python lowering and check.
+at most the SMs: the dgx-h100 preset's GPU gives 132, an H100's SMs; ``--opt max_threadblocks=108`` times an
+A100's limit). ``--reference`` hides the compiled cores and times the pure-Python lowering and check.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ m = generate("zipf", topo.nranks, 256 << 20, 1, skew=0.8)
 c0, w0 = time.process_time(), time.perf_counter()
 out = {{"gpus": topo.nranks}}
 try:
-    res = compile(Request(topo, m, "fast", target="mscclpp-json", target_options={opts!r} or None,
+    res = compile(Request(topo, m, {algorithm!r}, target="mscclpp-json", target_options={opts!r} or None,
                           units=UnitPolicy(max_padding="auto")))
 except LoweringError as exc:
     out["refused"] = str(exc)
@@ -58,8 +58,8 @@ print(json.dumps(out))
 """
 
 
-def run_one(servers: int, opts: dict[str, str], reference: bool) -> dict[str, Any]:
-    code = CHILD.format(servers=servers, opts=opts, reference=reference)
+def run_one(servers: int, opts: dict[str, str], reference: bool, algorithm: str) -> dict[str, Any]:
+    code = CHILD.format(servers=servers, opts=opts, reference=reference, algorithm=algorithm)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()
@@ -73,21 +73,20 @@ def main() -> None:
     ap.add_argument("--servers", default="4,8,16,32,64")
     ap.add_argument("--runs", type=int, default=1, help="median over this many processes per configuration")
     ap.add_argument("--opt", action="append", default=[], help="target options, KEY=VALUE")
-    ap.add_argument("--h100", action="store_true", help="max_threadblocks=132: an H100 has 132 SMs")
+    ap.add_argument("--algorithm", default="fast", help="the planner (fast; direct: every pair its own peer)")
     ap.add_argument("--reference", action="store_true", help="pure-Python lowering and check")
     args = ap.parse_args()
     opts = dict(kv.split("=", 1) for kv in args.opt)
-    if args.h100:
-        opts["max_threadblocks"] = "132"
     print(
-        f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs); options {opts or 'default'}"
+        f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs); {args.algorithm}, options "
+        f"{opts or 'default'}"
     )
     print(
         f"{'topo':>5} {'GPUs':>5} {'wall s':>8} {'CPU s':>7} {'plan':>6} {'verify':>7} {'lower':>7} {'check':>7} "
         f"{'RSS MiB':>8} {'JSON MB':>8} {'tbs/GPU':>8} {'ops/tb':>7}  result"
     )
     for servers in (int(s) for s in args.servers.split(",")):
-        runs = [run_one(servers, opts, args.reference) for _ in range(args.runs)]
+        runs = [run_one(servers, opts, args.reference, args.algorithm) for _ in range(args.runs)]
         r0 = runs[0]
         if "error" in r0:
             print(f"{servers}x8  failed: {r0['error']}")

@@ -67,7 +67,15 @@ class VerificationError(A2accError):
 
 
 class LoweringError(A2accError):
-    """A Program cannot be lowered to a backend, e.g. it exceeds an executor limit."""
+    """A Program cannot be lowered to a backend, e.g. it exceeds an executor limit.
+
+    ``follows_transfers``: the limit is one of transfers and peers (thread blocks that must all be resident),
+    which a coarser chunk layout keeps (every pair that sends still sends): the pipeline's padding ladder then
+    tries only its coarsest layout before it gives up, instead of every layout in between."""
+
+    def __init__(self, message: str, *, follows_transfers: bool = False) -> None:
+        super().__init__(message)
+        self.follows_transfers = follows_transfers
 
 
 class InternalError(A2accError):

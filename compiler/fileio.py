@@ -221,7 +221,14 @@ def check_parent(flag: str, path: str) -> None:
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
-        raise InputError("", flag, path, f"a path in an existing directory ({parent} does not exist)")
+        # the nearest part of the path that exists says why: a file where a directory should be, or nothing
+        part = next((p for p in (parent, *parent.parents) if p.exists() or p.is_symlink()), None)
+        why = (
+            f"{part} is a file, not a directory"
+            if part is not None and not part.is_dir()
+            else f"{parent} does not exist"
+        )
+        raise InputError("", flag, path, f"a path in an existing directory ({why})")
 
 
 def check_outputs(outputs: Sequence[Output], inputs: Sequence[str] = (), *, force: bool = False) -> None:

@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from a2acc.analysis.model import SimModel
 from a2acc.backends import get_target
-from a2acc.backends.target import CheckReport, Lowered, Target, unit_align
+from a2acc.backends.target import CheckReport, Lowered, Target, for_topology, unit_align
 from a2acc.backends.target import max_peers as target_max_peers
 from a2acc.errors import InputError, InternalError, LoweringError, PlannerError, VerificationError
 from a2acc.ir.layout import MAX_LAYOUT_CHUNKS
@@ -117,20 +117,67 @@ def compile(request: Request) -> Result:
     if request.target is not None:
         target = get_target(request.target)
         topts = parse_options(target.Options, request.target_options, where="backend option")
+        topts = for_topology(target, topts, topo)
     clock = _Clock()
     with clock.phase("quantize"):
         counts, candidates = _layouts(request, m, target, topts)
-    refused: list[str] = []
-    peer_limit = target_max_peers(target, topts)  # the same for every layout of the ladder
-    tried: list[str] = []
-    for label, unit in candidates:
+    ladder = _Ladder(request, m, counts, popts, target, topts, clock)
+    pending = list(candidates)
+    coarsest: Result | None = None  # the coarsest layout's result, when the ladder jumped to it and it fit
+    while pending:
+        got = ladder.attempt(*pending.pop(0))
+        if isinstance(got, Result):
+            return got
+        if got is None:  # too many chunks, after coarser layouts the target refused: stop there
+            break
+        if got.follows_transfers and len(pending) > 1 and coarsest is None:
+            # a limit of transfers and peers, which coarser layouts keep: only the coarsest can still help,
+            # so it goes next; the layouts between are tried (for their smaller padding) only if it fits
+            top = ladder.attempt(*pending.pop())
+            if not isinstance(top, Result):
+                skipped = ", ".join(lb for lb, _u in pending)
+                raise LoweringError(
+                    f"{top or got} (tried {', '.join(ladder.tried)}: the limit follows the plan's transfers and peers, "
+                    f"which coarser layouts keep, and the coarsest did not fit either, so {skipped} were not "
+                    "tried)"
+                )
+            coarsest = top
+    if coarsest is not None:
+        return coarsest
+    if not ladder.refused:
+        raise InternalError("the unit policy produced no candidate layout")
+    raise LoweringError(f"{ladder.refused[-1].split(': ', 1)[1]} (tried {', '.join(ladder.tried)})")
+
+
+class _Ladder:
+    """The padding ladder's attempts: each layout quantised, planned, verified, lowered and checked; what was
+    tried and why each refused layout was refused."""
+
+    def __init__(
+        self,
+        request: Request,
+        m: npt.NDArray[np.int64],
+        counts: npt.NDArray[np.int64] | None,
+        popts: Any,
+        target: Target | None,
+        topts: Any,
+        clock: _Clock,
+    ) -> None:
+        self.request, self.m, self.counts, self.popts, self.clock = request, m, counts, popts, clock
+        self.target, self.topts = target, topts
+        self.peer_limit = target_max_peers(target, topts)  # the same for every layout of the ladder
+        self.tried: list[str] = []
+        self.refused: list[str] = []
+
+    def attempt(self, label: str, unit: int) -> Result | LoweringError | None:
+        """The result of one layout, or the target's refusal; None for a layout with more chunks than a plan
+        may hold after coarser ones were refused (finer layouts only have more chunks)."""
+        request, m, clock, target = self.request, self.m, self.clock, self.target
         with clock.phase("quantize"):
-            c = counts if counts is not None else quantize(m, unit)
+            c = self.counts if self.counts is not None else quantize(m, unit)
         if int(c.sum()) > MAX_LAYOUT_CHUNKS:  # the plan could not be read back: refuse before planning it
-            # a finer layout of the ladder, after coarser ones the target refused: stop there, with the
-            # target's reason (finer layouts only have more chunks)
-            if refused:
-                break
+            if self.refused:
+                return None
             smallest = -(-int(m.sum()) // MAX_LAYOUT_CHUNKS)
             raise InputError(
                 "",
@@ -139,25 +186,22 @@ def compile(request: Request) -> Result:
                 f"a chunk size giving at most {MAX_LAYOUT_CHUNKS} chunks in all (this one gives {int(c.sum())}; "
                 f"the matrix needs at least {smallest} bytes per chunk)",
             )
-        tried.append(label)
-        preq = PlanRequest(topo, m, c, unit, popts, request.model, peer_limit)
+        self.tried.append(label)
+        preq = PlanRequest(request.topology, m, c, unit, self.popts, request.model, self.peer_limit)
         prog, rep = _plan(request, preq, clock)
         if target is None:
-            return Result(prog, rep, None, None, clock.t, label, tuple(refused))
+            return Result(prog, rep, None, None, clock.t, label, tuple(self.refused))
         try:
             with clock.phase("lower"):
-                lowered = target.lower(prog, topts, name=request.name)
+                lowered = target.lower(prog, self.topts, name=request.name)
         except LoweringError as exc:
-            refused.append(f"{label}: {exc}")
-            continue
+            self.refused.append(f"{label}: {exc}")
+            return exc
         with clock.phase("check"):
             chk = target.check(lowered)
         if not chk.ok:
             raise VerificationError(f"lowered {target.name} file (a2acc bug)", list(chk.errors))
-        return Result(prog, rep, lowered, chk, clock.t, label, tuple(refused))
-    if not refused:
-        raise InternalError("the unit policy produced no candidate layout")
-    raise LoweringError(f"{refused[-1].split(': ', 1)[1]} (tried {', '.join(tried)})")
+        return Result(prog, rep, lowered, chk, clock.t, label, tuple(self.refused))
 
 
 def _layouts(

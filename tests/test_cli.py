@@ -117,3 +117,35 @@ def test_solver_text_never_reaches_stdout(tmp_path):
     row = re.compile(r"^\s+\d+\s+\d+\s+\w+\s+none\s+-1\s")
     assert lines and all(ln.startswith("#") or row.match(ln) for ln in lines), lines
     assert sum(bool(row.match(ln)) for ln in lines) == 2
+
+
+def test_bounds_solves_the_mcf_lp_of_a_direct_graph_by_default_only_while_it_is_small(tmp_path, capsys):
+    """a2acc bounds on a direct-connect graph: the MCF term by default while its LP is small (8 x 8 torus:
+    16,384 variables); above that a line says it was not solved and how to ask for it, and --mcf solves it
+    after a line on standard error saying how large it is."""
+    from a2acc.cli.bounds import AUTO_MCF_VARIABLES
+
+    def run(dims: str, *extra: str) -> tuple[list[str], str]:
+        topo = tmp_path / f"t{dims}.yaml"
+        topo.write_text(f"version: 1\ndirect: {{kind: torus, dims: [{dims}], bandwidth: 25}}\n")
+        n = int(np.prod([int(x) for x in dims.split(",")]))
+        np.save(tmp_path / "m.npy", generate("zipf", n, 16 << 20, seed=1))
+        assert main(["bounds", "-t", str(topo), "-m", str(tmp_path / "m.npy"), *extra]) == 0
+        got = capsys.readouterr()
+        return got.out.splitlines(), got.err
+
+    def solved(lines: list[str]) -> bool:
+        return any(ln.startswith("mcf ") and "HiGHS" in ln for ln in lines)
+
+    small, err = run("8,8")
+    assert AUTO_MCF_VARIABLES >= 8 * 8 * 8 * 4 and solved(small) and err == ""
+    large, err = run("9,9")  # 81 x 324 = 26,244 variables
+    assert not solved(large) and err == ""
+    (skipped,) = [ln for ln in large if ln.startswith("mcf")]
+    assert "not solved" in skipped and "26,244 variables" in skipped and "--mcf" in skipped
+    asked, err = run("9,9", "--mcf")
+    assert solved(asked)
+    assert (
+        err.startswith("a2acc: bounds: solving the max-concurrent-flow LP (26,244 variables")
+        and "minutes" in err
+    )

@@ -53,3 +53,40 @@ def test_text_inputs_read_from_a_pipe(tmp_path):
     assert read_text(p, 100) == "x" * 100
     with pytest.raises(TooLarge):
         read_text(p, 99)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "-t", "dgx-h100", "-n", "1", "-m", "M", "-a", "direct", "-o", "OUT"],
+        ["compile", "-t", "dgx-h100", "-n", "1", "-m", "M", "-a", "direct", "-o", "OUT"],
+        ["traffic", "gen", "zipf", "--ranks", "8", "--size", "1M", "-o", "OUT"],
+        ["compare", "-t", "dgx-h100", "-n", "1", "--traffic", "M", "-J", "OUT"],
+    ],
+)
+def test_an_output_under_a_file_says_the_file_is_no_directory(tmp_path, capsys, argv):
+    """-o notes.txt/OUT.json where notes.txt is a file: that file is named as what is wrong (it exists, as a
+    file), not reported missing; nothing is written and the file is untouched."""
+    import numpy as np
+
+    from a2acc.cli import main
+    from a2acc.model.traffic import generate
+
+    m = tmp_path / "m.npy"
+    np.save(m, generate("zipf", 8, 1 << 20, 1))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    for out, why in ((notes / "OUT.json", "notes.txt is a file, not a directory"),
+                     (notes / "sub" / "OUT.json", "notes.txt is a file, not a directory"),
+                     (tmp_path / "nodir" / "OUT.json", "nodir does not exist")):  # fmt: skip
+        args = [str(m) if a == "M" else str(out) if a == "OUT" else a for a in argv]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert why in err and "does not exist" not in err.replace(
+            f"{tmp_path / 'nodir'} does not exist", ""
+        ), err
+        assert len(err.strip().splitlines()) == 1
+    assert notes.read_text() == "my notes\n" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "m.npy",
+        "notes.txt",
+    ]

@@ -14,12 +14,13 @@ DSL reader parses the program's source (:data:`MAX_DSL_LINES`); a plan past them
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from a2acc.backends.mscclpp.emit_json import to_json
-from a2acc.backends.mscclpp.interp import MAX_INTERP_AGENTS, check_plan
+from a2acc.backends.mscclpp.interp import MAX_INTERP_AGENTS, check_plan, crowded
 from a2acc.backends.mscclpp.model import Plan, flat_ops
 from a2acc.backends.mscclpp.read_dsl import read_dsl
 from a2acc.backends.mscclpp.reader import read_plan
@@ -68,6 +69,8 @@ def check_plan_obj(
         target=opts.target,
         launches=opts.launches,
         execute=not read_errors,
+        max_threadblocks=opts.tbs(),
+        threadblocks_note=opts.tbs_origin(),
     )
     errors = [*read_errors, *(f"{src}: {e}" for e in res.errors)]
     summ = f"{plan.collective}, " + summary(plan) + (", all-to-all-v manifest" if layout is not None else "")
@@ -75,17 +78,22 @@ def check_plan_obj(
     return CheckReport(not errors, tuple(errors), tuple(notes + res.notes), summ, plan)
 
 
-def fast_check(text: str, manifest: Manifest | None, opts: Any) -> CheckReport | str:
-    """The compiled core's verdict: an ok report, or why it leaves the text to the reference."""
+def fast_check(text: str, src: str, manifest: Manifest | None, opts: Any) -> CheckReport | str:
+    """The compiled core's verdict: an ok report, the refusal of a rank with more thread blocks than
+    ``opts.tbs()`` (decided as soon as the text parses, before any execution), or why it leaves the text to the
+    reference."""
     if _native is None:
         return "the compiled core a2acc._mscclpp is not built"
     if getattr(opts, "target", "nvidia") not in ("nvidia", "amd"):
         return "target"
     counts = None if manifest is None else np.ascontiguousarray(manifest.chunk_layout.counts, dtype=np.int64)
     chunk = 0 if manifest is None else manifest.chunk_bytes
-    got = _native.check(text, counts, chunk, opts.launches)
+    got = _native.check(text, counts, chunk, opts.launches, opts.tbs())
     if isinstance(got, str):
         return got
+    if len(got) == 2:
+        rank, tbs = got
+        return CheckReport(False, (f"{src}: {crowded(rank, tbs, opts.tbs(), opts.tbs_origin())}",))
     n, c, proto, tbs, ops, chans, launches = got
     summ = "alltoall, " + summary_text(n, c, proto, tbs, ops, chans)
     summ += (", all-to-all-v manifest" if manifest is not None else "") + f", {launches} launches interpreted"
@@ -94,9 +102,12 @@ def fast_check(text: str, manifest: Manifest | None, opts: Any) -> CheckReport |
 
 def check_json(text: str, src: str, manifest: Manifest | None, opts: Any) -> CheckReport:
     """Check a JSON plan: the compiled core, else the reference within its capacity."""
-    fast = fast_check(text, manifest, opts)
+    fast = fast_check(text, src, manifest, opts)
     if isinstance(fast, CheckReport):
         return fast
+    over = _over_threadblocks(text, src, opts)
+    if over is not None:
+        return over
     _capacity(text, fast)
     rr = read_plan(text, src)
     if rr.plan is None or not rr.plan.gpus:
@@ -117,16 +128,39 @@ def check_dsl(text: str, src: str, manifest: Manifest | None, opts: Any) -> Chec
     if dr.plan is None:
         return CheckReport(False, tuple(dr.errors), tuple(dr.notes))
     if not dr.errors and not dr.notes:
-        fast = fast_check(to_json(dr.plan), manifest, opts)
+        fast = fast_check(to_json(dr.plan), src, manifest, opts)
         if isinstance(fast, CheckReport):
-            return CheckReport(True, (), (), fast.summary, dr.plan)
+            return dataclasses.replace(fast, model=dr.plan)
     return check_plan_obj(dr.plan, src, manifest, opts, dr.errors, dr.notes)
+
+
+def _counts(text: str) -> tuple[int, int]:
+    """(thread blocks, GPUs) of a JSON plan text as a2acc's emitter and ``json.dumps`` write it, counted
+    without reading it (one ``"ops"`` list per thread block, one ``"input_chunks"`` per GPU)."""
+    return text.count('"ops": ['), text.count('"input_chunks"')
+
+
+def _over_threadblocks(text: str, src: str, opts: Any) -> CheckReport | None:
+    """A plan whose thread blocks outnumber ``GPUs x opts.tbs()`` has a rank over the limit, whichever it is:
+    refused before the reference reads it (a plan past its capacity would otherwise be refused as a limit)."""
+    tbs, gpus = _counts(text)
+    if gpus and tbs > gpus * opts.tbs():
+        return CheckReport(
+            False,
+            (
+                f"{src}: {tbs} thread blocks on {gpus} GPUs: some rank has more than max_threadblocks="
+                f"{opts.tbs()}, but every thread block spins on the others, so all must be co-resident (one "
+                f"per SM/CU){opts.tbs_origin()}",
+            ),
+        )
+    return None
 
 
 def _capacity(text: str, why: str) -> None:
     """Refuse, before reading it, a JSON plan past the reference's clock matrices (the compiled core, when
     built, handles far larger ones: ``why`` says why it did not decide)."""
-    agents = text.count('"ops": [') + 2 * text.count('"input_chunks"')
+    tbs, gpus = _counts(text)
+    agents = tbs + 2 * gpus
     if agents > MAX_INTERP_AGENTS:
         raise LoweringError(
             f"the plan has {agents} thread blocks, proxies and hosts; the pure-Python check holds at most "

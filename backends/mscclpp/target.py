@@ -19,7 +19,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -38,13 +38,21 @@ from a2acc.ir.quantize import DTYPE_BYTES
 from a2acc.model.units import parse_size
 from a2acc.options import bounded, check_ranges
 
-# thread blocks per rank that stay co-resident by default: the SMs of an A100 (108; H100 has 132, V100 80) and
-# the CUs of one MI250X GCD (110; MI300X has 304). All thread blocks of a plan spin on each other.
+if TYPE_CHECKING:
+    from a2acc.model.topology import Topology
+
+# thread blocks per rank that stay co-resident when neither the topology nor the options name the GPU: the
+# smallest SM/CU count of the GPUs the target runs on, the SMs of an A100 (108; V100 80 is older than MSCCL++'s
+# GPUs) and the CUs of one MI250X GCD (110). All thread blocks of a plan spin on each other.
 DEFAULT_MAX_TBS = {"nvidia": 108, "amd": 110}
 TBS_HINT = (
-    "max_threadblocks defaults to the smallest SM/CU count the target runs on (108: an A100; 110: one MI250X "
-    "GCD); on GPUs with more (an H100 SXM has 132 SMs, an MI300X 304 CUs) pass --opt max_threadblocks=THAT"
+    "no GPU was named (the topology's gpu, --opt compute_units), so max_threadblocks defaults to the smallest "
+    "SM/CU count the target runs on (108 on nvidia: an A100; 110 on amd: one MI250X GCD); for a GPU with more (an "
+    "H100 has 132 SMs, an MI300X 304 CUs) give the topology 'gpu: {compute_units: N}' or pass --opt compute_units=N"
 )
+#: what every refusal for too many thread blocks says (the lowering's, the compiled lowering's and the skip of a
+#: layout by its peers alone)
+CROWDED = "thread blocks but max_threadblocks is"
 LL_LIMIT = 512 * 1024  # protocol=auto: LL below this many bytes per rank (latency-bound), on one server
 
 CALL = (
@@ -100,12 +108,20 @@ class Options:
             "help": "data: order ops that share bytes; all: every Program dependency with a shared rank"
         },
     )
+    compute_units: int = bounded(
+        0,
+        0,
+        MAX_THREADBLOCKS,
+        "SMs (nvidia) or CUs (amd) of the GPU the plan runs on, the default of max_threadblocks (0: the "
+        "topology's gpu.compute_units, else 108 on nvidia, 110 on amd)",
+        "one co-resident thread block per SM/CU",
+    )
     max_threadblocks: int = bounded(
         0,
         0,
         MAX_THREADBLOCKS,
-        "thread blocks per rank at most (0: 108 on nvidia, 110 on amd)",
-        "0: by target",
+        "thread blocks per rank at most (0: compute_units; all spin on each other, so all must be co-resident)",
+        "0: the GPU's SMs/CUs",
     )
     size_range: str = field(
         default="",
@@ -136,7 +152,17 @@ class Options:
         return lo, hi
 
     def tbs(self) -> int:
-        return self.max_threadblocks or DEFAULT_MAX_TBS[self.target]
+        """The thread blocks a rank may have: max_threadblocks, else the GPU's compute units, else the vendor's
+        smallest."""
+        return self.max_threadblocks or self.compute_units or DEFAULT_MAX_TBS[self.target]
+
+    def tbs_origin(self) -> str:
+        """Where :meth:`tbs` comes from, for a refusal: nothing for the user's own max_threadblocks."""
+        if self.max_threadblocks:
+            return ""
+        if self.compute_units:
+            return f" (max_threadblocks: the GPU's {self.compute_units} SMs/CUs, one co-resident block each)"
+        return f". {TBS_HINT}"
 
 
 TargetOptions = Options
@@ -172,8 +198,7 @@ def _lower_some_layout(program: Program, base: LowerOptions, layout: str) -> tup
             least = _least_threadblocks(program, tl)
             if least > base.max_threadblocks:
                 last = LoweringError(
-                    f"a rank needs at least {least} thread blocks in tb_layout={tl} but max_threadblocks is "
-                    f"{base.max_threadblocks}"
+                    f"a rank needs at least {least} {CROWDED} {base.max_threadblocks} in tb_layout={tl}"
                 )
                 continue
         opts = dataclasses.replace(base, tb_layout=tl)
@@ -269,13 +294,23 @@ class _MscclppTarget:
     Options = Options
     output_kind = "file"
 
-    def __init__(self, name: str, summary: str, kind: str) -> None:
+    def __init__(self, name: str, summary: str, kind: str, manifest_targets: tuple[str, ...] = ()) -> None:
         self.name = name
         self.summary = summary
         self.kind = kind  # "json" | "dsl"
+        #: targets whose manifests describe this target's files: the DSL program prints the JSON plan of the
+        #: same lowering, which a2acc verify checks with the DSL program's manifest
+        self.manifest_targets = manifest_targets
 
     def max_chunks(self, options: Any) -> int | None:
         return None  # offsets are uint32 bytes: checked against the unit by the lowering
+
+    def for_topology(self, options: Any, topology: Topology) -> TargetOptions:
+        """The options with ``compute_units`` from the topology's GPU when they name none."""
+        opts = _opts(options)
+        if opts.compute_units or topology.gpu is None:
+            return opts
+        return dataclasses.replace(opts, compute_units=topology.gpu.compute_units)
 
     # ------------------------------------------------------------------ lower
     def lower(self, program: Program, options: Any, *, name: str | None = None) -> Lowered:
@@ -299,12 +334,14 @@ class _MscclppTarget:
         try:
             text, model, tl = _lower_some_layout(program, base, opts.tb_layout)
         except LoweringError as exc:
-            if opts.max_threadblocks or "thread blocks but max_threadblocks" not in str(exc):
+            if CROWDED not in str(exc):
                 raise
-            raise LoweringError(f"{exc}. {TBS_HINT}") from exc
+            raise LoweringError(f"{exc}{opts.tbs_origin()}", follows_transfers=True) from exc
         fname = f"{name}.json" if self.kind == "json" else f"{name}.py"
         recorded = {"target": opts.target, "protocol": proto, "tb_layout": tl, "output_writes": opts.output_writes,
                     "deps": opts.deps}  # fmt: skip
+        # the thread-block limit the file was lowered within, so that a2acc verify applies the same one
+        recorded.update({k: str(v) for k in ("compute_units", "max_threadblocks") if (v := getattr(opts, k))})
         man = manifest_for(
             program.counts, program.unit_bytes, program.traffic, target=self.name, file=fname, algo_name=name,
             buffer_chunks=c, call=CALL if self.kind == "json" else CALL_DSL, options=recorded,
@@ -317,7 +354,10 @@ class _MscclppTarget:
             )
         else:
             text = to_dsl(model.plan)
-            usage = "python3 {output} > plan.json (needs mscclpp.language), then a2acc verify plan.json"
+            usage = (
+                "python3 {output} > plan.json (needs mscclpp.language), then a2acc verify plan.json --manifest "
+                "{output}.manifest.json"
+            )
         st = model.stats
         summary = summary_text(
             program.nranks, c, proto, st.threadblocks, st.ops_per_tb, st.lanes, st.ordering_deps
@@ -417,7 +457,10 @@ class _MscclppTarget:
 
 
 JSON_TARGET = _MscclppTarget(
-    "mscclpp-json", "MSCCL++ JSON execution plan for mscclpp.Executor (--opt target=nvidia|amd)", "json"
+    "mscclpp-json",
+    "MSCCL++ JSON execution plan for mscclpp.Executor (--opt target=nvidia|amd)",
+    "json",
+    ("mscclpp-dsl",),
 )
 DSL_TARGET = _MscclppTarget(
     "mscclpp-dsl", "MSCCL++ DSL program (mscclpp.language) from the same lowering as mscclpp-json", "dsl"

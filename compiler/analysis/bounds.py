@@ -121,6 +121,14 @@ def peak_model_per_gpu(traffic: npt.NDArray[np.int64], topo: Topology) -> float:
     return float(max(terms))
 
 
+def mcf_variables(traffic: npt.NDArray[np.int64], topo: Topology) -> int:
+    """The size of the MCF LP of :func:`mcf_bound`: ranks that send to another rank x directed links (what its
+    cost grows with; past ``max_vars`` the bound is computed at scale instead)."""
+    off = np.asarray(traffic).copy()
+    np.fill_diagonal(off, 0)
+    return int(np.count_nonzero(off.sum(axis=1))) * len(topo.link_names)
+
+
 def mcf_bound(traffic: npt.NDArray[np.int64], topo: Topology, max_vars: int = 600_000) -> float | None:
     """Max-concurrent-flow lower bound (seconds): the link-based MCF optimum (:func:`a2acc.flows.mcf.link_mcf`)
     when it has at most ``max_vars`` variables, else the certified dual bound of :func:`a2acc.flows.scale.scale_bound`

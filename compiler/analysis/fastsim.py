@@ -63,6 +63,7 @@ from a2acc.analysis.simulate import (
     Routes,
     Setup,
     SimResult,
+    check_topology,
     incast_capacity,
     resolve_model,
     routes,
@@ -109,7 +110,8 @@ def exclusive_links(st: Setup) -> npt.NDArray[np.bool_]:
     plink = links[1:][same]
     if not len(a):
         return excl
-    bad = ~_has_dep(st, b, a)
+    keys = _dep_keys(st)
+    bad = ~_has_dep(st, keys, b, a)
     no_deps = np.diff(st.dep_ptr)[b] == 0
     excl[np.unique(plink[bad & no_deps])] = False
     # b with the very dependencies of a cannot come after a (a is not among them): concurrent, no search
@@ -118,7 +120,7 @@ def exclusive_links(st: Setup) -> npt.NDArray[np.bool_]:
     excl[np.unique(plink[bad & ~no_deps & twins])] = False
     todo = np.flatnonzero(bad & ~no_deps & ~twins)
     if len(todo):
-        todo = todo[~_two_hop(a[todo], b[todo], st)]
+        todo = todo[~_two_hop(a[todo], b[todo], st, keys)]
     if len(todo):
         _search_pairs(st, a[todo], b[todo], plink[todo], excl, memo=False)
     excl[nl] = True
@@ -140,12 +142,24 @@ def _dep_slots(
         idx = idx[cnt[idx] > k]
 
 
-def _has_dep(st: Setup, op: npt.NDArray[np.int64], dep: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-    """Per pair: is op ``dep[i]`` a direct dependency of op ``op[i]``?"""
-    out = np.zeros(len(op), dtype=bool)
-    for idx, d in _dep_slots(st, op):
-        out[idx] |= d == dep[idx]
-    return out
+def _dep_keys(st: Setup) -> npt.NDArray[np.int64]:
+    """Every dependency edge as one integer, ``op * n_ops + dependency``, sorted: :func:`_has_dep` answers
+    membership by binary search (a loop over dependency slots cost seconds on programs whose ops have dozens of
+    dependencies: back-to-back calls in calibration)."""
+    n = st.n_ops
+    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(st.dep_ptr))
+    return np.sort(owner * np.int64(n) + st.dep_ids)
+
+
+def _has_dep(
+    st: Setup, keys: npt.NDArray[np.int64], op: npt.NDArray[np.int64], dep: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """Per pair: is op ``dep[i]`` a direct dependency of op ``op[i]``? (``keys``: :func:`_dep_keys`)"""
+    if not len(keys):
+        return np.zeros(len(op), dtype=bool)
+    want = op * np.int64(st.n_ops) + dep
+    at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+    return np.asarray(keys[at] == want, dtype=bool)
 
 
 def _search_pairs(
@@ -188,11 +202,13 @@ def _search_pairs(
             ok_link[lk] = False
 
 
-def _two_hop(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], st: Setup) -> npt.NDArray[np.bool_]:
+def _two_hop(
+    a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], st: Setup, keys: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
     """Per pair: does ``b`` depend on a dependency of ``a``'s successor, i.e. ``a -> d -> b`` for some ``d``?"""
     out = np.zeros(len(a), dtype=bool)
     for idx, d in _dep_slots(st, b):
-        out[idx] |= _has_dep(st, d, a[idx])
+        out[idx] |= _has_dep(st, keys, d, a[idx])
     return out
 
 
@@ -317,11 +333,12 @@ def _clear_unordered(
     depend on op ``a[i]``: a direct dependency or two hops settle most pairs at array speed; the rest are
     graph searches (memoised: ops with the same dependencies answer alike), and past
     :data:`_GROUP_SEARCHES` of them their links are cleared unsearched (always safe: not group-exclusive)."""
-    bad = ~_has_dep(st, b, a)
+    keys = _dep_keys(st)
+    bad = ~_has_dep(st, keys, b, a)
     ok_link[np.unique(plink[bad & (np.diff(st.dep_ptr)[b] == 0)])] = False
     todo = np.flatnonzero(bad & (np.diff(st.dep_ptr)[b] > 0))
     if len(todo):
-        todo = todo[~_two_hop(a[todo], b[todo], st)]
+        todo = todo[~_two_hop(a[todo], b[todo], st, keys)]
     if len(todo) > _GROUP_SEARCHES:
         ok_link[np.unique(plink[todo])] = False
     elif len(todo):
@@ -430,6 +447,7 @@ def simulate_fast(
     Results are memoised per process by content (the ops, layout and unit, the topology's fingerprint, the
     model, the tolerance): a planner that simulates its candidates (fast, auto, syccl) and a comparison that
     simulates the winner again pay once. Treat the returned result as read-only."""
+    check_topology(prog, topo)  # (the memo below is by content: a plan's recorded topology is not in it)
     mdl = resolve_model(topo, model, incast)
     total = payload_bytes if payload_bytes is not None else int(prog.counts.sum()) * prog.unit_bytes
     digest = _program_digest(prog)

@@ -146,14 +146,12 @@ class Setup:
         return np.bincount(self.path_links, weights=per_entry, minlength=len(self.cap)).astype(np.float64)
 
 
-def _check(prog: Program, topo: Topology) -> None:
-    if prog.topology and prog.topology != topo.fingerprint:
-        raise InputError(
-            "",
-            "--topology",
-            topo.name,
-            f"the plan was built for another topology (fingerprint {prog.topology}, this one {topo.fingerprint})",
-        )
+def check_topology(prog: Program, topo: Topology) -> None:
+    """Refuse a plan built for another topology (or recorded under another fingerprint definition), or of
+    another rank count."""
+    why = topo.plan_mismatch(prog.topology)
+    if why is not None:
+        raise InputError("", "--topology", topo.name, why)
     if prog.nranks != topo.nranks:
         raise InputError(
             "", "--topology", topo.name, f"the plan has {prog.nranks} ranks, the topology {topo.nranks}"
@@ -277,7 +275,7 @@ def prepare(prog: Program, topo: Topology, model: SimModel) -> Setup:
 
 def routes(prog: Program, topo: Topology) -> Routes:
     """The model-independent preparation of ``prog`` on ``topo`` (refuses a plan built for another topology)."""
-    _check(prog, topo)
+    check_topology(prog, topo)
     n = prog.nranks
     n_ops = len(prog.table)
     kinds = topo.link_kinds

@@ -45,6 +45,9 @@ def _show(args: argparse.Namespace) -> int:
         bw = f"{bws[0]:g}" if len(bws) == 1 else f"{bws[0]:g} to {bws[-1]:g}"
         print(f"direct     : {d.kind} {dict(d.params)}, {len(d.edges)} directed edges of {bw} GB/s")
     print(f"memory     : {t.memory_bandwidth:g} GB/s (local copies)")
+    print(
+        f"GPU        : {t.gpu.describe() if t.gpu is not None else 'not given (targets use their defaults)'}"
+    )
     kinds = Counter(t.link_kinds)
     print(
         "graph      : "

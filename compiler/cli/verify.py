@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from a2acc.backends import TARGETS, detect
+from a2acc.backends.target import reads_manifest_of
 from a2acc.cli.common import add_opt_args
 from a2acc.errors import PlanFormatError, VerificationError
 from a2acc.fileio import read_text
@@ -27,7 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f"({', '.join(TARGETS.names())}). "
         "Exit codes: 0 correct, 1 wrong, 2 unreadable or unsupported.",
         epilog="examples:\n  a2acc verify plan.json\n  a2acc verify algos/00-x-rccl.xml --manifest algos.manifest.json "
-        "--opt dialect=rccl",
+        "--opt dialect=rccl\n  a2acc verify mscclpp.json --opt compute_units=132   (an MSCCL++ plan's thread blocks "
+        "must fit the GPU's SMs/CUs;\n    default: the limit its manifest records, else 108 on nvidia, 110 on amd)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file")
@@ -77,12 +79,14 @@ def _run(args: argparse.Namespace) -> int:
         )
     man_path = Path(args.manifest) if args.manifest else find_manifest(Path(args.file))
     manifest = load_manifest(man_path) if man_path is not None else None
-    if manifest is not None and manifest.target != target.name:
+    if manifest is not None and not reads_manifest_of(target, manifest.target):
+        writers = ", ".join((target.name, *getattr(target, "manifest_targets", ())))
         raise PlanFormatError(
             str(man_path),
             "target",
             manifest.target,
-            f"a manifest of {target.name} files: {args.file} is one (give the manifest a2acc wrote with it)",
+            f"a manifest of {writers} files: {args.file} is a {target.name} file (give the manifest a2acc wrote "
+            "with it)",
         )
     # the options the file was lowered with (recorded in its manifest), then the user's --opt on top
     raw = {**dict(manifest.options if manifest is not None else ()), **dict(split_pairs(args.opt))}

@@ -185,6 +185,18 @@ def program_from_json(text: str, source: str = "<plan>") -> Program:
     topo = doc.get("topology", "") if version == 2 else ""
     if not isinstance(topo, str):
         raise PlanFormatError(src, "topology", topo, "must be a topology fingerprint string")
+    if topo:
+        from a2acc.model.topology import split_fingerprint  # (networkx: only when a plan records one)
+
+        try:
+            split_fingerprint(topo)
+        except ValueError:
+            raise PlanFormatError(
+                src,
+                "topology",
+                topo,
+                "a topology fingerprint: 16 hex digits, after 'v<N>-' since definition 2",
+            ) from None
     raw_ops = doc.get("ops")
     if not isinstance(raw_ops, list):
         raise PlanFormatError(src, "ops", type(raw_ops).__name__, "must be a list of op rows")

@@ -3,7 +3,8 @@
 A compiled plan is built for a **layout** ``L`` (chunks per (src, dst) pair) and a unit ``u`` (bytes per chunk);
 it serves every matrix ``T`` that it **covers**: ``ceil(T / u) <= L`` elementwise (each peer's bytes fit its
 chunks and are zero-padded). The bucket key is the content hash of (layout, unit, planner, backend, topology
-fingerprint, a2acc version), so equal keys mean byte-identical plans.
+fingerprint and GPU, a2acc version), so equal keys mean byte-identical plans (the GPU is not in the fingerprint,
+which covers what plans depend on, but a lowered file may depend on it: MSCCL++'s thread-block limit).
 
 Design for MoE traffic, whose matrix changes every call but drifts slowly:
 
@@ -126,7 +127,10 @@ class BucketIndex:
     _pinned: list[tuple[str, npt.NDArray[np.int64], int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._fp = self.topology.fingerprint
+        gpu = self.topology.gpu
+        self._fp = self.topology.fingerprint + (
+            f"/{gpu.model}:{gpu.compute_units}" if gpu is not None else ""
+        )
         self._sym = Symmetry(self.topology) if self.symmetric else None
 
     def key_for(self, bucket: Bucket, planner: str) -> str:

@@ -8,15 +8,19 @@ one JSON file ``<dir>/v<version>/<key>.json`` wrapping the payload with its SHA-
 - Writes are atomic (temp file + ``os.replace``): several processes compiling the same key concurrently all
   write complete, identical files and the last rename wins, leaving one valid entry.
 - A truncated or corrupt entry (unparsable, wrong checksum, wrong key) is reported with a warning and
-  recompiled; reading never removes anything (``cache show`` and ``cache export`` read this way, and a user's
-  copy of an entry under another name is such a file). Entries of another a2acc version live in another
+  recompiled, and the recompiled entry replaces it at its own path (atomically: readers in other processes see
+  the old file or the new one); reading never removes anything (``cache show`` and ``cache export`` read this
+  way, and a user's copy of an entry under another name is such a file). A **torn** entry - what an interrupted
+  write can leave at an entry's own path: nothing, part of the header (zero bytes after it ignored: unwritten
+  blocks after a crash), or the header and JSON that stops before the newline every entry ends with - counts as
+  a2acc's: a recompile replaces it, ``cache clear`` removes it. Entries of another a2acc version live in another
   directory and are never read.
 - **Nothing that is not a cache entry is touched.** A file is an entry only when it is a regular file (not a
   symlink) named ``<key>.json`` in a version directory that is itself a real directory (not a symlink) and it
-  starts with the entry header; only such a file at a key's own path is ever overwritten (a recompile of that
-  key). ``cache clear`` removes only *valid* entries (their key is their name, their version their
-  directory's, their checksum holds). Anything else at an entry's path is left alone with a warning (the plan
-  then lives in memory).
+  starts with the entry header, or is torn; only such a file at a key's own path is ever overwritten (a
+  recompile of that key). ``cache clear`` removes only *valid* entries (their key is their name, their version
+  their directory's, their checksum holds) and torn ones. Anything else at an entry's path is left alone with a
+  warning (the plan then lives in memory).
 - **Entry file names are checked** before anything is written from them: one path component, a known suffix
   (:data:`FILE_SUFFIXES`); an entry with another name is refused (``cache export`` writes nothing outside its
   directory).
@@ -103,12 +107,18 @@ def _real_dir(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink()
 
 
-def _is_entry_file(path: Path) -> bool:
-    """A file a2acc wrote into its cache: a regular file (no symlink) ``v<version>/<key>.json`` in a real version
-    directory whose JSON header names the entry format."""
+def _entry_named(path: Path) -> bool:
+    """A regular file (no symlink) named as a2acc names entries: ``v<version>/<key>.json`` in a real version
+    directory."""
     if path.is_symlink() or not (path.is_file() and path.suffix == ".json" and KEY_RE.match(path.stem)):
         return False
-    if not VERSION_DIR_RE.match(path.parent.name) or not _real_dir(path.parent):
+    return bool(VERSION_DIR_RE.match(path.parent.name)) and _real_dir(path.parent)
+
+
+def _is_entry_file(path: Path) -> bool:
+    """A file a2acc wrote into its cache: entry-named (:func:`_entry_named`) and its JSON header names the entry
+    format."""
+    if not _entry_named(path):
         return False
     try:
         with path.open("rb") as fh:
@@ -116,6 +126,36 @@ def _is_entry_file(path: Path) -> bool:
     except OSError:
         return False
     return head == ENTRY_HEAD  # the exact first bytes put() writes, not the words anywhere in a file
+
+
+#: the most bytes read of a file that may be a torn entry's zero-filled blocks
+_TORN_SCAN = 64 << 20
+
+
+def _torn(path: Path) -> bool:
+    """An entry-named file holding what an interrupted write of an entry leaves: nothing or part of the header,
+    then at most zero bytes (blocks a crash left unwritten); or the whole header, then JSON that stops short of
+    the newline every entry ends with. No other file has these bytes at an entry's own path."""
+    if not _entry_named(path):
+        return False
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(ENTRY_HEAD))
+            if head == ENTRY_HEAD:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) == b"\n":
+                    return False
+                fh.seek(0)
+                try:
+                    loads_json(fh.read().decode("utf-8"))
+                except (ValueError, UnicodeDecodeError):
+                    return True  # cut short (a complete JSON without its newline is someone's edit)
+                return False
+            if not ENTRY_HEAD.startswith(head.rstrip(b"\0")) or path.stat().st_size > _TORN_SCAN:
+                return False
+            return not fh.read().strip(b"\0")
+    except OSError:
+        return False
 
 
 def _entry_doc(path: Path) -> dict[str, Any]:
@@ -206,12 +246,12 @@ class PlanCache:
 
     def _usable(self, path: Path) -> bool:
         """The entry path may be read, replaced or removed: its version directory is a real directory inside
-        the cache (not a symlink to elsewhere) and nothing but an a2acc entry sits at the path."""
+        the cache (not a symlink to elsewhere) and nothing but an a2acc entry (or a torn one) sits at the path."""
         d = path.parent
         if d.is_symlink() or (d.exists() and not d.is_dir()):
             self._warn(d, "is not a directory a2acc made (a symlink or a file): the cache is kept in memory")
             return False
-        if (path.exists() or path.is_symlink()) and not _is_entry_file(path):
+        if (path.exists() or path.is_symlink()) and not (_is_entry_file(path) or _torn(path)):
             self._warn(
                 path, "is not an a2acc cache entry: a2acc leaves it alone and keeps the plan in memory"
             )
@@ -238,15 +278,18 @@ class PlanCache:
             self.stats["corrupt"] += 1
             # never removed here (``cache show`` and ``export`` read through this): a user's copy of an entry under
             # another name fails these checks too. A recompile puts a fresh entry over it at its own key path
-            self._warn(
-                path, f"is not a valid cache entry ({exc}): ignored, left in place; the plan is recompiled"
+            what = (
+                "is a torn cache entry (an interrupted write)"
+                if _torn(path)
+                else f"is not a valid cache entry ({exc})"
             )
+            self._warn(path, f"{what}: ignored; the plan is recompiled and replaces it")
             return None
         bad = [why for name in entry.files if (why := check_file_name(name)) is not None]
         bad += _payload_types(entry)
-        if bad:  # a checksum-valid entry that a2acc would never have written: refused, left alone
+        if bad:  # a checksum-valid entry that a2acc would never have written: refused
             self.stats["corrupt"] += 1
-            self._warn(path, f"holds what a2acc never writes ({bad[0]}): refused, left alone")
+            self._warn(path, f"holds what a2acc never writes ({bad[0]}): refused; a recompile replaces it")
             return None
         return entry
 
@@ -305,13 +348,13 @@ class PlanCache:
         return out
 
     def clear(self) -> int:
-        """Remove every cache entry a2acc can prove it wrote (all versions: :func:`_valid_entry`); nothing else in
-        the directory is touched, and no symlink is followed."""
+        """Remove every cache entry a2acc can prove it wrote (all versions: :func:`_valid_entry`) and every torn
+        one (:func:`_torn`); nothing else in the directory is touched, and no symlink is followed."""
         self._mem.clear()
         n = 0
         for vdir in self._version_dirs():
             for f in vdir.glob("*.json"):
-                if _valid_entry(f):
+                if _valid_entry(f) or _torn(f):
                     with contextlib.suppress(OSError):
                         f.unlink()
                         n += 1

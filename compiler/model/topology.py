@@ -19,12 +19,17 @@ A topology file is YAML (JSON accepted with the same keys), ``version: 1``::
       wiring: rail_optimized      # rail_optimized | single_switch
       transport: ib               # roce | ib | nvlink | slingshot (optional: the simulator's physical model)
       switch_buffer: 64MiB        # optional: packet buffer of one network switch (incast model)
+    gpu: {model: H100-SXM5, compute_units: 132}   # optional: SMs (NVIDIA) or CUs (AMD) of each GPU
 
 or, for direct-connect fabrics (no servers tier; every node is one GPU)::
 
     version: 1
     direct: {kind: torus, dims: [4, 4], bandwidth: 25, latency: 1.0}
     # kind: hypercube (dimension: d) | genkautz (n, degree) | edges (nodes: N, edges: [[u, v, GB/s], ...])
+
+``gpu`` (optional, either form) names the GPU and its compute units: the SMs of an NVIDIA GPU, the CUs of an
+AMD one. Plans do not depend on it (it is not in the fingerprint); targets whose kernels keep every thread
+block resident at once take it as their default limit (MSCCL++'s ``max_threadblocks``).
 
 A :class:`Topology` holds its fabric as one typed value, :class:`Tiered` (servers: a scale-up fabric and, past
 one server, scale-out NICs) or :class:`DirectConnect` (a graph of GPUs); the graphs themselves come from
@@ -38,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -73,7 +79,20 @@ WIRINGS = ("rail_optimized", "single_switch")
 DIRECT_KINDS = ("torus", "hypercube", "genkautz", "edges")
 #: scale-out NICs per GPU at most (AWS p5: 32 EFA NICs for 8 GPUs)
 MAX_NICS_PER_GPU = 8
-_TOP_KEYS = ("version", "name", "servers", "gpus_per_server", "memory_bandwidth", "intra", "inter", "direct")
+_TOP_KEYS = (
+    "version",
+    "name",
+    "servers",
+    "gpus_per_server",
+    "memory_bandwidth",
+    "intra",
+    "inter",
+    "direct",
+    "gpu",
+)
+_GPU_KEYS = ("model", "compute_units")
+#: compute units a ``gpu`` section may give at most (the thread blocks per rank any target asks for at most)
+MAX_COMPUTE_UNITS = 1024
 _INTRA_KEYS = ("fabric", "bandwidth", "latency", "links")
 _INTER_KEYS = ("nics_per_server", "bandwidth", "latency", "wiring", "transport", "switch_buffer")
 #: scale-out transports the simulator models (``a2acc.analysis.model``); a file without one is simulated ideally
@@ -139,6 +158,18 @@ class DirectConnect:
 
 
 @dataclass(frozen=True)
+class Gpu:
+    """The GPU of every rank: a model name and its compute units (SMs of an NVIDIA GPU, CUs of an AMD one),
+    which bound the thread blocks a kernel can keep resident at once."""
+
+    model: str
+    compute_units: int
+
+    def describe(self) -> str:
+        return f"{self.model or 'GPU'} ({self.compute_units} SMs/CUs)"
+
+
+@dataclass(frozen=True)
 class TierSummary:
     """The two-tier view used by FAST-style planners and bounds (FLASH §4.4 notation).
 
@@ -186,6 +217,7 @@ class Topology:
     memory_bandwidth: float
     fabric: Fabric
     source: str = field(default="", compare=False)
+    gpu: Gpu | None = None  # not in the fingerprint: plans do not depend on it, lowered files may
 
     @property
     def nranks(self) -> int:
@@ -257,7 +289,12 @@ class Topology:
     @cached_property
     def fingerprint(self) -> str:
         """Stable hash of every field a plan can depend on (the transport and switch buffer included: plans
-        chosen under a model depend on them); not the name or the source file."""
+        chosen under a model depend on them); not the name, the source file or the GPU. Tagged with its
+        definition, ``v2-<16 hex digits>`` (:data:`FINGERPRINT_VERSION`), so a plan recorded under an earlier
+        definition is told apart from a plan for another topology (:meth:`plan_mismatch`)."""
+        return f"v{FINGERPRINT_VERSION}-{self._hash_v2()}"
+
+    def _hash_v2(self) -> str:
         doc = {
             "servers": self.servers,
             "gpus_per_server": self.gpus_per_server,
@@ -265,6 +302,65 @@ class Topology:
             "fabric": [type(self.fabric).__name__, _plain(self.fabric)],
         }
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+    def _hash_v1(self) -> str:
+        """The first definition (a2acc before the fingerprint covered the transport and the switch buffer): the
+        fabric's parts listed by hand. Kept only to recognise plans recorded under it."""
+        intra, inter, direct = self.intra, self.inter, self.direct
+        doc = {
+            "servers": self.servers,
+            "gpus_per_server": self.gpus_per_server,
+            "memory_bandwidth": self.memory_bandwidth,
+            "intra": None
+            if intra is None
+            else [intra.kind, intra.bandwidth, intra.latency, list(intra.links)],
+            "inter": None
+            if inter is None
+            else [inter.nics_per_server, inter.bandwidth, inter.latency, inter.wiring],
+            "direct": None
+            if direct is None
+            else [direct.kind, direct.nodes, list(direct.edges), direct.latency],
+        }
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+    def plan_mismatch(self, recorded: str) -> str | None:
+        """Why a plan recording topology fingerprint ``recorded`` cannot be used on this topology, or None (it
+        was built for it, or records none). A fingerprint without a definition tag was written by an a2acc
+        before the tag; it is compared under both definitions that a2acc used."""
+        if not recorded or recorded == self.fingerprint:
+            return None
+        try:
+            version, digest = split_fingerprint(recorded)
+        except ValueError:
+            return (
+                f"the plan records {recorded!r}, which is no topology fingerprint: plan again with this a2acc"
+            )
+        again = "plan again with this a2acc (a2acc plan / a2acc compile)"
+        if version is None:
+            if digest == self._hash_v2():  # the current definition, written before it was tagged
+                return None
+            if digest == self._hash_v1():
+                return (
+                    f"the plan was made by an earlier a2acc (its topology fingerprint {recorded} is of an earlier "
+                    f"definition; this a2acc's is v{FINGERPRINT_VERSION}): {again}"
+                )
+            return (
+                f"the plan was made by an earlier a2acc for another topology (its fingerprint {recorded} matches "
+                f"this topology under no definition): {again} on this topology"
+            )
+        if version < FINGERPRINT_VERSION:
+            return (
+                f"the plan was made by an earlier a2acc (topology fingerprint definition v{version}, this a2acc's "
+                f"is v{FINGERPRINT_VERSION}): {again}"
+            )
+        if version > FINGERPRINT_VERSION:
+            return (
+                f"the plan was made by a later a2acc (topology fingerprint definition v{version}; this a2acc "
+                f"knows up to v{FINGERPRINT_VERSION}): plan again with this a2acc, or use the later one"
+            )
+        return (
+            f"the plan was built for another topology (fingerprint {recorded}, this one {self.fingerprint})"
+        )
 
     # ------------------------------------------------------------------ network
     @cached_property
@@ -294,6 +390,24 @@ class Topology:
         """Deterministic route of a GPU-to-GPU transfer: (link indices, total alpha in seconds)
         (:meth:`a2acc.model.network.Network.route`)."""
         return self.network.route(src, dst)
+
+
+#: the definition of :attr:`Topology.fingerprint`. Bump it whenever what the hash covers changes (a field added
+#: to a fabric), and keep the earlier definition's hash where :meth:`Topology.plan_mismatch` can use it: a plan
+#: recorded under an earlier definition then gets "made by an earlier a2acc: plan again", not "built for
+#: another topology". Definition 1 listed the fabric's parts by hand; definition 2 hashes every fabric field;
+#: from definition 2 on, the fingerprint carries its definition (``v2-...``)
+FINGERPRINT_VERSION = 2
+_FINGERPRINT_RE = re.compile(r"^(?:v([1-9][0-9]{0,5})-)?([0-9a-f]{16})$")
+
+
+def split_fingerprint(text: str) -> tuple[int | None, str]:
+    """``v2-0123456789abcdef`` -> (2, digest); an untagged digest (before the tag) -> (None, digest);
+    ``ValueError`` for anything else."""
+    m = _FINGERPRINT_RE.match(text)
+    if m is None:
+        raise ValueError(f"not a topology fingerprint: {text!r}")
+    return (int(m.group(1)) if m.group(1) else None), m.group(2)
 
 
 def _plain(value: Any) -> Any:
@@ -471,7 +585,7 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
                     "a direct-connect topology has no servers, gpus_per_server, intra or inter",
                 )
         dc = _direct(data["direct"], src)
-        return Topology(name, dc.nodes, 1, mem, dc, src)
+        return Topology(name, dc.nodes, 1, mem, dc, src, _gpu(data.get("gpu"), src))
     servers = _pos_int(data.get("servers", 1), src, "servers")
     m = _pos_int(_req(data, "gpus_per_server", src, "", "an integer >= 1"), src, "gpus_per_server")
     if servers * m > MAX_RANKS:
@@ -481,10 +595,31 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
     if inter_raw is None and servers > 1:
         raise TopologyError(src, "inter", None, "required when servers > 1 (scale-out NICs)")
     inter = None if inter_raw is None else _scale_out(inter_raw, m, src)
-    topo = Topology(name, servers, m, mem, Tiered(intra, inter), src)
+    topo = Topology(name, servers, m, mem, Tiered(intra, inter), src, _gpu(data.get("gpu"), src))
     if intra.kind != "switch" and m > 1:
         topo.network.server_subgraph(0)  # connectivity check with a clear error
     return topo
+
+
+def _gpu(raw: Any, src: str) -> Gpu | None:
+    """The optional ``gpu`` section: ``{model: NAME, compute_units: N}``."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise TopologyError(src, "gpu", raw, "a mapping {model: NAME, compute_units: N}")
+    _check_keys(raw, _GPU_KEYS, src, "gpu.")
+    model = raw.get("model", "")
+    if not isinstance(model, str) or len(model) > 64 or not model.isprintable():
+        raise TopologyError(src, "gpu.model", model, "a name of at most 64 printable characters")
+    units = _req(raw, "compute_units", src, "gpu.", "the GPU's SMs (NVIDIA) or CUs (AMD)")
+    if isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= MAX_COMPUTE_UNITS:
+        raise TopologyError(
+            src,
+            "gpu.compute_units",
+            units,
+            f"an integer in 1..{MAX_COMPUTE_UNITS}: the GPU's SMs (NVIDIA) or CUs (AMD)",
+        )
+    return Gpu(model, units)
 
 
 def _intra(raw: Any, m: int, src: str) -> IntraFabric:

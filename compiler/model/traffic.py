@@ -133,6 +133,10 @@ def _check_float_entries(arr: npt.NDArray[np.floating[Any]], source: str) -> Non
     if frac.any():
         i, j = _first(frac)
         raise TrafficMatrixError(source, f"entry [{i}][{j}]", float(arr[i, j]), "entries must be whole bytes")
+    if (
+        float(np.finfo(arr.dtype).max) <= MAX_RANK_BYTES
+    ):  # float16 holds no such value (comparing would overflow)
+        return
     big = np.abs(arr) > MAX_RANK_BYTES
     if big.any():
         i, j = _first(big)

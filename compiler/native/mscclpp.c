@@ -1,12 +1,16 @@
 /*
  * a2acc._mscclpp: compiled fast path of the MSCCL++ check (a2acc/backends/mscclpp/{reader,interp}.py).
  *
- * check(text, counts, chunk_bytes, launches) -> (ngpus, C, protocol, max_tbs, max_ops, channel_pairs, launches) | str
+ * check(text, counts, chunk_bytes, launches, max_tbs)
+ *     -> (ngpus, C, protocol, max_tbs, max_ops, channel_pairs, launches) | (rank, thread blocks) | str
  *   text       : the JSON execution plan text
  *   counts     : None (the standard all-to-all postcondition) or bytes of N*N int64 chunk counts (the manifest's
  *                all-to-all-v layout, row = sender)
  *   chunk_bytes: the manifest's chunk size, or 0 (then the smallest size the plan loads with, as the reference)
  *   launches   : back-to-back launches to execute (2..8)
+ *   max_tbs    : thread blocks a rank may have (all must be co-resident); a plan that parses and gives some rank
+ *                more is answered, before any other work, with that rank and its count (a pair): the reference's
+ *                load check reports exactly that (interp/load.py)
  *
  * A tuple means: the pure-Python reference (strict reader, load checks, intra-thread-block rules, execution of
  * the launches with deadlock, race, cross-launch and postcondition checks, balanced counters) reports no error
@@ -30,8 +34,17 @@
  * returned undecided, except that a host's end of a launch (which joined every thread block of its rank)
  * orders all that launch's accesses of those thread blocks. With no relaxed operations (undecided here) the
  * reference's data and control clocks are equal, so one clock per agent is kept.
+ *
+ * Memory. A join of one rank's clock into another's goes through a translation of their shared columns, kept
+ * per pair of ranks. When ranks are connected to most others (an all-to-all lowered without relays), nearly
+ * every proxy and host is in every clock: then every clock keeps all of them in the same 2n columns after its
+ * own (dense mode, chosen when that costs at most half again the memory), which join without a translation, so
+ * a translation holds only the few thread-block columns two ranks share (65x8 direct: 3.6 GB of translations
+ * before). A clock copied into a signal in flight is kept in 16 bits an entry when every entry fits.
  */
 #include "mscclpp_common.h"
+
+#include <stddef.h>
 
 #define MAX_THREADS_PER_BLOCK 1024
 #define MAX_GPUS 4096
@@ -723,7 +736,11 @@ typedef struct snap_s {
     int refs;  /* the agent's cache and every pending use hold one */
     int rank;  /* whose columns */
     int agent; /* whose clock it copies (its own entry is given by each use: own) */
-    int32_t v[];
+    int wide;  /* entries are int32 (else uint16: every entry below 65536, as in most clocks) */
+    union {
+        int32_t w[1];
+        uint16_t h[1];
+    } v;
 } snap_t;
 
 /* a use of a snapshot: the agent's clock at the time = the shared vector, with its own entry at own */
@@ -817,8 +834,11 @@ typedef struct {
     i64 chunk;
     int *rank_of;   /* per agent */
     int *first_pid; /* per rank, n + 1 */
-    /* clock columns */
-    int *W;          /* width per rank */
+    /* clock columns: per rank its thread-block columns (hashed), then, in dense mode, one column for every rank's
+       proxy and host (the same 2n columns on every rank: a join copies them without a translation) */
+    int dense;
+    int *S;          /* hashed columns per rank (all of them when not dense) */
+    int *W;          /* width per rank: S, plus 2n when dense */
     int32_t **kgid;  /* per rank: agent of each column */
     int32_t **hkey;  /* per rank: open-addressing agent -> column */
     int32_t **hval;
@@ -873,6 +893,7 @@ static int fail(mach_t *M, const char *why) {
 
 /* ------------------------------------------------------------------ columns */
 static int col_of(const mach_t *M, int r, int agent) {
+    if (M->dense && agent >= M->ntb) return M->S[r] + (agent - M->ntb); /* proxies, then hosts */
     int cap = M->hcap[r];
     uint32_t h = (uint32_t)((u64)agent * 0x9E3779B97F4A7C15ULL >> 32) & (uint32_t)(cap - 1);
     for (;;) {
@@ -897,8 +918,42 @@ static int col_add(mach_t *M, int r, int agent, int32_t *ncols, int32_t *cols) {
 static int proxy_of(const mach_t *M, int r) { return M->ntb + r; }
 static int host_of(const mach_t *M, int r) { return M->ntb + M->n + r; }
 
+/* rank r's columns from its list (foreign thread blocks v >= 0, connected ranks -1 - v): its own thread blocks
+   and the foreign ones, then (not dense) its own and its connected ranks' proxies and hosts. Returns the thread
+   block columns, -1 without memory. */
+static int fill_columns(mach_t *M, int r, const int32_t *list, int nlist) {
+    int own = M->first_pid[r + 1] - M->first_pid[r] + 2;
+    int want = own + 2 * nlist + 4;
+    int cap = 16;
+    while (cap < 2 * want) cap *= 2;
+    free(M->hkey[r]), free(M->hval[r]), free(M->kgid[r]);
+    M->hcap[r] = cap;
+    M->hkey[r] = (int32_t *)malloc((size_t)cap * sizeof(int32_t));
+    M->hval[r] = (int32_t *)malloc((size_t)cap * sizeof(int32_t));
+    M->kgid[r] = (int32_t *)malloc((size_t)want * sizeof(int32_t));
+    if (!M->hkey[r] || !M->hval[r] || !M->kgid[r]) return -1;
+    memset(M->hkey[r], 0xff, (size_t)cap * sizeof(int32_t));
+    int32_t *cols = M->kgid[r], nc = 0;
+    for (int a = M->first_pid[r]; a < M->first_pid[r + 1]; a++) col_add(M, r, a, &nc, cols);
+    for (int i = 0; i < nlist; i++)
+        if (list[i] >= 0) col_add(M, r, list[i], &nc, cols);
+    int tbcols = nc;
+    if (!M->dense) {
+        col_add(M, r, proxy_of(M, r), &nc, cols);
+        col_add(M, r, host_of(M, r), &nc, cols);
+        for (int i = 0; i < nlist; i++)
+            if (list[i] < 0) {
+                col_add(M, r, proxy_of(M, -1 - list[i]), &nc, cols);
+                col_add(M, r, host_of(M, -1 - list[i]), &nc, cols);
+            }
+    }
+    M->S[r] = nc;
+    M->W[r] = nc + (M->dense ? 2 * M->n : 0);
+    return tbcols;
+}
+
 /* every rank's columns: its own agents; the thread blocks of other ranks with a channel or a remote buffer to
-   it; the proxies and hosts of the ranks connected to it (either way) */
+   it; the proxies and hosts of the ranks connected to it (either way), or of every rank (dense) */
 static int build_columns(mach_t *M) {
     const plan_t *P = M->P;
     int n = M->n;
@@ -939,35 +994,23 @@ static int build_columns(mach_t *M) {
             }
         }
     }
-    i64 total = 0;
+    /* sparse columns first; then dense mode when its clocks take at most half again as much memory (a rank
+       connected to most ranks already has most proxies and hosts: all-to-all plans lowered without relays) */
+    i64 sparse = 0, dense = 0;
     for (int r = 0; r < n; r++) {
-        int own = M->first_pid[r + 1] - M->first_pid[r] + 2;
-        int want = own + 2 * nlist[r] + 4;
-        int cap = 16;
-        while (cap < 2 * want) cap *= 2;
-        M->hcap[r] = cap;
-        M->hkey[r] = (int32_t *)malloc((size_t)cap * sizeof(int32_t));
-        M->hval[r] = (int32_t *)malloc((size_t)cap * sizeof(int32_t));
-        int32_t *cols = (int32_t *)malloc((size_t)want * sizeof(int32_t));
-        if (!M->hkey[r] || !M->hval[r] || !cols) return 0;
-        memset(M->hkey[r], 0xff, (size_t)cap * sizeof(int32_t));
-        int32_t nc = 0;
-        for (int a = M->first_pid[r]; a < M->first_pid[r + 1]; a++) col_add(M, r, a, &nc, cols);
-        col_add(M, r, proxy_of(M, r), &nc, cols);
-        col_add(M, r, host_of(M, r), &nc, cols);
-        for (int i = 0; i < nlist[r]; i++) {
-            int v = list[r][i];
-            if (v >= 0) col_add(M, r, v, &nc, cols);
-            else {
-                col_add(M, r, proxy_of(M, -1 - v), &nc, cols);
-                col_add(M, r, host_of(M, -1 - v), &nc, cols);
-            }
-        }
-        M->W[r] = nc;
-        M->kgid[r] = cols;
-        total += (i64)nc * (M->first_pid[r + 1] - M->first_pid[r] + 2);
-        free(list[r]);
+        int tbcols = fill_columns(M, r, list[r], nlist[r]);
+        if (tbcols < 0) return fail(M, "limit: memory");
+        i64 agents = M->first_pid[r + 1] - M->first_pid[r] + 2;
+        sparse += agents * M->W[r];
+        dense += agents * (tbcols + 2 * (i64)n);
     }
+    if (2 * dense <= 3 * sparse) {
+        M->dense = 1;
+        for (int r = 0; r < n; r++)
+            if (fill_columns(M, r, list[r], nlist[r]) < 0) return fail(M, "limit: memory");
+    }
+    i64 total = M->dense ? dense : sparse;
+    for (int r = 0; r < n; r++) free(list[r]);
 #undef LPUSH
     free(list);
     free(nlist);
@@ -993,9 +1036,9 @@ static map_t *get_map(mach_t *M, int q, int r) {
     map_t *m = &M->maps[h];
     if (M->map_keys[h] == k) return m;
     M->map_keys[h] = k;
-    int w = M->W[q];
-    m->cq = (int32_t *)malloc((size_t)w * sizeof(int32_t));
-    m->cr = (int32_t *)malloc((size_t)w * sizeof(int32_t));
+    int w = M->S[q]; /* (dense: the proxy and host columns need no translation) */
+    m->cq = (int32_t *)malloc((size_t)w * sizeof(int32_t) + 1);
+    m->cr = (int32_t *)malloc((size_t)w * sizeof(int32_t) + 1);
     if (!m->cq || !m->cr) return NULL;
     m->n = 0;
     for (int c = 0; c < w; c++) {
@@ -1006,6 +1049,11 @@ static map_t *get_map(mach_t *M, int q, int r) {
             m->n++;
         }
     }
+    /* kept as long as the machine: only the matches (a rank pair shares few of its columns) */
+    int32_t *cq = (int32_t *)realloc(m->cq, (size_t)m->n * sizeof(int32_t) + 1);
+    int32_t *cr = (int32_t *)realloc(m->cr, (size_t)m->n * sizeof(int32_t) + 1);
+    if (cq) m->cq = cq;
+    if (cr) m->cr = cr;
     return m;
 }
 
@@ -1013,25 +1061,36 @@ static inline int32_t *clk_of(mach_t *M, int a) { return M->clk + M->clk_off[a];
 
 static void tick(mach_t *M, int a) { clk_of(M, a)[M->own[a]]++; }
 
+static i64 snap_bytes(const mach_t *M, const snap_t *s) {
+    return (i64)M->W[s->rank] * (s->wide ? 4 : 2);
+}
+
 static void drop(mach_t *M, snap_t *s) {
     if (--s->refs > 0) return;
-    M->pending_bytes -= (i64)M->W[s->rank] * 4;
+    M->pending_bytes -= snap_bytes(M, s);
     free(s);
 }
 
-/* the agent's clock now, shared with its earlier snapshots while only its own entry moved */
+/* the agent's clock now, shared with its earlier snapshots while only its own entry moved; kept in 16 bits an
+   entry when every entry fits (pending snapshots were most of the memory of a large all-to-all) */
 static pend_t snap(mach_t *M, int a) {
     pend_t p = {NULL, 0};
     int r = M->rank_of[a], w = M->W[r];
     snap_t *s = M->cache[a];
     if (!s || M->cache_ver[a] != M->ver[a]) {
-        s = (snap_t *)malloc(sizeof(snap_t) + (size_t)w * sizeof(int32_t));
+        const int32_t *c = clk_of(M, a);
+        int wide = 0;
+        for (int i = 0; i < w && !wide; i++) wide = c[i] > 0xffff;
+        s = (snap_t *)malloc(offsetof(snap_t, v) + (size_t)w * (wide ? 4 : 2) + 4);
         if (!s) return p;
         s->refs = 1; /* the cache's */
         s->rank = r;
         s->agent = a;
-        memcpy(s->v, clk_of(M, a), (size_t)w * sizeof(int32_t));
-        M->pending_bytes += (i64)w * 4;
+        s->wide = wide;
+        if (wide) memcpy(s->v.w, c, (size_t)w * sizeof(int32_t));
+        else
+            for (int i = 0; i < w; i++) s->v.h[i] = (uint16_t)c[i];
+        M->pending_bytes += snap_bytes(M, s);
         if (M->cache[a]) drop(M, M->cache[a]);
         M->cache[a] = s;
         M->cache_ver[a] = M->ver[a];
@@ -1042,6 +1101,21 @@ static pend_t snap(mach_t *M, int a) {
     return p;
 }
 
+static inline int32_t snap_at(const snap_t *s, int i) { return s->wide ? s->v.w[i] : (int32_t)s->v.h[i]; }
+
+/* c[to + i] = max(c[to + i], s[from + i]) for i < len */
+static void join_run(int32_t *c, int to, const snap_t *s, int from, int len) {
+    if (s->wide) {
+        const int32_t *v = s->v.w + from;
+        for (int i = 0; i < len; i++)
+            if (v[i] > c[to + i]) c[to + i] = v[i];
+    } else {
+        const uint16_t *v = s->v.h + from;
+        for (int i = 0; i < len; i++)
+            if ((int32_t)v[i] > c[to + i]) c[to + i] = v[i];
+    }
+}
+
 /* the agent's clock joins a snapshot (of its own rank or another's) */
 static int join(mach_t *M, int a, pend_t p) {
     const snap_t *s = p.s;
@@ -1049,8 +1123,7 @@ static int join(mach_t *M, int a, pend_t p) {
     int32_t *c = clk_of(M, a);
     M->ver[a]++;
     if (s->rank == r) {
-        for (int i = 0; i < M->W[r]; i++)
-            if (s->v[i] > c[i]) c[i] = s->v[i];
+        join_run(c, 0, s, 0, M->W[r]);
         int oc = M->own[s->agent];
         if (p.own > c[oc]) c[oc] = p.own;
         return 1;
@@ -1058,9 +1131,10 @@ static int join(mach_t *M, int a, pend_t p) {
     map_t *m = get_map(M, s->rank, r);
     if (!m) return fail(M, "limit: memory");
     for (int i = 0; i < m->n; i++) {
-        int32_t v = s->v[m->cq[i]];
+        int32_t v = snap_at(s, m->cq[i]);
         if (v > c[m->cr[i]]) c[m->cr[i]] = v;
     }
+    if (M->dense) join_run(c, M->S[r], s, M->S[s->rank], 2 * M->n);
     int oc = col_of(M, r, s->agent);
     if (oc >= 0 && p.own > c[oc]) c[oc] = p.own;
     return 1;
@@ -1661,13 +1735,14 @@ static int setup(mach_t *M) {
     M->rank_of = (int *)malloc((size_t)M->na * sizeof(int));
     M->first_pid = (int *)malloc((size_t)(n + 1) * sizeof(int));
     M->W = (int *)calloc((size_t)n, sizeof(int));
+    M->S = (int *)calloc((size_t)n, sizeof(int));
     M->kgid = (int32_t **)calloc((size_t)n, sizeof(int32_t *));
     M->hkey = (int32_t **)calloc((size_t)n, sizeof(int32_t *));
     M->hval = (int32_t **)calloc((size_t)n, sizeof(int32_t *));
     M->hcap = (int *)calloc((size_t)n, sizeof(int));
     M->clk_off = (i64 *)malloc((size_t)M->na * sizeof(i64));
     M->own = (int *)malloc((size_t)M->na * sizeof(int));
-    if (!M->rank_of || !M->first_pid || !M->W || !M->kgid || !M->hkey || !M->hval || !M->hcap || !M->clk_off ||
+    if (!M->rank_of || !M->first_pid || !M->W || !M->S || !M->kgid || !M->hkey || !M->hval || !M->hcap || !M->clk_off ||
         !M->own)
         return fail(M, "limit: memory");
     for (int r = 0; r < n; r++) {
@@ -1846,7 +1921,8 @@ static void free_machine(mach_t *M) {
             if (M->cache[a]) drop(M, M->cache[a]);
     free(M->cache), free(M->ver), free(M->cache_ver);
     free(M->psnaps);
-    free(M->rank_of), free(M->first_pid), free(M->W), free(M->kgid), free(M->hkey), free(M->hval), free(M->hcap);
+    free(M->rank_of), free(M->first_pid), free(M->W), free(M->S), free(M->kgid), free(M->hkey), free(M->hval);
+    free(M->hcap);
     free(M->clk), free(M->clk_off), free(M->own), free(M->maps), free(M->map_keys), free(M->chan_base);
     free(M->chans), free(M->sem_base), free(M->sems), free(M->pc), free(M->launch_of), free(M->state_n);
     free(M->tickets), free(M->state_mask), free(M->done_in_launch), free(M->rank_launch), free(M->finished);
@@ -1858,13 +1934,21 @@ static void free_plan(plan_t *P) {
     free(P->gpus), free(P->tbs), free(P->ops), free(P->refs), free(P->ints), free(P->rbufs);
 }
 
+/* the first rank with more than limit thread blocks, or -1 */
+static int first_crowded(const plan_t *P, int limit) {
+    for (int r = 0; r < P->n; r++)
+        if (P->gpus[r].ntb > limit) return r;
+    return -1;
+}
+
 /* ------------------------------------------------------------------ check() */
 static PyObject *py_check(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *text_obj, *counts_obj;
     long long chunk_bytes;
-    int launches;
-    if (!PyArg_ParseTuple(args, "UOLi", &text_obj, &counts_obj, &chunk_bytes, &launches)) return NULL;
+    int launches, limit_tbs;
+    if (!PyArg_ParseTuple(args, "UOLii", &text_obj, &counts_obj, &chunk_bytes, &launches, &limit_tbs))
+        return NULL;
     Py_ssize_t len;
     const char *text = PyUnicode_AsUTF8AndSize(text_obj, &len);
     if (!text) return NULL;
@@ -1876,11 +1960,12 @@ static PyObject *py_check(PyObject *self, PyObject *args) {
     mach_t M;
     memset(&M, 0, sizeof(M));
     const char *why = NULL;
-    int ok = 0, max_tbs = 0, max_ops = 0;
+    int ok = 0, max_tbs = 0, max_ops = 0, crowded = -1;
     i64 chunk = 0;
     Py_BEGIN_ALLOW_THREADS
     if (launches < 2 || launches > 8) why = "launches";
     else if (!parse(text, len, &P)) why = "not the form a2acc's emitter writes";
+    else if ((crowded = first_crowded(&P, limit_tbs)) >= 0) why = "thread blocks";
     else if (have_counts && cb.len != (Py_ssize_t)((i64)P.n * P.n * (i64)sizeof(i64))) why = "the manifest's size";
     else if (!static_ok(&P)) why = "a load check";
     else if (!(chunk = sizes_ok(&P, chunk_bytes, have_counts ? (const i64 *)cb.buf : NULL))) why = "the sizes";
@@ -1908,6 +1993,8 @@ static PyObject *py_check(PyObject *self, PyObject *args) {
     if (ok)
         res = Py_BuildValue("(iLsiiLi)", P.n, P.n ? P.gpus[0].in_c : 0, P.ll ? "LL" : "Simple", max_tbs, max_ops,
                             pairs / 2, launches);
+    else if (crowded >= 0)
+        res = Py_BuildValue("(ii)", crowded, P.gpus[crowded].ntb);
     else
         res = PyUnicode_FromString(why ? why : "undecided");
     free_plan(&P);
@@ -1917,9 +2004,9 @@ static PyObject *py_check(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"check", py_check, METH_VARARGS,
-     "check(text, counts, chunk_bytes, launches) -> (ngpus, C, protocol, max_tbs, max_ops, channel_pairs, "
-     "launches) when the "
-     "reference would report no error and no note, else the reason it is not decided here"},
+     "check(text, counts, chunk_bytes, launches, max_tbs) -> (ngpus, C, protocol, max_tbs, max_ops, "
+     "channel_pairs, launches) when the reference would report no error and no note, (rank, thread blocks) when a "
+     "rank has more than max_tbs, else the reason it is not decided here"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -56,6 +56,14 @@ class Options:
         for name in self.excluded():
             if name not in ORDER:
                 raise InputError("--opt", "exclude", name, f"planners auto tries: {', '.join(ORDER)}")
+        if set(ORDER) <= set(self.excluded()):  # (what else leaves nothing depends on the topology: plan())
+            raise InputError(
+                "--opt",
+                "exclude",
+                self.exclude,
+                f"leave auto at least one planner that applies here (none left: every one it tries, "
+                f"{', '.join(ORDER)}, is excluded)",
+            )
 
     def excluded(self) -> tuple[str, ...]:
         return tuple(x.strip() for x in self.exclude.split(",") if x.strip())
@@ -71,7 +79,10 @@ def plan(req: PlanRequest) -> Program:
     t0 = time.perf_counter()
     results: list[tuple[str, float, Program]] = []
     skipped: dict[str, str] = {}
-    for name in _candidates(req.topology, opts, skipped):
+    candidates = _candidates(req.topology, opts, skipped)
+    if not candidates:
+        _nothing_to_try(opts, skipped)
+    for name in candidates:
         left = opts.budget_s - (time.perf_counter() - t0)
         if name in SEARCHING and left <= 0:
             skipped[name] = f"budget of {opts.budget_s:g} s spent"
@@ -83,6 +94,8 @@ def plan(req: PlanRequest) -> Program:
                 f"auto: planner '{name}' produced a wrong plan (a2acc bug)", list(rep.errors)
             )
         results.append((name, simulate_fast(prog, req.topology, model=model).time_s, prog))
+    if not results:  # the searching ones only, and the budget spent before the first
+        _nothing_to_try(opts, skipped)
     results = _within_peer_limit(results, req.max_peers, skipped)
     name, best_t, best = min(results, key=lambda r: r[1])  # min keeps the first of equal times: ORDER
     others = sorted((t, n) for n, t, _p in results if n != name)
@@ -100,6 +113,18 @@ def plan(req: PlanRequest) -> Program:
         "model": model.name,
     }
     return dataclasses.replace(best, algorithm="auto", name=f"auto-{best.name}", meta=meta)
+
+
+def _nothing_to_try(opts: Options, skipped: dict[str, str]) -> None:
+    """Refuse options that leave auto no planner to try here, saying why each was left out."""
+    why = "; ".join(f"{n}: {w}" for n, w in skipped.items())
+    field, value = ("exclude", opts.exclude) if opts.excluded() else ("budget_s", opts.budget_s)
+    raise InputError(
+        "--opt",
+        field,
+        value,
+        f"leave auto at least one planner that applies here (none left: {why})",
+    )
 
 
 def _within_peer_limit(

@@ -245,6 +245,9 @@ def _fast_line(
 
 
 _RANK_RE = re.compile(r"^#\s*Rank\s+\d+\s")
+#: a data row whatever its size column says: a size starting like a number, then an element count and a type
+#: name (``64M 16777216 float ...``); NCCL INFO and launcher lines never have this shape
+_ROW_SHAPE = re.compile(r"^[-+.]?\d\S*\s+[-+]?\d+\s+[A-Za-z_][A-Za-z0-9_]*(?:\s|$)")
 _TEST_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.IGNORECASE)
 _ROOT_RE = re.compile(r"^-?\d+$")
 
@@ -279,8 +282,17 @@ def _nccl_tests(
             )
     ranks = sum(1 for line in lines if _RANK_RE.match(line))
     if ranks and ranks != topo.nranks:
+        m = topo.gpus_per_server
+        fix = (
+            f"give --servers {ranks // m} ({ranks // m} servers of {m} GPUs)"
+            if topo.is_tiered and ranks % m == 0
+            else f"give a topology of {ranks} GPUs"
+        )
         raise LogFormatError(
-            path, "#  Rank lines", ranks, f"the run used {ranks} ranks, the topology has {topo.nranks} GPUs"
+            path,
+            "#  Rank lines",
+            ranks,
+            f"the run used {ranks} ranks, the topology has {topo.nranks} GPUs: {fix}",
         )
     alltoallv = "alltoallv" in Path(path).name.lower() or any(
         "alltoallv" in line for line in lines if line.startswith("#")
@@ -293,21 +305,26 @@ def _nccl_tests(
     out: list[tuple[str, str, Traffic, float, float]] = []
     left_out = 0
     for no, line in enumerate(lines, 1):
-        s = line.strip()
-        head = s.split()[0] if s else ""
-        if head[:1] == "-" and head[1:].isdigit() and len(s.split()) >= 11:  # a row, with a size no run has
-            raise LogFormatError(path, f"line {no}, size", head[:60], "bytes per rank, 0 or more")
-        if not s or s.startswith("#") or not head.isdigit():
-            continue  # comments, and what is no row: the command echo, NCCL INFO lines, UCX warnings
-        row = _nccl_row(s.split(), path, no, topo.nranks)
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        if not parts[0].isdigit():
+            if _ROW_SHAPE.match(line.strip()):  # a row whose size is no byte count: never dropped silently
+                raise LogFormatError(
+                    path,
+                    f"line {no}, size",
+                    parts[0][:60],
+                    "the size in bytes: a whole number >= 0, as nccl-tests prints it (no unit suffix)",
+                )
+            continue  # what is no row: the command echo, NCCL INFO lines, UCX warnings
+        row = _nccl_row(parts, path, no, topo.nranks)
         if isinstance(row, str):
             warn(f"{path}: line {no}: {row}: left out")
             left_out += 1
             continue
-        if row is not None:
-            out.append((path, "direct", tr, float(row[0]), row[1]))
+        out.append((path, "direct", tr, float(row[0]), row[1]))
     if not out:
-        why = f" ({left_out} rows left out: wrong results, N/A or zero times)" if left_out else ""
+        why = f" ({left_out} rows left out: wrong results, N/A or zero times or sizes)" if left_out else ""
         raise LogFormatError(
             path, "", Path(path).name, f"no usable data rows (size count type redop root time ...){why}"
         )
@@ -322,8 +339,8 @@ _NCCL_ROW = (
 )
 
 
-def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, float] | str | None:
-    """One nccl-tests data row as (bytes, seconds); a string says why a row is no measurement; None: size 0.
+def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, float] | str:
+    """One nccl-tests data row as (bytes, seconds), or why it is no measurement (a size of 0 included).
 
     The columns after ``type`` differ between versions, and current ones may append more after the in-place
     block (``-Z`` timestamps, bitwise ``#bitdiff``, per-iteration statistics), so the layout is told from the
@@ -342,7 +359,7 @@ def _nccl_row(parts: list[str], path: str, no: int, nranks: int) -> tuple[int, f
             path, f"line {no}, redop", parts[3], "an alltoall or alltoallv log (rows with redop none)"
         )
     if size <= 0:
-        return None
+        return "size 0 (nothing moved)"
     t = 3 if _is_number(parts[3]) else 5 if _ROOT_RE.match(parts[4]) else 4  # where the time column is
     time_s, wrong = parts[t], parts[t + 3]
     if wrong != "N/A":  # N/A: the run did not check (-c 0), not a wrong result

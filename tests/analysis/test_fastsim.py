@@ -410,23 +410,24 @@ def test_remembered_simulations_are_shared_safely_between_threads():
     pairs=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=30),
 )
 def test_dependency_membership_by_slots_matches_the_lists(deps, pairs):
-    """``_has_dep`` (is a a direct dependency of b) and ``_two_hop`` (a -> d -> b) read the dependency CSR one
-    slot at a time; they answer as the lists themselves do (repeated dependencies and ops without any
-    included)."""
+    """``_has_dep`` (is a a direct dependency of b: a binary search among the sorted edge keys) and ``_two_hop``
+    (a -> d -> b, over b's dependency slots) answer as the lists themselves do (unsorted and repeated
+    dependencies, and ops without any, included)."""
     from types import SimpleNamespace
 
-    from a2acc.analysis.fastsim import _has_dep, _two_hop
+    from a2acc.analysis.fastsim import _dep_keys, _has_dep, _two_hop
 
     n = len(deps)
     pairs = [(a % n, b % n) for a, b in pairs]
     ptr = np.concatenate([[0], np.cumsum([len(d) for d in deps])]).astype(np.int64)
     ids = np.array([x % n for d in deps for x in d], dtype=np.int64)
-    dag = SimpleNamespace(dep_ptr=ptr, dep_ids=ids)
+    dag = SimpleNamespace(dep_ptr=ptr, dep_ids=ids, n_ops=n)
+    keys = _dep_keys(dag)
     lists = [[x % n for x in d] for d in deps]
     a = np.array([p[0] for p in pairs], dtype=np.int64)
     b = np.array([p[1] for p in pairs], dtype=np.int64)
-    assert _has_dep(dag, b, a).tolist() == [x in lists[y] for x, y in pairs]
-    assert _two_hop(a, b, dag).tolist() == [any(x in lists[d] for d in lists[y]) for x, y in pairs]
+    assert _has_dep(dag, keys, b, a).tolist() == [x in lists[y] for x, y in pairs]
+    assert _two_hop(a, b, dag, keys).tolist() == [any(x in lists[d] for d in lists[y]) for x, y in pairs]
 
 
 def test_forgetting_a_programs_routes_keeps_its_result():

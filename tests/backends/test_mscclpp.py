@@ -511,14 +511,175 @@ def test_a_program_past_the_reference_lowering_is_refused_as_a_limit(monkeypatch
 
 
 def test_too_many_thread_blocks_at_the_default_names_the_option(monkeypatch):
-    """A refusal for thread blocks at the default max_threadblocks (an A100's 108 SMs) says how to give a GPU
-    with more SMs its count; an explicit max_threadblocks is the user's own figure and gets no hint."""
+    """A refusal for thread blocks at the default max_threadblocks (no GPU named: an A100's 108 SMs) says how to
+    name the GPU; with the GPU's compute units it says the limit is theirs; an explicit max_threadblocks is the
+    user's own figure and gets no hint. Every such refusal is one the padding ladder need not walk."""
     from a2acc.backends.mscclpp import target as mtarget
 
     monkeypatch.setattr(mtarget, "DEFAULT_MAX_TBS", {"nvidia": 2, "amd": 2})
     prog = plan(load_topology("nvl72"), generate("uniform", 72, 1 << 20, 1), "direct", unit=4096)
-    with pytest.raises(LoweringError, match=r"needs \d+ thread blocks.*--opt max_threadblocks=THAT"):
+    with pytest.raises(LoweringError, match=r"needs \d+ thread blocks.*--opt compute_units=N") as exc:
         JSON_T.lower(prog, Options())
+    assert exc.value.follows_transfers
+    with pytest.raises(LoweringError, match=r"needs \d+ thread blocks.*the GPU's 3 SMs/CUs"):
+        JSON_T.lower(prog, Options(compute_units=3))
     with pytest.raises(LoweringError, match=r"needs \d+ thread blocks") as exc:
         JSON_T.lower(prog, Options(max_threadblocks=2))
-    assert "max_threadblocks=THAT" not in str(exc.value)
+    assert "compute_units" not in str(exc.value)
+
+
+# ---------------------------------------------------------------------- thread blocks a GPU keeps resident
+def _crowd(doc: dict, rank: int, extra: int) -> dict:
+    """``doc`` with ``extra`` thread blocks of one nop appended to ``rank`` (harmless but for their number)."""
+    tbs = doc["gpus"][rank]["threadblocks"]
+    tbs += [
+        {"id": len(tbs) + i, "channels": [], "remote_buffer_refs": [], "ops": [{"name": "nop"}]}
+        for i in range(extra)
+    ]
+    return doc
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_verify_refuses_more_thread_blocks_than_the_gpu_keeps_resident(
+    tmp_path, capsys, monkeypatch, compiled
+):
+    """compile records the thread-block limit it lowered within (dgx-h100's GPU: 132 SMs) and verify applies
+    it: a rank past it is a wrong plan (exit 1) naming the rank, its count and the limit, with the compiled
+    check and with the reference; --opt max_threadblocks is the user's own figure; without a manifest the
+    limit is the vendor's smallest and the message says how to name the GPU."""
+    from a2acc.backends.mscclpp import check as mcheck
+
+    if not compiled:
+        monkeypatch.setattr(mcheck, "_native", None)
+    m = tmp_path / "m.npy"
+    assert main(["traffic", "gen", "zipf", "-t", "dgx-h100", "-n", "1", "--size", "8M", "-o", str(m)]) == 0
+    out = tmp_path / "p.json"
+    assert main(["compile", "-t", "dgx-h100", "-n", "1", "-m", str(m), "-a", "fast", "-b", "mscclpp-json",
+                 "-o", str(out)]) == 0  # fmt: skip
+    man = tmp_path / "p.json.manifest.json"
+    assert dict(load_manifest(man).options)["compute_units"] == "132"
+    capsys.readouterr()
+    crowded = tmp_path / "crowded.json"
+    crowded.write_text(json.dumps(_crowd(json.loads(out.read_text()), 3, 130)))
+    assert main(["verify", str(crowded), "--manifest", str(man)]) == 1
+    err = capsys.readouterr().err
+    assert "gpus[3].threadblocks:" in err and "more than max_threadblocks=132" in err, err
+    assert "the GPU's 132 SMs/CUs" in err and "co-resident" in err
+    assert main(["verify", str(crowded), "--manifest", str(man), "--opt", "max_threadblocks=200"]) == 0
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "crowded.json").write_text(crowded.read_text())
+    assert main(["verify", str(lone / "crowded.json")]) == 1
+    err = capsys.readouterr().err
+    assert "more than max_threadblocks=108" in err and "--opt compute_units=N" in err, err
+    # 10 000 thread blocks on every GPU: refused from the text's counts before any reading or execution
+    huge = tmp_path / "huge.json"
+    doc = json.loads(out.read_text())
+    for r in range(len(doc["gpus"])):
+        _crowd(doc, r, 10_000 - len(doc["gpus"][r]["threadblocks"]))
+    huge.write_text(json.dumps(doc))
+    assert main(["verify", str(huge), "--manifest", str(man)]) == 1
+    err = capsys.readouterr().err
+    assert "10000 thread blocks" in err or "80000 thread blocks on 8 GPUs" in err, err
+
+
+def test_the_topologys_gpu_sets_the_thread_block_limit(tmp_path):
+    """max_threadblocks defaults to the compute units of the topology's GPU (the presets state theirs); a
+    plan that needs more is refused saying whose limit it is, and fits once the GPU has them."""
+    from a2acc.model.topology import parse_topology
+    from a2acc.pipeline import Request, compile
+
+    assert {p: getattr(load_topology(p).gpu, "compute_units", None) for p in ("dgx-h100", "dgx-h200-fast",
+            "dgx-a100", "mi300x", "mi300x-100g", "ndv2", "dgx2", "alps", "nvl72")} == {
+        "dgx-h100": 132, "dgx-h200-fast": 132, "dgx-a100": 108, "mi300x": 304, "mi300x-100g": 304, "ndv2": 80,
+        "dgx2": 80, "alps": 132, "nvl72": None}  # fmt: skip
+
+    def topo(units: int):
+        return parse_topology(
+            {"version": 1, "servers": 1, "gpus_per_server": 16, "intra": {"fabric": "switch", "bandwidth": 450},
+             "gpu": {"model": "small", "compute_units": units}}, "small.yaml")  # fmt: skip
+
+    m = generate("uniform", 16, 1 << 20, 1)
+    split = {"tb_layout": "split"}  # one thread block per lane end: 15 peers each way, and a copy
+    with pytest.raises(
+        LoweringError, match=r"needs \d+ thread blocks but max_threadblocks is 4.*GPU's 4 SMs/CUs"
+    ):
+        compile(Request(topo(4), m, "direct", target="mscclpp-json", target_options=split))
+    res = compile(Request(topo(40), m, "direct", target="mscclpp-json", target_options=split))
+    assert res.check.ok and dict(res.lowered.manifest.options)["compute_units"] == "40"
+    # the user's own figure wins over the topology's
+    res = compile(
+        Request(topo(4), m, "direct", target="mscclpp-json", target_options={**split, "compute_units": "40"})
+    )
+    assert res.check.ok
+
+
+def test_a_thread_block_refusal_skips_the_padding_between(monkeypatch):
+    """A limit of transfers and peers (thread blocks) is not walked through every padding budget: after the
+    first refusal only the coarsest layout is tried, and the message says which were skipped. When the
+    coarsest fits, the layouts between are still tried first, so the least padding that fits is kept."""
+    from a2acc.backends.mscclpp import target as mtarget
+    from a2acc.ir.quantize import UnitPolicy
+    from a2acc.pipeline import Request, compile
+
+    t = load_topology("dgx-h100", 1)
+    m = generate("zipf", 8, 64 << 20, 1, skew=0.8)
+    units = [u for _l, u in UnitPolicy(max_padding="auto").candidates(m, None, 16)]
+    assert len(units) >= 3
+    real = mtarget._MscclppTarget.lower
+    tried: list[int] = []
+
+    def lower(self, program, options, *, name=None, fits=()):
+        tried.append(program.unit_bytes)
+        if program.unit_bytes not in fits:
+            raise LoweringError(
+                "rank 0 needs 9 thread blocks but max_threadblocks is 8", follows_transfers=True
+            )
+        return real(self, program, options, name=name)
+
+    req = Request(t, m, "fast", target="mscclpp-json", units=UnitPolicy(max_padding="auto"))
+    monkeypatch.setattr(mtarget._MscclppTarget, "lower", lower)
+    with pytest.raises(LoweringError, match="the coarsest did not fit either, so .* were not tried"):
+        compile(req)
+    assert tried == [units[0], units[-1]]
+    tried.clear()
+    monkeypatch.setattr(mtarget._MscclppTarget, "lower", lambda *a, **k: lower(*a, **k, fits=units[1:]))
+    res = compile(req)
+    assert tried == [units[0], units[-1], units[1]] and res.program.unit_bytes == units[1]
+
+
+def test_the_json_the_dsl_prints_verifies_with_the_dsls_manifest(tmp_path, capsys):
+    """The documented DSL flow: compile a program, run it (here: read as the upstream DSL assembles it, then
+    written as the JSON it prints), verify that JSON with the program's manifest. The JSON target reads the DSL
+    target's manifests; a manifest of another target is still refused, naming both."""
+    m = tmp_path / "m.npy"
+    assert main(["traffic", "gen", "zipf", "-t", "dgx-h100", "-n", "1", "--size", "8M", "-o", str(m)]) == 0
+    prog_py = tmp_path / "prog.py"
+    assert main(["compile", "-t", "dgx-h100", "-n", "1", "-m", str(m), "-a", "fast", "-b", "mscclpp-dsl",
+                 "-o", str(prog_py)]) == 0  # fmt: skip
+    assert f"--manifest {prog_py}.manifest.json" in capsys.readouterr().out
+    printed = read_dsl(prog_py.read_text(), str(prog_py))
+    assert printed.plan is not None and not printed.errors
+    plan_json = tmp_path / "plan.json"
+    plan_json.write_text(to_json(printed.plan))
+    assert main(["verify", str(plan_json), "--manifest", f"{prog_py}.manifest.json"]) == 0
+    assert "all-to-all-v manifest" in capsys.readouterr().out
+    xml_man = tmp_path / "algos.manifest.json"
+    compile_xml = [
+        "compile",
+        "-t",
+        "dgx-h100",
+        "-n",
+        "1",
+        "-m",
+        str(m),
+        "-a",
+        "fast",
+        "-o",
+        str(tmp_path / "algos"),
+    ]
+    assert main(compile_xml) == 0
+    capsys.readouterr()
+    assert main(["verify", str(plan_json), "--manifest", str(xml_man)]) == 2
+    err = capsys.readouterr().err
+    assert "target: value 'msccl-xml' is invalid" in err and "mscclpp-json, mscclpp-dsl" in err, err

@@ -65,7 +65,7 @@ def _reference(text: str, manifest: Manifest | None) -> CheckReport:
 
 
 def _native(text: str, manifest: Manifest | None) -> CheckReport | str:
-    return mcheck.fast_check(text, manifest, Options())
+    return mcheck.fast_check(text, "plan.json", manifest, Options())
 
 
 @pytest.mark.parametrize("i", range(len(BASES)))
@@ -260,7 +260,12 @@ def test_a_16x8_packed_plan_is_accepted():
     assert res.check.ok and "128 GPUs" in res.check.summary
     ((_n, text),) = res.lowered.files.items()
     counts = np.ascontiguousarray(res.lowered.manifest.chunk_layout.counts)
-    assert isinstance(native.check(text, counts, res.lowered.manifest.chunk_bytes, 2), tuple)
+    got = native.check(text, counts, res.lowered.manifest.chunk_bytes, 2, 132)
+    assert isinstance(got, tuple) and len(got) == 7
+    # one thread block fewer than the plan's busiest rank has: that rank, before anything is executed
+    most = got[3]
+    crowded = native.check(text, counts, res.lowered.manifest.chunk_bytes, 2, most - 1)
+    assert isinstance(crowded, tuple) and len(crowded) == 2 and crowded[1] == most
 
 
 # ---------------------------------------------------------------------- the compiled lowering

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
 from a2acc import plan, simulate
+from a2acc.cli import main
 from a2acc.errors import InputError, PlanFormatError
 from a2acc.ir import MachineMap, load_program, program_from_json
 from a2acc.ir.verify import verify_program
@@ -111,3 +113,64 @@ def test_direct_connect_edges_are_labelled_direct():
     )
     prog = plan(t, generate("uniform", t.nranks, 1 << 16, 1), "direct")
     assert {op.link for op in prog.ops if op.src_rank != op.dst_rank} == {"direct"}
+
+
+def test_topology_fingerprint_is_versioned_and_its_definition_pinned():
+    """The fingerprint carries its definition (``v2-``); the digests are pinned here so a change to what it
+    hashes fails this test until FINGERPRINT_VERSION is bumped (and the earlier definition kept for
+    recognition). The definition-1 digest is the one an a2acc of that definition wrote for dgx-h100 x4."""
+    from a2acc.model.topology import FINGERPRINT_VERSION
+
+    t = load_topology("dgx-h100")
+    assert FINGERPRINT_VERSION == 2
+    assert t.fingerprint == "v2-6fabc6fa866ff3a1" and t._hash_v1() == "3a58844be7ab03c1"
+    torus = parse_topology(
+        {"version": 1, "direct": {"kind": "torus", "dims": [4, 4], "bandwidth": 25, "latency": 1.0}}
+    )
+    assert torus._hash_v1() == "a363d6ad01b7a68c"
+    assert t.gpu is not None and load_topology("dgx-a100").fingerprint != t.fingerprint
+    # the GPU is not part of it: plans do not depend on it
+    assert dataclasses.replace(t, gpu=None).fingerprint == t.fingerprint
+    # a Program built in code with no fingerprint at all is answered, not a ValueError
+    assert "no topology fingerprint" in (t.plan_mismatch("xyz") or "")
+
+
+@pytest.mark.parametrize(
+    ("recorded", "fragment"),
+    [
+        ("v1", "made by an earlier a2acc"),  # definition 1, untagged as it was written
+        ("v2", None),  # the current definition, untagged (written before the tag): the same topology
+        ("0123456789abcdef", "made by an earlier a2acc for another topology"),
+        ("v1-0123456789abcdef", "made by an earlier a2acc (topology fingerprint definition v1"),
+        ("v3-0123456789abcdef", "made by a later a2acc"),
+        ("v2-0123456789abcdef", "built for another topology"),
+    ],
+)
+def test_a_plan_of_an_earlier_fingerprint_definition_says_plan_again(tmp_path, capsys, recorded, fragment):
+    """A plan JSON of the same format version whose topology fingerprint was written under another definition
+    is told apart from a plan for another topology: 'made by an earlier a2acc: plan again'."""
+    t = load_topology("dgx-h100", servers=2)
+    prog = plan(t, generate("zipf", t.nranks, 1 << 22, 3), "direct")
+    fp = {"v1": t._hash_v1(), "v2": t._hash_v2()}.get(recorded, recorded)
+    text = prog.to_json().replace(f'"topology":"{t.fingerprint}"', f'"topology":"{fp}"', 1)
+    assert f'"topology":"{fp}"' in text
+    path = tmp_path / "old.json"
+    path.write_text(text)
+    rc = main(["simulate", str(path), "-t", "dgx-h100", "-n", "2"])
+    err = capsys.readouterr().err
+    if fragment is None:
+        assert rc == 0, err
+        return
+    assert rc == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
+    if "earlier" in fragment or "later" in fragment:
+        assert "plan again" in err
+
+
+@pytest.mark.parametrize(
+    "bad", ["v2-0123", "x2-0123456789abcdef", "V2-0123456789ABCDEF", "v0-0123456789abcdef"]
+)
+def test_a_malformed_fingerprint_is_refused_when_read(bad):
+    t = load_topology("dgx-h100", servers=2)
+    text = plan(t, generate("zipf", t.nranks, 1 << 22, 3), "direct").to_json()
+    with pytest.raises(PlanFormatError, match="topology: value .* is invalid; a topology fingerprint"):
+        program_from_json(text.replace(f'"topology":"{t.fingerprint}"', f'"topology":"{bad}"', 1), "bad.json")

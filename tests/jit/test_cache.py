@@ -37,7 +37,7 @@ def test_truncated_entry_is_discarded_and_recompiled(tmp_path, caplog):
     fresh = PlanCache(tmp_path)
     with caplog.at_level("WARNING", logger="a2acc.jit.cache"):
         _e, where = fresh.get_or_compile("k2", lambda: _entry("k2"))
-    assert where == "compiled" and "not a valid cache entry" in caplog.text
+    assert where == "compiled" and "torn cache entry" in caplog.text
     assert json.loads(path.read_text())["key"] == "k2"  # rewritten whole
 
 
@@ -78,19 +78,25 @@ def test_other_version_is_ignored(tmp_path):
     assert new.get("k4") is None
 
 
-@pytest.mark.slow
-def test_eight_processes_racing_on_one_key_leave_one_valid_entry(tmp_path):
-    script = textwrap.dedent(
+def _racer(root, key: str, program: int, file: int) -> str:
+    """A process that waits for the start time in argv[1], then gets or compiles ``key`` (a plan of ``program``
+    bytes and one file of ``file`` bytes) and prints where it came from and the plan's length."""
+    return textwrap.dedent(
         f"""
         import sys, time
         from a2acc.jit.cache import CacheEntry, PlanCache
-        c = PlanCache({str(tmp_path)!r})
+        c = PlanCache({str(root)!r})
         while time.time() < float(sys.argv[1]):
             pass
-        e, where = c.get_or_compile("race", lambda: CacheEntry("race", "P" * 2_000_000, {{"a.xml": "x" * 100000}}, None, {{}}))
+        e, where = c.get_or_compile({key!r}, lambda: CacheEntry({key!r}, "P" * {program}, {{"a.xml": "x" * {file}}}, None, {{}}))
         print(where, len(e.program_json))
         """
     )
+
+
+@pytest.mark.slow
+def test_eight_processes_racing_on_one_key_leave_one_valid_entry(tmp_path):
+    script = _racer(tmp_path, "race", 2_000_000, 100_000)
     import time
 
     start = str(time.time() + 3.0)
@@ -286,3 +292,95 @@ def test_entry_file_names_are_one_plain_component_with_a_known_suffix(name):
     with pytest.raises(InternalError):
         PlanCache(None).put(CacheEntry("k", "{}", {name: "x"}, None, {}))
     assert check_file_name("00-a2acc-fast-8r-nccl.xml") is None
+
+
+def _torn_variants(data: bytes) -> dict[str, bytes]:
+    """What an interrupted write of the entry ``data`` can leave at its path."""
+    return {
+        "empty": b"",
+        "part of the header": data[:20],
+        "header prefix then unwritten blocks": data[:30] + b"\0" * 4096,
+        "unwritten blocks only": b"\0" * len(data),
+        "cut in the JSON": data[: len(data) // 2],
+    }
+
+
+@pytest.mark.parametrize("variant", list(_torn_variants(b"x" * 100)))
+def test_a_torn_entry_is_replaced_by_the_recompiled_plan(tmp_path, caplog, variant):
+    """A torn entry at an entry's own path is a2acc's: every later job recompiles the plan and the complete
+    entry replaces it (before, torn headers were 'left in place' on every rank of every job)."""
+    c = PlanCache(tmp_path)
+    c.put(_entry("k5"))
+    path = c.dir / "k5.json"
+    data = path.read_bytes()
+    path.write_bytes(_torn_variants(data)[variant])
+    with caplog.at_level("WARNING", logger="a2acc.jit.cache"):
+        _e, where = PlanCache(tmp_path).get_or_compile("k5", lambda: _entry("k5"))
+    assert where == "compiled" and "torn cache entry" in caplog.text
+    assert path.read_bytes() == data  # healed: the next job reads it from disk
+    assert PlanCache(tmp_path).get_or_compile("k5", lambda: pytest.fail("recompiled"))[1] == "disk"
+
+
+def test_cache_clear_removes_torn_entries_and_nothing_a2acc_cannot_prove_its_own(tmp_path, capsys):
+    c = PlanCache(tmp_path)
+    c.put(_entry("k6"))
+    data = (c.dir / "k6.json").read_bytes()
+    torn = _torn_variants(data)
+    for i, variant in enumerate(torn.values()):
+        (c.dir / f"torn{i}.json").write_bytes(variant)
+    kept = {
+        "notes.json": b"my notes",  # a user's file at an entry path: not an entry, not torn
+        "edited.json": data.replace(b"1111", b"2222", 1).rstrip(b"\n"),  # complete JSON, wrong checksum
+        "zeros-then-text.json": b"\0" * 10 + b"text",
+    }
+    for name, content in kept.items():
+        (c.dir / name).write_bytes(content)
+    assert main(["cache", "--dir", str(tmp_path), "clear"]) == 0
+    assert f"removed {1 + len(torn)} files" in capsys.readouterr().out
+    assert sorted(p.name for p in c.dir.iterdir()) == sorted(kept)
+    assert all((c.dir / n).read_bytes() == b for n, b in kept.items())
+
+
+@pytest.mark.slow
+def test_two_processes_healing_one_torn_entry_at_once(tmp_path):
+    """Two real processes find the same torn entry at the same moment, each recompiles and writes: both get the
+    plan, one complete entry is left (no temporary file), and a third process reading all the while only ever
+    sees the torn bytes or the complete entry, never a half-written one."""
+    import time
+
+    big = CacheEntry("heal", "P" * 4_000_000, {"a.xml": "x" * 200_000}, None, {})
+    c = PlanCache(tmp_path)
+    c.put(big)
+    path = c.dir / "heal.json"
+    whole = path.read_bytes()
+    torn = whole[:60]
+    path.write_bytes(torn)
+    writer = _racer(tmp_path, "heal", 4_000_000, 200_000)
+    reader = textwrap.dedent(
+        f"""
+        import sys, time
+        path, end = {str(path)!r}, float(sys.argv[1]) + 6.0
+        seen = set()
+        while time.time() < end:
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except FileNotFoundError:
+                seen.add("missing")
+                continue
+            seen.add(len(data))
+        print(" ".join(str(s) for s in sorted(seen, key=str)))
+        """
+    )
+    start = str(time.time() + 3.0)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", writer, start], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    watch = subprocess.Popen([sys.executable, "-c", reader, start], stdout=subprocess.PIPE, text=True)
+    outs = [p.communicate(timeout=120)[0].split() for p in procs]
+    seen = watch.communicate(timeout=120)[0].split()
+    assert all(p.returncode == 0 for p in procs) and watch.returncode == 0
+    assert outs == [["compiled", "4000000"], ["compiled", "4000000"]], outs
+    assert set(seen) <= {str(len(torn)), str(len(whole))}, seen  # never a partial write, never missing
+    assert sorted(p.name for p in c.dir.iterdir()) == ["heal.json"] and path.read_bytes() == whole

@@ -99,3 +99,17 @@ def test_generator_argument_errors():
         generate("zipf", 4, None)
     with pytest.raises(TrafficMatrixError, match="--experts"):
         generate("moe", 4, None, moe=MoeSpec(experts=6))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_a_valid_narrow_float_matrix_reads_without_a_numpy_warning(tmp_path, dtype):
+    """float16 holds no value past the per-entry limit: comparing it with the limit must not overflow (numpy's
+    RuntimeWarning with a source path was printed for a valid matrix)."""
+    import warnings
+
+    path = tmp_path / "m.npy"
+    np.save(path, np.full((8, 8), 60000, dtype=dtype))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = load_matrix(path)
+    assert m.dtype == np.int64 and int(m.sum()) == 64 * 60000

@@ -93,3 +93,20 @@ def test_auto_keeps_to_the_targets_peer_limit():
     prog = plan(req)
     assert program_peers(prog) <= 63
     assert any("peers per rank" in why for why in prog.meta["auto"]["skipped"].values())
+
+
+def test_excluding_every_planner_is_refused_with_the_options():
+    """Excluding every planner auto knows is wrong whatever the topology: refused when the options are read, so
+    the JIT's A2ACC_PLANNER_OPTS is refused at activation too (what is left out by the topology is refused when
+    planning: tests/cli/bad_inputs/test_plan.py)."""
+    from a2acc.options import parse_options
+    from a2acc.planners.auto import ORDER, Options
+    from a2acc.runtime.settings import JitSettings
+
+    every = ",".join(ORDER)
+    with pytest.raises(InputError, match="exclude: value .* leave auto at least one planner .* is excluded"):
+        parse_options(Options, {"exclude": every})
+    assert parse_options(Options, {"exclude": ",".join(ORDER[1:])}).excluded() == ORDER[1:]
+    env = {"A2ACC_TOPOLOGY": "alps:1", "A2ACC_ALGORITHM": "auto", "A2ACC_PLANNER_OPTS": f"exclude={every}"}
+    settings, problems = JitSettings.from_env(env)
+    assert settings is None and len(problems) == 1 and "A2ACC_PLANNER_OPTS" in problems[0]

@@ -54,6 +54,7 @@ from a2acc.backends.mscclpp.interp.load import (
     InterpResult,
     Sizes,
     choose_sizes,
+    crowded,
     layout_checks,
     size_checks,
     static_checks,
@@ -70,6 +71,7 @@ __all__ = [
     "Sizes",
     "check_plan",
     "choose_sizes",
+    "crowded",
     "layout_checks",
     "run",
     "size_checks",
@@ -86,13 +88,17 @@ def check_plan(
     target: str | None = None,
     launches: int = 2,
     execute: bool = True,
+    max_threadblocks: int = 0,
+    threadblocks_note: str = "",
 ) -> InterpResult:
     """Load checks, then (if the plan loads and ``execute``) ``launches`` launches; the intra-thread-block
-    rules always."""
+    rules always. ``max_threadblocks`` (0: none) is the most thread blocks a rank may have on the GPU the plan
+    runs on (``threadblocks_note`` says where the figure comes from)."""
     enabled = gc.isenabled()
     gc.disable()  # the machine's state is long-lived and acyclic: collections would only rescan it
     try:
-        return _check_plan(plan, layout, chunk_bytes, target, launches, execute)
+        errs, notes = static_checks(plan, target, max_threadblocks, threadblocks_note)
+        return _check_plan(plan, errs, notes, layout, chunk_bytes, launches, execute)
     finally:
         if enabled:
             gc.enable()
@@ -100,13 +106,13 @@ def check_plan(
 
 def _check_plan(
     plan: Plan,
+    errs: list[str],
+    notes: list[str],
     layout: ChunkLayout | None,
     chunk_bytes: int | None,
-    target: str | None,
     launches: int,
     execute: bool,
 ) -> InterpResult:
-    errs, notes = static_checks(plan, target)
     sizes, e = choose_sizes(plan, chunk_bytes)
     errs += e
     if sizes is not None:

@@ -94,10 +94,29 @@ def capacity(g: Gpu, buf: str) -> int:
     return {"i": g.input_chunks, "o": g.output_chunks, "s": g.scratch_chunks}.get(buf, 0)
 
 
-def static_checks(plan: Plan, target: str | None = None) -> tuple[list[str], list[str]]:
+def crowded(rank: int, count: int, limit: int, note: str = "") -> str:
+    """The error of a rank with more thread blocks than the GPU keeps resident (the same words from the
+    compiled check and the reference)."""
+    return (
+        f"gpus[{rank}].threadblocks: {count} thread blocks, more than max_threadblocks={limit}: every thread "
+        f"block spins on the others, so all must be co-resident (one per SM/CU){note}"
+    )
+
+
+def static_checks(
+    plan: Plan, target: str | None = None, max_threadblocks: int = 0, threadblocks_note: str = ""
+) -> tuple[list[str], list[str]]:
     """Structural errors and notes of a read plan (no execution). ``target`` "amd" also rejects switch
-    channels (compiled out on HIP: the NVLS operations would silently do nothing)."""
+    channels (compiled out on HIP: the NVLS operations would silently do nothing); ``max_threadblocks`` (0: no
+    limit) rejects a rank with more thread blocks than its GPU keeps resident (the executor launches them all
+    and they spin on each other: upstream does not check, the plan would hang)."""
     errs: list[str] = []
+    if max_threadblocks:
+        errs += [
+            crowded(r, len(g.threadblocks), max_threadblocks, threadblocks_note)
+            for r, g in enumerate(plan.gpus)
+            if len(g.threadblocks) > max_threadblocks
+        ]
     if plan.num_threads_per_block > MAX_THREADS_PER_BLOCK:
         errs.append(
             f"num_threads_per_block: value {plan.num_threads_per_block} is invalid; the kernel is built with "

@@ -64,7 +64,7 @@ def test_a_log_with_no_usable_row_is_an_error(tmp_path, capsys):
         (_row(1 << 20, "1e999"), "a time in us"),
         (_row(1 << 20, "fast"), "a time in us"),
         (_row(1 << 20, "50.0", wrong="x"), "#wrong"),
-        (_row(-(1 << 20), "50.0"), "bytes per rank, 0 or more"),  # was skipped as a line that is no row
+        (_row(-(1 << 20), "50.0"), "a whole number >= 0"),  # was skipped as a line that is no row
     ],
 )
 def test_values_no_run_can_produce_are_one_clear_line(tmp_path, capsys, row, fragment):
@@ -73,6 +73,43 @@ def test_values_no_run_can_produce_are_one_clear_line(tmp_path, capsys, row, fra
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines[-1].startswith("a2acc: error: ") and len(lines) == 1, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("size", ["64M", "256MB", "1.5G", "6.7e7", "67108864.0", "64Mi", "+64"])
+def test_a_row_whose_size_is_no_byte_count_is_named_not_dropped(tmp_path, capsys, size):
+    """A data row (size, count, type, ...) whose size column is anything but a byte count (a unit suffix, a
+    float) is one clear line naming the file, the line and the value: never dropped while the other sizes are
+    fitted."""
+    rows = [_row(1 << s, f"{50 * 2 ** (s - 20):.1f}") for s in range(20, 25)]
+    rows[3] = rows[3].replace(str(1 << 23), size.rjust(len(str(1 << 23))), 1)
+    rc, err, out = _calibrate(tmp_path, capsys, rows)
+    assert rc == 2 and "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("a2acc: error: "), err
+    line = _log([]).count("\n") + 4  # the fourth row
+    assert "alltoall_perf.txt" in err and f"line {line}, size" in err and repr(size) in err and "bytes" in err
+    assert not out.exists()
+
+
+def test_every_row_is_used_or_named(tmp_path, capsys):
+    """A size-0 row (nccl-tests -b 0) moves nothing: left out, and said so like every other row left out."""
+    rows = [_row(0, "0.50"), *(_row(1 << s, f"{50 * 2 ** (s - 20):.1f}") for s in range(20, 25))]
+    rc, err, out = _calibrate(tmp_path, capsys, rows)
+    assert rc == 0, err
+    warnings = [ln for ln in err.splitlines() if ln.startswith("a2acc: warning: ")]
+    line = _log([]).count("\n") + 1
+    assert len(warnings) == 1 and f"line {line}:" in warnings[0] and "size 0" in warnings[0], warnings
+    assert out.exists()
+
+
+def test_a_log_of_another_server_count_suggests_the_servers_to_give(tmp_path, capsys):
+    """A 16-rank nccl-tests log read against a 4-server preset of 8 GPUs: the count that fits is named."""
+    log = tmp_path / "alltoall_perf.txt"
+    log.write_text(_log([_row(1 << s, f"{50 * 2 ** (s - 20):.1f}") for s in range(20, 25)]))
+    out = tmp_path / "p.yaml"
+    rc, err, _ = run(capsys, ["calibrate", str(log), "-t", "dgx-h100", "--fit", "alpha_us", "-o", str(out)])
+    assert rc == 2 and "16 ranks" in err and "32 GPUs" in err and "--servers 2" in err, err
+    assert len([ln for ln in err.splitlines() if ln.strip()]) == 1 and not out.exists()
 
 
 def _fitted_alpha(tmp_path, capsys, text: str) -> tuple[int, str, str]:

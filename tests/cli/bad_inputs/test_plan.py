@@ -290,3 +290,31 @@ def test_one_option_given_two_ways_is_refused(tmp_path, capsys, extra, fragment)
     assert rc == 2 and fragment in err
     one_clear_line(err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npy"]
+
+
+@pytest.mark.parametrize(
+    ("opts", "ring"),
+    [
+        ("exclude=fast,direct,spreadout,hierarchical,syccl,mcf", False),  # every planner auto knows
+        ("exclude=fast,direct,spreadout,hierarchical,budget_s=0", False),  # no budget for the searching ones
+        ("exclude=fast,direct,spreadout,hierarchical,mcf", True),  # syccl plans no direct-connect graph
+    ],
+)
+def test_auto_with_no_planner_left_is_one_clear_line(tmp_path, capsys, opts, ring):
+    """-a auto with options that leave it nothing to try: the option, its value and why each planner was left
+    out, exit 2, before any planning and without an output."""
+    if not ring:
+        m, topo = zipf16(tmp_path / "m.npy"), ["-t", "dgx-h100", "-n", "2"]
+    else:
+        graph = tmp_path / "ring.yaml"
+        graph.write_text("version: 1\ndirect: {kind: torus, dims: [8], bandwidth: 25}\n")
+        m = str(tmp_path / "m.npy")
+        np.save(m, generate("zipf", 8, 1 << 20, 1))
+        topo = ["-t", str(graph)]
+    out = tmp_path / "p.json"
+    rc, err, _ = run(capsys, ["plan", *topo, "-m", m, "-a", "auto", "--opt", opts, "-o", str(out)])
+    assert rc == 2, err
+    one_clear_line(err)
+    assert "exclude:" in err and "leave auto at least one planner" in err and "excluded" in err, err
+    assert ("direct-connect graph" in err) == ring
+    assert not out.exists()
