@@ -43,7 +43,7 @@ import numpy as np
 
 from a2acc.errors import AnnounceError, CaptureError
 from a2acc.ir.quantize import DEFAULT_ALIGN, ladder_unit
-from a2acc.jit.bucket import Bucket, BucketIndex, bucket_key, variant
+from a2acc.jit.bucket import Bucket, BucketIndex, variant
 from a2acc.jit.cache import PlanCache, default_cache_dir
 from a2acc.model.topology import Topology, load_topology
 from a2acc.options import parse_options
@@ -503,13 +503,7 @@ class Engine:
             unit = ladder_unit(m, align=lcm(DEFAULT_ALIGN, rb))
             counts = -(-m // unit)
             algorithm = self.settings.algorithm
-            key = bucket_key(
-                counts,
-                unit,
-                variant(algorithm, self.planner_options),
-                variant(self.settings.backend, self.backend_options),
-                g.topology.fingerprint,
-            )
+            key = g.index.key(counts, unit)
             topo, target, popts, bopts = (
                 g.topology,
                 self.settings.target,

@@ -136,7 +136,12 @@ class BucketIndex:
     def key_for(self, bucket: Bucket, planner: str) -> str:
         """The key ``bucket``'s layout has when planned by ``planner`` (no options) for this index's backend:
         the key a job running that planner caches it under, so the two share cache entries."""
-        return bucket_key(bucket.layout, bucket.unit, planner, self.backend, self._fp)
+        return self.key(bucket.layout, bucket.unit, planner)
+
+    def key(self, layout: npt.NDArray[np.int64], unit: int, planner: str | None = None) -> str:
+        """The key of a layout planned by ``planner`` (default: this index's planner, options included) for this
+        index's topology and backend."""
+        return bucket_key(layout, unit, self.planner if planner is None else planner, self.backend, self._fp)
 
     def pin(self, layout: npt.NDArray[np.int64], unit: int) -> str:
         """Offer a fixed layout (e.g. one ``a2acc compile`` wrote for the executor) before any other: a matrix
