@@ -41,8 +41,10 @@ from dataclasses import dataclass
 from a2acc.defaults import DEFAULT_ALGORITHM
 
 MISS_MODES = ("stock", "wait")
-#: below this many bytes per rank a call goes to the stock collective (docs/runtime.md, "The size threshold")
-DEFAULT_MIN_BYTES = 256 << 10
+#: below this many bytes per rank a call goes to the stock collective: the smallest size at which a plan beat the
+#: direct transfers by more than the JIT's host cost per served call on any multi-server preset
+#: (benchmarks/jit_threshold.py; docs/runtime.md, "The size threshold")
+DEFAULT_MIN_BYTES = 512 << 10
 BUCKET_MODES = ("symmetric", "plain")
 EXCHANGE_MODES = ("adaptive", "every")
 TUNE_MODES = ("measure", "off")
