@@ -70,6 +70,16 @@ _ALL_SAME = np.ones(1 << 16, dtype=bool)  # "every column the same on every rank
 
 
 @dataclass(eq=False)
+class Matrix:
+    """An exchanged matrix, remembered: rows per pair, bytes moved, and once looked up its bucket and job."""
+
+    rows: np.ndarray
+    nbytes: int
+    bucket: Bucket | None = None
+    job: int = -1
+
+
+@dataclass(eq=False)
 class GroupState:
     """What the engine keeps per process group: decided once, at its first call."""
 
@@ -90,7 +100,9 @@ class GroupState:
     launches: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # bound launches
     captured: CapacityLaunch | None = None  # the plan bound for CUDA-graph capture (a2acc.runtime.capture)
     buffers: dict[Any, Buffers] = field(default_factory=dict)  # per device: what the group's launches share
-    lookups: OrderedDict[bytes, tuple[Bucket, int]] = field(default_factory=OrderedDict)
+    # the last LOOKUPS exchanged matrices (their split sizes as reported, the row size): checked once, bucket and
+    # job remembered; every rank sees the same matrices, so every rank remembers alike
+    matrices: OrderedDict[bytes, Matrix] = field(default_factory=OrderedDict)
 
 
 class Engine:
@@ -339,7 +351,9 @@ class Engine:
             g.pred.take(s)
             self.stats.predicted += 1
             return s
-        bucket, j = self._lookup(g, known, call)
+        key = np.hstack([known, known.T]).tobytes() + call.row_bytes.to_bytes(8, "little")
+        m = g.matrices.get(key) or _remember(g, key, known, call.row_bytes)
+        bucket, j = self._lookup(g, m, call)
         if not self._runs_unexchanged(g, j, call):
             return None
         s = seen(known, bucket, j)
@@ -360,24 +374,24 @@ class Engine:
     def _slow(self, g: GroupState, call: Call, known: np.ndarray | None) -> Any:
         """An exchanged call: exchange, bucket, plan state, measurement; then run."""
         t0 = time.perf_counter()
-        rows = self._exchange(g, call, known)
-        if rows is None:
+        m = self._exchange(g, call, known)
+        if m is None:
             g.pred.forget()
             return None
-        if int(rows.sum()) * call.row_bytes < self.min_bytes * call.world:
+        if m.nbytes < self.min_bytes * call.world:
             if self.adaptive and not g.pred.every:
-                g.pred.observe(seen(rows, None, -1, stock=True))
+                g.pred.observe(seen(m.rows, None, -1, stock=True))
             self.stats.small += 1
             return None
-        bucket, j = self._lookup(g, rows, call)
-        s = seen(rows, bucket, j)
+        bucket, j = self._lookup(g, m, call)
+        s = seen(m.rows, bucket, j)
         if self.adaptive and not g.pred.every:  # the prediction is consulted only then
             g.pred.observe(s)
         status = self._status(g, call, j)
         self.stats.overhead_s.append(time.perf_counter() - t0)
         if status is None:
             return None
-        return self._serve(g, call, s, status, rows)
+        return self._serve(g, call, s, status, m.rows)
 
     def _serve(self, g: GroupState, call: Call, s: Seen, status: int, matrix: np.ndarray | None) -> Any:
         """Run the call with the job that serves ``s``'s (its plan, or its direct plan once measured faster)."""
@@ -644,18 +658,14 @@ class Engine:
             return (t.alt if which == DIRECT else j), t, which
         return (t.alt, None, DIRECT) if t.winner == DIRECT else (j, None, PLAN)
 
-    def _lookup(self, g: GroupState, rows: np.ndarray, call: Call) -> tuple[Bucket, int]:
+    def _lookup(self, g: GroupState, m: Matrix, call: Call) -> tuple[Bucket, int]:
         """The matrix's bucket and its job number (submitting its plan the first time, and with
-        ``A2ACC_TUNE=measure`` the direct plan it is measured against as the next job). An exact repeat of one
-        of the last :data:`LOOKUPS` matrices (with this row size) reuses its answer: every rank sees the same
-        matrices, so every rank remembers alike."""
-        memo = rows.tobytes() + call.row_bytes.to_bytes(8, "little")
-        hit = g.lookups.get(memo)
-        if hit is not None:
-            g.lookups.move_to_end(memo)
-            bucket, j = hit
+        ``A2ACC_TUNE=measure`` the direct plan it is measured against as the next job). A remembered matrix (an
+        exact repeat of one of the last :data:`LOOKUPS` exchanged or announced) reuses its answer."""
+        if m.bucket is not None:
             self.stats.bucket_hits += 1
-            return bucket, j
+            return m.bucket, m.job
+        rows = m.rows
         # chunks hold whole rows (a row is one index entry when packing; see a2acc.runtime.launch.slots)
         bucket = g.index.lookup(rows * call.row_bytes, align=call.row_bytes)
         self.stats.bucket_hits += int(bucket.hit)
@@ -665,9 +675,7 @@ class Engine:
             key = g.index.key_for(bucket, ALTERNATIVE)
             alt = g.table.job(key, lambda: self._submit(g, bucket, key, ALTERNATIVE))
             g.tuner.trials[j] = Trial(alt)
-        g.lookups[memo] = (bucket, j)
-        if len(g.lookups) > LOOKUPS:
-            g.lookups.popitem(last=False)
+        m.bucket, m.job = bucket, j
         return bucket, j
 
     def _submit(self, g: GroupState, bucket: Bucket, key: str, algorithm: str) -> Any:
@@ -680,7 +688,7 @@ class Engine:
 
         return self.loader.submit(key, make, g.group)
 
-    def _exchange(self, g: GroupState, call: Call, known: np.ndarray | None) -> np.ndarray | None:
+    def _exchange(self, g: GroupState, call: Call, known: np.ndarray | None) -> Matrix | None:
         """The call's one exchange: the rows matrix (the plan table learns what every rank has settled and
         holds), when every rank can take the a2acc path, else None (the same answer on every rank)."""
         n = call.world
@@ -723,7 +731,11 @@ class Engine:
         if not eligible:
             self.stats.fallback("ineligible tensors")
             return None
-        if not same[k + 1] or not (rows == outs.T).all():
+        key = gm[:, :k].tobytes() + call.row_bytes.to_bytes(8, "little")
+        m = g.matrices.get(key) if same[k + 1] else None
+        if m is not None:  # seen and checked before: the same sizes in and out, the same row size
+            g.matrices.move_to_end(key)
+        elif not same[k + 1] or not (rows == outs.T).all():
             self.stats.fallback("split sizes disagree")
             self.warn_once(
                 "splits", "output split sizes or row sizes disagree across ranks", speak=call.rank == 0
@@ -750,9 +762,11 @@ class Engine:
         if not g.table.agree(contents, prefix, uniform):
             self._plans_differ(g, call)
             return None
-        if known is not None and not np.array_equal(known, rows):
+        if m is None:
+            m = _remember(g, key, np.array(rows, dtype=np.int64), call.row_bytes)
+        if known is not None and not np.array_equal(known, m.rows):
             self.warn_once("announce", "ranks announced different matrices; using the exchanged split sizes")
-        return np.asarray(rows, dtype=np.int64)
+        return m
 
     def _plans_differ(self, g: GroupState, call: Call) -> None:
         """Ranks hold different Programs for one bucket (another a2acc, numpy or CPU somewhere): a2acc stops for
@@ -827,6 +841,14 @@ class Engine:
         s.padding_bytes += bucket.padding_bytes
         s.residual_bytes += bucket.overflow_bytes
         s.served(ex, plan, where, bucket.hit, before)
+
+
+def _remember(g: GroupState, key: bytes, rows: np.ndarray, row_bytes: int) -> Matrix:
+    """A matrix every rank saw (exchanged or announced), kept for the next :data:`LOOKUPS` calls."""
+    m = g.matrices[key] = Matrix(rows, int(rows.sum()) * row_bytes)
+    if len(g.matrices) > LOOKUPS:
+        g.matrices.popitem(last=False)
+    return m
 
 
 def _capacity(capacity: Any, world: int) -> np.ndarray:
