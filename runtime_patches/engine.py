@@ -349,7 +349,7 @@ class Engine:
                     return None
                 self._check_unexchanged(call)
             g.pred.take(s)
-            self.stats.predicted += 1
+            self.stats.predicted += int(not s.stock)  # served calls the prediction ran
             return s
         key = np.hstack([known, known.T]).tobytes() + call.row_bytes.to_bytes(8, "little")
         m = g.matrices.get(key) or _remember(g, key, known, call.row_bytes)

@@ -26,6 +26,8 @@ torch = pytest.importorskip("torch")
         ("A2ACC_BUCKETS", "canonical", "use one of symmetric, plain"),
         ("A2ACC_EXCHANGE", "never", "use one of adaptive, every"),
         ("A2ACC_TUNE", "always", "use one of measure, off"),
+        ("A2ACC_MIN_BYTES", "-4K", "a size in bytes"),
+        ("A2ACC_MIN_BYTES", "lots", "e.g. 0, 65536 or 256K"),
     ],
 )
 def test_every_option_is_checked_when_the_settings_are_read(var, value, fragment):
@@ -155,3 +157,13 @@ def test_names_ignore_case_and_option_errors_name_the_variable():
         {"A2ACC_TOPOLOGY": "dgx-h100", "A2ACC_ALGORITHM": "mcf", "A2ACC_PLANNER_OPTS": "k=0"}
     )
     assert problems and problems[0].startswith("A2ACC_PLANNER_OPTS") and "--opt" not in problems[0]
+
+
+def test_the_size_threshold_reads_sizes_and_has_a_measured_default():
+    from a2acc.runtime.settings import DEFAULT_MIN_BYTES
+
+    s, problems = JitSettings.from_env({"A2ACC_TOPOLOGY": "alps:1"})
+    assert s is not None and s.min_bytes == DEFAULT_MIN_BYTES == 512 << 10, problems
+    for text, value in (("0", 0), ("64K", 64 << 10), ("1.5M", 3 << 19), ("4096", 4096)):
+        s, problems = JitSettings.from_env({"A2ACC_TOPOLOGY": "alps:1", "A2ACC_MIN_BYTES": text})
+        assert s is not None and s.min_bytes == value, problems

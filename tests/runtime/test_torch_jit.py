@@ -392,3 +392,23 @@ def test_a_served_call_posts_its_plan_and_counts_what_it_posted(tmp_path, bug):
         for c in calls
     )
     assert honest == (bug == ""), calls
+
+
+@pytest.mark.slow
+def test_calls_below_the_size_threshold_go_to_the_stock_call(tmp_path):
+    """A2ACC_MIN_BYTES: a call without split sizes below it reaches torch.distributed once, as the stock call,
+    with no exchange; one with split sizes is exchanged first (no rank can tell alone), then taken by the stock
+    call, and once it repeats it is taken without the exchange; calls above it are served. Byte-identical."""
+    env = _env(tmp_path, A2ACC_TOPOLOGY="alps:1", A2ACC_MIN_BYTES="4K", A2ACC_MISS="wait", A2ACC_TUNE="off")
+    results, _ = _run_world(tmp_path, 4, env, mode="small")
+    for res in results:
+        calls = res["checks"]
+        assert all(c["same"] for c in calls)
+        counts = [c for c in calls if c["what"] == "counts"]
+        assert all(c["posted"] == 1 and c["small"] == 1 for c in counts)  # the stock call alone
+        tiny = [c for c in calls if c["what"] == "tiny"]
+        assert all(c["small"] == 1 and not c["served"] for c in tiny)
+        assert tiny[0]["posted"] == 2  # exchanged, then the stock call
+        assert any(c["posted"] == 1 for c in tiny[1:])  # later: repeated, the stock call without an exchange
+        big = [c for c in calls if c["what"] == "big"]
+        assert all(c["served"] for c in big[1:])

@@ -663,6 +663,46 @@ def capture_ready(rank, world, seed, original, eng):
     return out
 
 
+def small(rank, world, seed, original, eng):
+    """A2ACC_MIN_BYTES=4K: per-expert counts exchanged without split sizes (a few bytes) go to the stock call
+    before any exchange; a small call with split sizes is exchanged, found small, and the stock call serves it
+    (then, repeating, without the exchange); a large one is served. Each call's collectives are counted below
+    a2acc (a recorder installed before its patch)."""
+    rec = RECORDER
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    big = torch.randint(
+        200, 300, (world, world), generator=g
+    )  # 16-byte rows: 3-5 KiB per pair, >= 64 KiB per rank
+    tiny = torch.randint(1, 4, (world, world), generator=g)
+    for i in range(8):
+        counts = torch.arange(world * 2, dtype=torch.int64) + rank  # what an MoE layer exchanges first
+        got = torch.empty_like(counts)
+        n0, s0 = len(rec.log), dict(eng.stats.as_dict())
+        dist.all_to_all_single(got, counts)
+        a = {"what": "counts", "posted": len(rec.log) - n0, "small": eng.stats.small - s0["small"]}
+        want = torch.empty_like(counts)
+        original(want, counts)
+        a["same"] = bool(torch.equal(got, want))
+        out.append(a)
+        for what, rows in (("tiny", tiny), ("big", big)):
+            n0, s0 = len(rec.log), eng.stats.as_dict()
+            same, served = _served(rows, rank, i, original, eng)
+            after = eng.stats.as_dict()
+            out.append(
+                {
+                    "what": what,
+                    "same": same,
+                    "served": served,
+                    "posted": len(rec.log) - n0 - 1,  # the stock reference call is the last
+                    "small": after["small"] - s0["small"],
+                    "predicted": after["predicted"] - s0["predicted"],
+                }
+            )
+        time.sleep(0.05)
+    return out
+
+
 def main() -> None:
     rank, world, port, out, seed = (
         int(sys.argv[1]),
@@ -680,13 +720,13 @@ def main() -> None:
 
         nccl_double.install(report=os.environ.get("A2ACC_TEST_REPORT", "fakegpu:gloo"))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    if mode == "honest":  # below a2acc: installed before its patch (A2ACC_JIT is not set for this mode)
+    if mode in ("honest", "small"):  # below a2acc: installed before its patch (A2ACC_JIT is not set)
         global RECORDER
         RECORDER = Recorder()
         RECORDER.install()
     from a2acc.runtime import stats, torch_patch
 
-    if mode in ("nccl", "honest", "capture_ready"):
+    if mode in ("nccl", "honest", "capture_ready", "small"):
         torch_patch.install()
 
     result = {"patched": torch_patch.is_installed(), "checks": []}
@@ -706,6 +746,7 @@ def main() -> None:
             "mixed": mixed,
             "honest": honest,
             "capture_ready": capture_ready,
+            "small": small,
         }[mode](rank, world, seed, original, eng)
         result["stats"] = stats()
     dist.barrier()
