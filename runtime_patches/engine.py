@@ -704,7 +704,6 @@ class Engine:
         ga = self._gatherer(g, call)
         gm = ga.gather(mine)
         self.stats.host_syncs += int(not ga.host)
-        rows, outs = gm[:, :n], gm[:, n : 2 * n]
         k = 2 * n
         # per column: every rank reported the same. Usually every rank reports the same state: one comparison
         # of bytes says so (and the first rank's numbers are everyone's); otherwise one numpy pass
@@ -716,7 +715,6 @@ class Engine:
         else:
             same = np.concatenate([np.ones(k, bool), (gm[:, k:] == gm[0, k:]).all(axis=0)])
             eligible, prefix, nexc = bool(gm[:, k].all()), int(gm[:, k + 3].min()), gm[:, k + 4]
-        contents, tuned = gm[:, k + 6 : -WIDTH], gm[:, -WIDTH:]
         if not same[k + 2] and not g.pred.every:
             # ranks set A2ACC_EXCHANGE differently: a rank that skips an exchange its peers make hangs them, so
             # the group exchanges on every call from here, on every rank (this report is the same everywhere)
@@ -735,12 +733,13 @@ class Engine:
         m = g.matrices.get(key) if same[k + 1] else None
         if m is not None:  # seen and checked before: the same sizes in and out, the same row size
             g.matrices.move_to_end(key)
-        elif not same[k + 1] or not (rows == outs.T).all():
+        elif not same[k + 1] or not (gm[:, :n] == gm[:, n:k].T).all():
             self.stats.fallback("split sizes disagree")
             self.warn_once(
                 "splits", "output split sizes or row sizes disagree across ranks", speak=call.rank == 0
             )
             return None
+        contents, tuned = gm[:, k + 6 : -WIDTH], gm[:, -WIDTH:]
         if not g.tuner.decide(tuned, uniform):
             # ranks set A2ACC_TUNE differently: seen before the digest, as their job lists differ as a result
             # (only the measuring ranks add direct plans); a2acc stops for the group on every rank at this call
@@ -763,7 +762,7 @@ class Engine:
             self._plans_differ(g, call)
             return None
         if m is None:
-            m = _remember(g, key, np.array(rows, dtype=np.int64), call.row_bytes)
+            m = _remember(g, key, np.array(gm[:, :n], dtype=np.int64), call.row_bytes)
         if known is not None and not np.array_equal(known, m.rows):
             self.warn_once("announce", "ranks announced different matrices; using the exchanged split sizes")
         return m

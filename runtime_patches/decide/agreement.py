@@ -89,6 +89,7 @@ class PlanTable:
     # job -> status agreed, Programs compared, in the job's own exchange (A2ACC_MISS=wait)
     checked: dict[int, int] = field(default_factory=dict)
     _known: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    _reported: tuple[tuple[int, ...], list[int]] = ((), [])  # the last report and the state it was made from
 
     def __post_init__(self) -> None:
         self.known = [0] * self.world
@@ -130,13 +131,18 @@ class PlanTable:
         somewhere, so every rank chains the same jobs), and the digests of the next :data:`WINDOW` jobs (-1:
         not settled here, -2: failed here), so a job every rank settled since the last exchange is compared,
         and can run, in this one."""
+        state = (len(self.status), len(self.exceptions), self.digest, self.agreed_prefix)
+        if state == self._reported[0]:  # nothing it depends on changed since the last exchange
+            return self._reported[1]
         nxt = []
         for j in range(self.agreed_prefix, self.agreed_prefix + WINDOW):
             if j >= len(self.status):
                 nxt.append(-1)
             else:
                 nxt.append(-2 if self.status[j] == FAILED else self.content.get(j, -2))
-        return [len(self.status), len(self.exceptions), self.digest, self.content_chain(), *nxt]
+        out = [len(self.status), len(self.exceptions), self.digest, self.content_chain(), *nxt]
+        self._reported = (state, out)
+        return out
 
     def content_chain(self) -> int:
         """Chained digest of the Programs of jobs below :attr:`agreed_prefix` that failed nowhere."""

@@ -116,7 +116,8 @@ class Gatherer:
     def gather(self, values: list[int]) -> npt.NDArray[np.int64]:
         """Every rank's ``values`` (the same length everywhere), ``world x len`` on the host."""
         width = len(values)
-        host_in, host_out, dev_in, dev_out, event, a_in, a_out = self._buffers(width)
+        b = self._bufs.get(width) or self._buffers(width)
+        host_in, host_out, dev_in, dev_out, event, a_in, a_out = b
         a_in[:] = values  # every row of the repeated vector on Gloo, the one row elsewhere
         if not self.host:
             dev_in.copy_(host_in, non_blocking=True)

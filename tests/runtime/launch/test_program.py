@@ -149,8 +149,8 @@ def test_launch_programs_are_the_layouts_all_to_all(algorithm, spec, seed, overl
     lps = check(program_from_json(entry.program_json), overlap, perm)
     if algorithm == "direct":  # the caller's own all-to-all: one collective over its tensors
         assert all(lp.direct for lp in lps)
-    if algorithm == "fast[shape=staged]" and topo.servers > 1:  # FAST's sequence: balancing, stages, relays
-        assert len(lps[0].exchanges) >= 3
+    if algorithm == "fast[shape=staged]" and topo.servers > 1:  # FAST's sequence: more than the one step
+        assert len(lps[0].exchanges) >= 2
     if overlap and not lps[0].direct:
         node = [r // topo.gpus_per_server for r in range(n)]
         inv = np.argsort(perm) if perm is not None else np.arange(n)
