@@ -32,7 +32,10 @@ class EngineStats:
     plus any wait for a pinned staging slot); ``exchanges_skipped`` (handled calls that needed no exchange: the
     matrix was announced and its plan already agreed, or, of them, ``predicted``: ``A2ACC_EXCHANGE=adaptive``
     ran the plan of the call one period back); ``captured`` (calls made under CUDA-graph capture that the
-    group's capacity binding served, :func:`a2acc.runtime.capture`); ``overhead_us_median``/``overhead_us_mean`` (decision time of
+    group's capacity binding served, :func:`a2acc.runtime.capture`); ``stale`` (calls served without an exchange
+    on which this rank's rows no longer fitted the plan's layout, so some went as residual: the prediction or
+    announcement was stale); ``plan_seconds`` (per plan that served a call,
+    the time its loading or compiling took in the background, in the order they first served); ``overhead_us_median``/``overhead_us_mean`` (decision time of
     exchanged calls: the exchange, bucket and plan state); ``last`` (what the most recent call did, with what it
     posted)."""
 
@@ -53,6 +56,8 @@ class EngineStats:
     exchanges_skipped: int = 0
     predicted: int = 0
     captured: int = 0
+    stale: int = 0
+    plan_seconds: list[float] = field(default_factory=list)
     posted: Posted = field(default_factory=Posted)
     overhead_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
     # the most recent call: served or not, why not, and for a served one what ran it and what it posted
@@ -117,6 +122,8 @@ class EngineStats:
             "exchanges_skipped": self.exchanges_skipped,
             "predicted": self.predicted,
             "captured": self.captured,
+            "stale": self.stale,
+            "plan_seconds": list(self.plan_seconds),
             "overhead_us_median": float(np.median(over) * 1e6),
             "overhead_us_mean": float(np.mean(over) * 1e6),
             "last": self.last,

@@ -401,6 +401,8 @@ class Engine:
         mark = g.tuner.begin(call.input.device) if trial is not None else None
         before = self.stats.posted.snapshot()
         done = launch.run(call, matrix)
+        if matrix is None and getattr(launch, "residual", False):  # no exchange, and the plan no longer fits
+            self.stats.stale += 1
         if trial is not None and mark is not None:
             g.tuner.end(mark, trial, which)
         self._count(plan, status, s.bucket, before)
@@ -835,6 +837,8 @@ class Engine:
         s.by_algorithm[plan.algorithm] += 1
         where = plan.source if plan.used == 0 else "memory"  # first use: where the plan came from
         s.cache[where] += 1
+        if plan.used == 0:
+            s.plan_seconds.append(plan.seconds)
         plan.used += 1
         s.payload_bytes += bucket.payload_bytes
         s.padding_bytes += bucket.padding_bytes

@@ -55,6 +55,7 @@ class Plan:
     prepared: dict[str, Any] = field(default_factory=dict)
     # digest56 of the Program's JSON: ranks compare them before a plan runs (PlanTable)
     content: int = 0
+    seconds: float = 0.0  # wall time to load or compile and prepare it (in the background thread)
 
     @property
     def algorithm(self) -> str:

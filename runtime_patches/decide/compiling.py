@@ -10,6 +10,7 @@ will run it (its steps and exchanges, once).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -89,6 +90,7 @@ class Loader:
     def load(self, key: str, make: Callable[[], CacheEntry], group: Any) -> Plan:
         """The plan under ``key``, from the cache or made by ``make``; prepared for the executor that will run
         it."""
+        t0 = time.perf_counter()
         entry, where = self.cache.get_or_compile(key, make)
         prog = program_from_json(entry.program_json, f"cache entry {key}")
         plan = Plan(key, entry, prog, where, content=digest56(entry.program_json))
@@ -97,4 +99,5 @@ class Loader:
         if why is not None:
             plan.status, plan.why, ex = STATUS_FALLBACK, why, self.fallback
         plan.prepared[ex.name] = ex.prepare(plan.prog, entry)
+        plan.seconds = time.perf_counter() - t0
         return plan

@@ -109,6 +109,7 @@ class BoundLaunch:
         self.posted = posted
         self.buffers = buffers if buffers is not None else Buffers(device)
         self.order = self.buffers.order
+        self.residual = 0  # messages of rows beyond the layout the last call sent or received
         unit = lp.unit
         self.cap_in = np.asarray((lp.in_cap * unit) // row_bytes, dtype=np.int64)
         self.cap_out = np.asarray((lp.out_cap * unit) // row_bytes, dtype=np.int64)
@@ -188,7 +189,7 @@ class BoundLaunch:
         w = self.lp.world
         splits = self.h2d.put(call.in_splits, call.out_splits)
         self.replay(call.input, call.output, splits[:w], splits[w:])
-        post_residual(call, self.cap_in, self.cap_out, self.ranks, self.posted)
+        self.residual = post_residual(call, self.cap_in, self.cap_out, self.ranks, self.posted)
         self.order.end()
         return completed_work(call.output) if call.async_op else None
 

@@ -59,7 +59,9 @@ def post_residual(
     cap_out: npt.NDArray[np.int64],
     ranks: Sequence[int],
     posted: Posted,
-) -> None:
-    """Move this rank's residual (see module docstring) and wait for it."""
-    for w in post_messages(residual_messages(call, cap_in, cap_out, ranks), call.group, posted, TAG):
+) -> int:
+    """Move this rank's residual (see module docstring) and wait for it; returns its messages."""
+    msgs = residual_messages(call, cap_in, cap_out, ranks)
+    for w in post_messages(msgs, call.group, posted, TAG):
         w.wait()
+    return len(msgs)

@@ -360,6 +360,7 @@ def test_repeating_calls_run_without_the_exchange_in_lockstep(tmp_path, mode):
         assert errs[0].count(said) == (1 if mode == "mixed" else 0) and said not in errs[1]
         return
     assert predicted[0] == PREDICTED
+    assert all(not c["stale"] for rank in calls for i, c in enumerate(rank) if i not in PREDICTED)
     assert all(r["stats"]["predicted"] == len(PREDICTED) for r in results)
     assert all(r["stats"]["exchanges_skipped"] == len(PREDICTED) for r in results)
 

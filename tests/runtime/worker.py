@@ -230,7 +230,7 @@ def adaptive(rank, world, seed, original, eng):
         [noisy(base) for _ in range(24)] + [noisy(jumped) for _ in range(3)] + [noisy(base) for _ in range(6)]
     )
     for i, rows in enumerate(plan):
-        before = (eng.stats.handled, eng.stats.predicted, eng.stats.residual_bytes)
+        before = (eng.stats.handled, eng.stats.predicted, eng.stats.residual_bytes, eng.stats.stale)
         same, _ = _call(rows, rank, i, (torch.float32, torch.bfloat16)[i % 2], bool(i % 5 == 4), original)
         calls.append(
             {
@@ -238,6 +238,7 @@ def adaptive(rank, world, seed, original, eng):
                 "served": eng.stats.handled > before[0],
                 "predicted": eng.stats.predicted > before[1],
                 "residual": eng.stats.residual_bytes - before[2],
+                "stale": eng.stats.stale > before[3],
             }
         )
     return calls
