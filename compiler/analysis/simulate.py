@@ -34,6 +34,7 @@ import numpy.typing as npt
 from a2acc.analysis.incast import Episode, IncastModel, timeout_penalty
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.errors import InputError, InternalError
+from a2acc.hashing import mix64
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
 from a2acc.segments import segment_positions
@@ -418,7 +419,7 @@ def synchronised(prog: Program) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.f
     ids = np.flatnonzero(sync)
     if len(ids):
         # one message: the same pair and the same dependency set (an order-free 64-bit hash of the set)
-        mixed = _mix64(d.astype(np.uint64))
+        mixed = mix64(d.astype(np.uint64))
         has = ndeps > 0
         sig = np.zeros(n, dtype=np.uint64)
         sig[has] = np.add.reduceat(mixed, t.dep_ptr[:-1][has])
@@ -440,16 +441,6 @@ def dep_sender_side(
     it)? The other edges are ``op``'s receiver side."""
     sender = src[op]
     return np.asarray((src[dep] == sender) | (dst[dep] == sender), dtype=bool)
-
-
-def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """splitmix64's finaliser (Steele, Lea and Flood, OOPSLA 2014): well-spread 64-bit values whose sums
-    identify sets of small integers."""
-    with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return np.asarray(z ^ (z >> np.uint64(31)), dtype=np.uint64)
 
 
 #: routes of a group of ops: the ops, then either one row of links per op (every route the same length) or the
