@@ -22,6 +22,14 @@ run a Program's DAG as a fluid model on the topology graph with these costs (doc
     steps, so each step exposes one FIFO's worth of transfer before the next one streams. 0 switches it off.
     FAST's fixed-size SpreadOut runs show the shape: the time above the bandwidth term, per step, grows with the
     message up to ~2.5 MB and is flat beyond.
+``onset_bytes``
+    incast onset at step boundaries: a synchronised message whose sender is ready while its receiver's
+    scale-out port is still receiving the previous message (receives posted ahead, so its eager bytes go at once)
+    meets a busy port; the switch marks the queue (ECN), the sender's rate is cut and recovers with time (DCQCN:
+    Zhu et al., SIGCOMM 2015): the message loses ``min(message, onset_bytes)`` at its route's slowest link, less
+    the time it then waits for its receiver (:func:`a2acc.analysis.simulate.onset_delay`). In lockstep (equal
+    messages everywhere) every step boundary does this; under skew most senders find the port free or wait out
+    the recovery. A property of RoCE's congestion control: 0 (off) on lossless transports.
 ``incast``
     the receive-port model of :mod:`a2acc.analysis.incast`.
 
@@ -71,6 +79,7 @@ class SimModel:
     incast: IncastModel = field(default_factory=IncastModel.off)
     source: str = "ideal fabric: line rate, no software costs, no incast"
     fill_bytes: float = 0.0
+    onset_bytes: float = 0.0
 
     def with_incast(self, incast: IncastModel) -> SimModel:
         return replace(self, incast=incast)
@@ -86,6 +95,8 @@ class SimModel:
             else f"incast {'off' if inc.name == 'off' else 'none (lossless)'}"
         )
         fill = f", fill {self.fill_bytes / 2**20:.3g} MiB per step" if self.fill_bytes > 0 else ""
+        if self.onset_bytes > 0:
+            fill += f", incast onset {self.onset_bytes / 2**20:.3g} MiB"
         return (
             f"model {self.name} ({self.transport}): goodput {self.inter_efficiency:.3f} x NIC, "
             f"{self.intra_efficiency:.3f} x scale-up, alpha {self.alpha_s * 1e6:.3g} us/message, rendezvous "
@@ -103,6 +114,7 @@ class SimModel:
             "stage_us": self.stage_s * 1e6,
             "eager_bytes": int(self.eager_bytes),
             "fill_bytes": int(self.fill_bytes),
+            "onset_bytes": int(self.onset_bytes),
             "incast": _incast_doc(self.incast),
             "source": self.source,
         }
@@ -184,10 +196,11 @@ def transport_defaults(transport: str) -> SimModel:
         name=f"{transport}-default",
         transport=transport,
         intra_efficiency=1.0,
+        onset_bytes=0.0,
         incast=IncastModel.lossless(transport),
         source=f"defaults (no measured {transport} data): software costs and NIC goodput from the RoCE "
         f"calibration ({base.source.split(';')[0]}); scale-up links at line rate; lossless credit-based "
-        "fabric, no incast loss",
+        "fabric, no incast loss or onset",
     )
 
 
@@ -219,6 +232,7 @@ _TOP = (
     "stage_us",
     "eager_bytes",
     "fill_bytes",
+    "onset_bytes",
     "incast",
 )
 _TOP_INFO = ("source", "fit")  # informational, kept as written
@@ -278,6 +292,7 @@ def parse_model(data: Any, source: str) -> SimModel:
         stage_s=_req_num(src, "stage_us", data.get("stage_us", base.stage_s * 1e6), 0, 1e7) * 1e-6,
         eager_bytes=_req_num(src, "eager_bytes", data.get("eager_bytes", base.eager_bytes), 0, 2**40),
         fill_bytes=_req_num(src, "fill_bytes", data.get("fill_bytes", base.fill_bytes), 0, 2**40),
+        onset_bytes=_req_num(src, "onset_bytes", data.get("onset_bytes", base.onset_bytes), 0, 2**40),
         incast=incast,
         source=str(source_txt),
     )
