@@ -141,6 +141,7 @@ def fit_set(root: Path, model: SimModel) -> None:
     print("3 servers, random and skewed runs (fitted):")
     _bands(preds)
     _worst_from(preds, 8_000_000)
+    _moe_rows("3 | fitted", preds)
 
 
 def _bands(preds: list[Prediction]) -> None:
@@ -178,11 +179,36 @@ def more_counts(more: Path, model: SimModel) -> None:
             print(f"{servers} servers, uniform-random runs (held out of the fit):")
             _bands(preds)
             _worst_from(preds, 8_000_000)
+            _moe_rows(f"{servers} | held out", preds)
         if logs.fit:
             preds = evaluate(build_cases(read_logs(logs.fit, topo), topo), model)
             print(f"{servers} servers, skewed runs (FLASH and SpreadOut rows fitted; fan-out never):")
             _bands(preds)
             _worst_from(preds, 8_000_000)
+            _moe_rows(f"{servers} | fitted", preds)
+
+
+#: the per-configuration rows printed for the random and skewed runs: where MoE all-to-alls live
+MOE_SIZES = 64 * 2**20
+
+
+def _moe_rows(label: str, preds: list[Prediction]) -> None:
+    """FLASH and SpreadOut per configuration up to :data:`MOE_SIZES` per GPU, as markdown rows."""
+    by = {(p.case.meas.traffic.label(), p.case.meas.size, p.case.meas.algorithm): p for p in preds}
+    for traffic, size in sorted({(t, z) for t, z, _a in by if z <= MOE_SIZES * 1.1}):
+        cells = []
+        for alg in ("fast", "spreadout"):
+            p = by.get((traffic, size, alg))
+            cells += (
+                [
+                    f"{p.case.meas.time_s * 1e3:.3f} ms",
+                    f"{p.predicted_s * 1e3:.3f} ms",
+                    f"{100 * p.error:+.1f}%",
+                ]
+                if p
+                else ["-"] * 3
+            )
+        print(f"| {label} | {traffic} | {size / 2**20:.2f} MiB | " + " | ".join(cells) + " |")
 
 
 def _worst_from(preds: list[Prediction], min_size: int) -> None:
