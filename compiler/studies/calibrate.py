@@ -7,9 +7,9 @@ drawn like its own (the logs keep no matrix). The objective is the mean squared 
 
 Two phases, each on the rows that identify its parameters (docs/simulator.md):
 
-1. **staged** rows (SpreadOut, and FAST's FLASH column, planned as FAST runs it): goodput of the NIC and of
-   the scale-up links, per-message cost, the rendezvous cost beyond the eager window and the pipeline fill
-   (:mod:`a2acc.analysis.model`). The eager window stays at what a point-to-point send may have in flight to
+1. **staged** rows (SpreadOut, and FAST's FLASH column, planned and launched as FAST runs it): goodput of the
+   NIC and of the scale-up links, per-message cost, the rendezvous cost beyond the eager window, the pipeline
+   fill and, on lossy transports, the incast onset at step boundaries (:mod:`a2acc.analysis.model`). The eager window stays at what a point-to-point send may have in flight to
    a network peer (:data:`~a2acc.analysis.incast.DEFAULT_WINDOW_BYTES`, 2 MiB from NCCL/RCCL's defaults) unless
    asked for: it is a threshold, which the logs only bracket.
 2. **fan-out** rows (lossy transports only): the incast parameters. The timeout hazard (``storm_ms``,
