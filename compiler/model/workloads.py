@@ -179,7 +179,7 @@ def relabel(w: Workload, step: int) -> I64:
     e, h = w.experts, w.hot
     ids = np.arange(e, dtype=np.int64)
     if w.name == "w6":
-        return (ids + (step // w.period) * h) % e
+        return (ids + (step // w.period) * h % e) % e  # (the base reduced first: any step number)
     if w.name == "w5":
         return ids + e // 2  # the live upper half; pool positions past it are never drawn
     if w.name == "w1":
