@@ -11,9 +11,13 @@ Run: ``.venv/bin/python benchmarks/calibration.py [--fit] [--root DIR] [--more D
 - ``--fit``: first fit the parameters exactly as the shipped ones were fitted, print them and the fit residuals
   per size band, then evaluate those (the values to ship in ``CALIBRATED_ROCE``). The fit set: the 3-server
   random- and skewed-traffic runs (``3n_random_sz_*``, ``3n_random_cdf_*``, ``3n_skewed_sz__*``,
-  ``3n_skewed_cdf_*``, ``3n_skewness_*``; FLASH, SpreadOut and fan-out rows) and, with ``--more``, the random-
-  and skewed-traffic FLASH and SpreadOut rows of DIR. Their fan-out rows are left out: one incast parameter set
-  fitted on the fan-out rows of 3 and 4 servers at once does not describe either (docs/simulator.md).
+  ``3n_skewed_cdf_*``, ``3n_skewness_*``; FLASH, SpreadOut and fan-out rows) and, with ``--more``, the
+  skewed-traffic FLASH and SpreadOut rows of DIR (``*n_skewed_sz__*``, ``*n_skewed_cdf_*``, ``*n_skewness_*``).
+  Their fan-out rows are left out: one incast parameter set fitted on the fan-out rows of 3 and 4 servers at once
+  does not describe either (docs/simulator.md).
+- **held out** of every fit, beside the fixed-size runs: DIR's uniform-random runs (``*n_random_sz_*``,
+  ``*n_random_cdf_*``: FAST's random workload on another server count, 4 to 62 MiB per GPU among them), predicted
+  and reported apart (:data:`HELD_OUT`).
 
 No fixed-size run of any server count is ever fitted. Targets (fast = FLASH's column, spreadout; 3 servers,
 sizes from 8 MB per GPU): fast within 10 %, SpreadOut within 15 %; fan-out's collapse (its throughput below 25 %
@@ -28,7 +32,7 @@ import os
 import re
 import resource
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from a2acc.analysis.model import CALIBRATED_ROCE, SimModel
@@ -66,14 +70,32 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def other_counts(more: Path) -> dict[int, tuple[list[str], list[str]]]:
-    """FAST's logs in ``more`` of server counts other than 3, by count: (fixed-size, random and skewed)."""
-    by: dict[int, tuple[list[str], list[str]]] = {}
+#: FAST's runs of other server counts kept out of every fit and reported apart: the uniform-random traffic
+#: (``<n>n_random_sz_*``, ``<n>n_random_cdf_*``), which the fit sees only on 3 servers
+HELD_OUT = "random"
+
+
+@dataclass(frozen=True)
+class Logs:
+    """FAST's logs of one server count other than 3: fixed-size (never fitted), skewed (fitted), uniform-random
+    (:data:`HELD_OUT`)."""
+
+    fixed: list[str]
+    fit: list[str]
+    held_out: list[str]
+
+
+def other_counts(more: Path) -> dict[int, Logs]:
+    """FAST's logs in ``more`` of server counts other than 3, by count."""
+    by: dict[int, Logs] = {}
     for p in sorted(more.glob("*n_*.txt")) if more.is_dir() else ():
         got = re.match(r"(\d+)n_(fixed_sz|random|skew)", p.name)  # FAST's names: <servers>n_<traffic>
         if got and int(got.group(1)) != 3:
-            fixed, rest = by.setdefault(int(got.group(1)), ([], []))
-            (fixed if got.group(2) == "fixed_sz" else rest).append(str(p))
+            logs = by.setdefault(int(got.group(1)), Logs([], [], []))
+            kind = got.group(2)
+            (logs.fixed if kind == "fixed_sz" else logs.held_out if kind == HELD_OUT else logs.fit).append(
+                str(p)
+            )
     return by
 
 
@@ -84,10 +106,10 @@ def fit_model(root: Path, more: Path | None) -> SimModel:
     t0, c0 = time.perf_counter(), _cpu()
     cases = build_cases(read_logs(fit_logs, topo), topo)
     logs = len(fit_logs)
-    for servers, (_fixed, rest) in sorted(other_counts(more).items()) if more else ():
+    for servers, more_logs in sorted(other_counts(more).items()) if more else ():
         t = load_topology("mi300x-100g", servers)
-        cases += [c for c in build_cases(read_logs(rest, t), t) if c.meas.algorithm != "direct"]
-        logs += len(rest)
+        cases += [c for c in build_cases(read_logs(more_logs.fit, t), t) if c.meas.algorithm != "direct"]
+        logs += len(more_logs.fit)
     if more is None:
         print(
             "note: the shipped parameters were also fitted on FAST's 4-server random and skewed runs "
@@ -105,8 +127,21 @@ def fit_model(root: Path, more: Path | None) -> SimModel:
     print("fit-set residuals, |predicted/measured - 1| per size band:")
     for servers in sorted({c.meas.servers for c in cases}):
         print(f" {servers} servers:")
-        _bands(evaluate([c for c in cases if c.meas.servers == servers], model))
+        preds = evaluate([c for c in cases if c.meas.servers == servers], model)
+        _bands(preds)
+        _worst_from(preds, 8_000_000)
     return model
+
+
+def fit_set(root: Path, model: SimModel) -> None:
+    """The 3-server random and skewed runs (the fit set's 3-server part) predicted with ``model``."""
+    topo = load_topology("mi300x-100g", 3)
+    fit_logs, _test = fast_log_split(root)
+    preds = evaluate(build_cases(read_logs(fit_logs, topo), topo), model)
+    print("3 servers, random and skewed runs (fitted):")
+    _bands(preds)
+    _worst_from(preds, 8_000_000)
+    _moe_rows("3 | fitted", preds)
 
 
 def _bands(preds: list[Prediction]) -> None:
@@ -125,12 +160,13 @@ def held_back(root: Path, model: SimModel) -> Accuracy:
 
 def more_counts(more: Path, model: SimModel) -> None:
     """Predict FAST's logs of server counts other than 3: fixed-size runs never fitted (a test of what the model
-    says for a machine size whose balanced runs it never saw); random and skewed runs, whose FLASH and SpreadOut
-    rows the shipped parameters were fitted on and whose fan-out rows they were not."""
-    for servers, (fixed, rest) in sorted(other_counts(more).items()):
+    says for a machine size whose balanced runs it never saw); uniform-random runs held out of the fit
+    (:data:`HELD_OUT`); skewed runs, whose FLASH and SpreadOut rows the shipped parameters were fitted on and
+    whose fan-out rows they were not."""
+    for servers, logs in sorted(other_counts(more).items()):
         topo = load_topology("mi300x-100g", servers)
-        if fixed:
-            acc = accuracy(build_cases(read_logs(fixed, topo), topo), model)
+        if logs.fixed:
+            acc = accuracy(build_cases(read_logs(logs.fixed, topo), topo), model)
             print(f"{servers} servers, fixed-size runs (never fitted):")
             print(table(acc))
             _bands(list(acc.rows))
@@ -138,11 +174,53 @@ def more_counts(more: Path, model: SimModel) -> None:
                 f"  fan-out collapse: measured at {_mib(acc.collapse_measured)}, "
                 f"predicted at {_mib(acc.collapse_predicted)}"
             )
-        if rest:
-            print(
-                f"{servers} servers, random and skewed runs (FLASH and SpreadOut rows fitted; fan-out never):"
+        if logs.held_out:
+            preds = evaluate(build_cases(read_logs(logs.held_out, topo), topo), model)
+            print(f"{servers} servers, uniform-random runs (held out of the fit):")
+            _bands(preds)
+            _worst_from(preds, 8_000_000)
+            _moe_rows(f"{servers} | held out", preds)
+        if logs.fit:
+            preds = evaluate(build_cases(read_logs(logs.fit, topo), topo), model)
+            print(f"{servers} servers, skewed runs (FLASH and SpreadOut rows fitted; fan-out never):")
+            _bands(preds)
+            _worst_from(preds, 8_000_000)
+            _moe_rows(f"{servers} | fitted", preds)
+
+
+#: the per-configuration rows printed for the random and skewed runs: where MoE all-to-alls live
+MOE_SIZES = 64 * 2**20
+
+
+def _moe_rows(label: str, preds: list[Prediction]) -> None:
+    """FLASH and SpreadOut per configuration up to :data:`MOE_SIZES` per GPU, as markdown rows."""
+    by = {(p.case.meas.traffic.label(), p.case.meas.size, p.case.meas.algorithm): p for p in preds}
+    for traffic, size in sorted({(t, z) for t, z, _a in by if z <= MOE_SIZES * 1.1}):
+        cells = []
+        for alg in ("fast", "spreadout"):
+            p = by.get((traffic, size, alg))
+            cells += (
+                [
+                    f"{p.case.meas.time_s * 1e3:.3f} ms",
+                    f"{p.predicted_s * 1e3:.3f} ms",
+                    f"{100 * p.error:+.1f}%",
+                ]
+                if p
+                else ["-"] * 3
             )
-            _bands(evaluate(build_cases(read_logs(rest, topo), topo), model))
+        print(f"| {label} | {traffic} | {size / 2**20:.2f} MiB | " + " | ".join(cells) + " |")
+
+
+def _worst_from(preds: list[Prediction], min_size: int) -> None:
+    """Per algorithm, the rows from ``min_size`` bytes per GPU: the worst error (signed) and where."""
+    for alg in dict.fromkeys(p.case.meas.algorithm for p in preds):
+        rows = [p for p in preds if p.case.meas.algorithm == alg and p.case.meas.size >= min_size]
+        if rows:
+            w = max(rows, key=lambda p: abs(p.error))
+            print(
+                f"  {alg:9s} from {min_size / 1e6:.0f} MB/GPU ({len(rows)} configurations): worst "
+                f"{100 * w.error:+.1f}% ({w.case.meas.traffic.label()}, {w.case.meas.size / 2**20:.2f} MiB/GPU)"
+            )
 
 
 def _mib(b: int | None) -> str:
@@ -193,6 +271,8 @@ def main() -> None:
             f"--more {more}: no FAST logs of a server count other than 3 (<n>n_fixed_sz/random/skew*.txt)"
         )
     model = fit_model(root, more) if args.fit else CALIBRATED_ROCE
+    if not args.fit:
+        fit_set(root, model)
     if more:
         more_counts(more, model)
     acc = held_back(root, model)

@@ -19,6 +19,7 @@ def run(
     tolerance: float,
     retire_window: float,
     incast: tuple[Any, Any, Any, int, float, float, float, float, float] | None,
+    onset: tuple[Any, Any, float] | None,
     /,
 ) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes]: ...
 def clear_unreached(

@@ -59,12 +59,14 @@ import numpy.typing as npt
 from a2acc.analysis.incast import IncastModel, timeout_penalty
 from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import (
+    ONSET_TIE_S,
     Episodes,
     Routes,
     Setup,
     SimResult,
     check_topology,
     incast_capacity,
+    onset_delay,
     resolve_model,
     routes,
 )
@@ -706,6 +708,9 @@ def _run_native(
             float(tolerance),
             float(tolerance) * (1.0 if inc.enabled else _RETIRE_WINDOW),
             incast,
+            None
+            if st.onset is None or st.succ_side is None
+            else (carray(st.onset, np.float64), carray(st.succ_side, np.int8), ONSET_TIE_S),
         )
     except ArithmeticError as e:  # pragma: no cover - a verified DAG makes progress
         raise InternalError(str(e)) from e
@@ -803,6 +808,13 @@ class _Dag:
         self.succ_ptr: list[int] = st.succ_ptr.tolist()
         self.succ_ids: list[int] = st.succ_ids.tolist()
         self.delay: list[float] = st.succ_delay.tolist() if st.succ_delay is not None else []
+        # incast onset (Setup.onset): per op its cost, the latest end on its sender's side and on its receive port
+        self.onset: list[float] = st.onset.tolist() if st.onset is not None else []
+        self.side: list[int] = (
+            st.succ_side.tolist() if st.onset is not None and st.succ_side is not None else []
+        )
+        self.sender: list[float] = [0.0] * n_ops if self.onset else []
+        self.port: list[float] = [-math.inf] * n_ops if self.onset else []
         self.missing: list[int] = np.diff(st.dep_ptr).tolist()
         self.start: list[float] = [math.nan] * n_ops
         self.ready: list[float] = [0.0] * n_ops
@@ -842,6 +854,7 @@ class _Dag:
         )
         start, act_t, end, solo, lat, grp = self.start, self.act_t, self.end, self.solo, self.lat, self.grp
         heap, solo_time = self.heap, self.solo_time
+        onset, side, sender, port = self.onset, self.side, self.sender, self.port
 
         def finish(op: int, t_end: float, t_now: float) -> int:
             end[op] = t_end
@@ -857,17 +870,25 @@ class _Dag:
                     if t_e >= ready[s]:
                         ready[s] = t_e
                         scale[s] = dur
+                    if onset:
+                        if side[k] == 1 and te > sender[s]:
+                            sender[s] = te
+                        elif side[k] == 2 and te > port[s]:
+                            port[s] = te
                     if missing[s] == 0:
                         t_ready = ready[s]
                         start[s] = t_ready
+                        t_act = t_ready + lat[s]
+                        if onset and onset[s] > 0:
+                            t_act += onset_delay(onset[s], sender[s], port[s], t_ready)
                         if solo[s]:
-                            act_t[s] = t_ready + lat[s]
+                            act_t[s] = t_act
                             e = act_t[s] + solo_time[s]
                             end[s] = e
                             done += 1
                             stack.append((s, e))
                         else:
-                            heapq.heappush(heap, (max(t_ready + lat[s], t_now), 0 if grp[s] < 0 else 1, s, 0))
+                            heapq.heappush(heap, (max(t_act, t_now), 0 if grp[s] < 0 else 1, s, 0))
             return done
 
         return finish

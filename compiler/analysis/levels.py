@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.analysis.model import SimModel
-from a2acc.analysis.simulate import Routes
+from a2acc.analysis.simulate import ONSET_TIE_S, Routes
 from a2acc.segments import segment_indices
 
 _I64 = npt.NDArray[np.int64]
@@ -70,11 +70,17 @@ class SoloBatch:
         sync = [r.synchronised() for r in items]
         self.sync = np.concatenate([s for s, _m in sync])
         self.msg = np.concatenate([m for _s, m in sync])
-        sides = []
+        # per op: its Program is host-launched (every synchronised message pays the rendezvous)
+        self.host = np.concatenate([np.full(len(r.size), r.host_launched) for r in items])
+        sides, kinds = [], []
         for r in items:
             pos = np.argsort(np.argsort(r.dep_ids, kind="stable"), kind="stable")
             sides.append(r.sender_side()[pos])
+            kinds.append(r.succ_sides()[pos])
         self.side = np.concatenate(sides) if sides else np.zeros(0, dtype=bool)
+        # incast onset (Routes.onset): which ops can pay it, and each edge's side (1 sender, 2 receive port)
+        self.kind = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int8)
+        self.onset_ok = np.concatenate([(r.rx >= 0) & ~r.host_launched for r in items]) & self.sync
         self.owner = np.repeat(np.arange(n, dtype=np.int64), ndeps)
         self.level_ops, self.level_edges, self.level_first = self._levels(n, ndeps)
 
@@ -117,18 +123,48 @@ class SoloBatch:
             if model.fill_bytes > 0
             else 0.0
         )
-        hand = model.stage_s * (self.sync & (self.msg > model.eager_bytes))
+        hand = model.stage_s * (self.sync & (self.host | (self.msg > model.eager_bytes)))
         delay = np.where(self.side, (fill + np.zeros(len(rate)))[self.owner], hand[self.owner])
+        onset = (
+            np.where(self.onset_ok, np.minimum(self.msg, model.onset_bytes) / rate, 0.0)
+            if model.onset_bytes > 0
+            else None
+        )
         end = np.zeros(len(self.size))
         for ops, edges, first in zip(self.level_ops, self.level_edges, self.level_first):
             ready = np.zeros(len(ops))
+            act = lat[ops]
             if len(edges):
-                vals = end[self.dep_ids[edges]] + delay[edges]
+                ends = end[self.dep_ids[edges]]
                 has = np.diff(np.append(first, len(edges))) > 0
-                ready[has] = np.maximum.reduceat(vals, first[has])
-            end[ops] = ready + lat[ops] + dur[ops]
+                ready[has] = np.maximum.reduceat(ends + delay[edges], first[has])
+                act = ready + lat[ops]
+                if onset is not None:
+                    act = act + self._onset(ops, edges, first, has, ends, ready, onset)
+            end[ops] = act + dur[ops]
         out = np.zeros(len(self.op_start))
         busy = np.diff(np.append(self.op_start, len(end))) > 0  # a Program without ops takes no time
         if busy.any():
             out[busy] = np.maximum.reduceat(end, self.op_start[busy])
         return out
+
+    def _onset(
+        self,
+        ops: _I64,
+        edges: _I64,
+        first: _I64,
+        has: npt.NDArray[np.bool_],
+        ends: _F64,
+        ready: _F64,
+        onset: _F64,
+    ) -> _F64:
+        """Incast onset's delay of a level's ops (:func:`a2acc.analysis.simulate.onset_delay`, vectorised): the
+        latest end on each op's sender side (0 without one) and on its receive port (-inf without one)."""
+        kind = self.kind[edges]
+        sender = np.zeros(len(ops))
+        port = np.full(len(ops), -np.inf)
+        sender[has] = np.maximum(np.maximum.reduceat(np.where(kind == 1, ends, -np.inf), first[has]), 0.0)
+        port[has] = np.maximum.reduceat(np.where(kind == 2, ends, -np.inf), first[has])
+        cost = onset[ops]
+        hit = (cost > 0) & (sender <= port + ONSET_TIE_S)
+        return np.where(hit, np.maximum(0.0, sender + cost - ready), 0.0)

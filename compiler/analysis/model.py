@@ -22,6 +22,14 @@ run a Program's DAG as a fluid model on the topology graph with these costs (doc
     steps, so each step exposes one FIFO's worth of transfer before the next one streams. 0 switches it off.
     FAST's fixed-size SpreadOut runs show the shape: the time above the bandwidth term, per step, grows with the
     message up to ~2.5 MB and is flat beyond.
+``onset_bytes``
+    incast onset at step boundaries: a synchronised message whose sender is ready while its receiver's
+    scale-out port is still receiving the previous message (receives posted ahead, so its eager bytes go at once)
+    meets a busy port; the switch marks the queue (ECN), the sender's rate is cut and recovers with time (DCQCN:
+    Zhu et al., SIGCOMM 2015): the message loses ``min(message, onset_bytes)`` at its route's slowest link, less
+    the time it then waits for its receiver (:func:`a2acc.analysis.simulate.onset_delay`). In lockstep (equal
+    messages everywhere) every step boundary does this; under skew most senders find the port free or wait out
+    the recovery. A property of RoCE's congestion control: 0 (off) on lossless transports.
 ``incast``
     the receive-port model of :mod:`a2acc.analysis.incast`.
 
@@ -71,6 +79,7 @@ class SimModel:
     incast: IncastModel = field(default_factory=IncastModel.off)
     source: str = "ideal fabric: line rate, no software costs, no incast"
     fill_bytes: float = 0.0
+    onset_bytes: float = 0.0
 
     def with_incast(self, incast: IncastModel) -> SimModel:
         return replace(self, incast=incast)
@@ -86,6 +95,8 @@ class SimModel:
             else f"incast {'off' if inc.name == 'off' else 'none (lossless)'}"
         )
         fill = f", fill {self.fill_bytes / 2**20:.3g} MiB per step" if self.fill_bytes > 0 else ""
+        if self.onset_bytes > 0:
+            fill += f", incast onset {self.onset_bytes / 2**20:.3g} MiB"
         return (
             f"model {self.name} ({self.transport}): goodput {self.inter_efficiency:.3f} x NIC, "
             f"{self.intra_efficiency:.3f} x scale-up, alpha {self.alpha_s * 1e6:.3g} us/message, rendezvous "
@@ -103,6 +114,7 @@ class SimModel:
             "stage_us": self.stage_s * 1e6,
             "eager_bytes": int(self.eager_bytes),
             "fill_bytes": int(self.fill_bytes),
+            "onset_bytes": int(self.onset_bytes),
             "incast": _incast_doc(self.incast),
             "source": self.source,
         }
@@ -131,41 +143,44 @@ def _incast_doc(inc: IncastModel) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- defaults
 #: Fitted by ``.venv/bin/python benchmarks/calibration.py --fit --more DIR`` on the fit part of FAST's MI300X logs
 #: (FAST repository: ``amd-result/`` 3n_random_sz_*, 3n_random_cdf_*, 3n_skewed_sz_*, 3n_skewed_cdf_*,
-#: 3n_skewness_*, 96 configurations, all three columns; and DIR = ``amd/result/`` at commit 0712d29, the same
-#: kinds of runs on 4 servers, their FLASH and SpreadOut columns, 64 configurations): NIC and scale-up goodput,
-#: rendezvous cost and pipeline fill from the FLASH and SpreadOut columns of both server counts, the incast
-#: parameters from the 3-server fan-out column; rounded to 4 digits. Two server counts make the per-step costs
-#: hold for more than one number of ranks in lockstep. The staged rows are predicted as the logs time them, the
+#: 3n_skewness_*, 96 configurations, all three columns; and DIR = ``amd/result/`` at commit 0712d29, the skewed
+#: runs of 4 servers (4n_skewed_sz_*, 4n_skewed_cdf_*, 4n_skewness_*), their FLASH and SpreadOut columns, 42
+#: configurations): NIC and scale-up goodput, rendezvous cost, pipeline fill and incast onset from the FLASH and
+#: SpreadOut columns of both server counts (FLASH as FAST runs it: host-launched steps), the incast parameters
+#: from the 3-server fan-out column; rounded to 4 digits. The staged rows are predicted as the logs time them, the
 #: period of back-to-back calls (:mod:`a2acc.analysis.iterations`). Not fitted: the per-message cost, held at
 #: 5.209 us (``benchmarks/calibration.py``, ``HELD``: the logs do not identify it beside the per-step fill and
 #: rendezvous), the eager window (what a point-to-point send may have in flight to a network peer under
 #: NCCL/RCCL's defaults, 2 MiB: ``incast.DEFAULT_WINDOW_BYTES``), the connection window (the same), the timeout
 #: (4.096 us x 2^19), ``shape`` and ``fanin_power`` (2: the logs do not separate them from ``storm``),
-#: ``fanin_loss`` (0: fitted, it stays 0). The fixed-size runs of every server count were held back and test it
-#: (tests/studies/test_accuracy.py: the 3-server ones).
+#: ``fanin_loss`` (0: fitted, it stays 0). Held back and testing it: the fixed-size runs of every server count
+#: (tests/studies/test_accuracy.py: the 3-server ones) and the 4-server uniform-random runs (4n_random_sz_*,
+#: 4n_random_cdf_*).
 CALIBRATED_ROCE = SimModel(
     name="mi300x-roce",
     transport="roce",
-    inter_efficiency=0.9256,
-    intra_efficiency=0.3590,
+    inter_efficiency=0.9115,
+    intra_efficiency=0.3701,
     alpha_s=5.209e-6,
-    stage_s=129.3e-6,
+    stage_s=65.95e-6,
     eager_bytes=float(DEFAULT_WINDOW_BYTES),
     incast=IncastModel(
         name="roce",
-        buffer_bytes=117.5e6,
+        buffer_bytes=96.48e6,
         window_bytes=float(DEFAULT_WINDOW_BYTES),
         dt_alpha=DEFAULT_DT_ALPHA,
-        retransmit=0.5170,
+        retransmit=0.3802,
         rto_s=ROCE_RTO_S,
-        storm_s=311.6,
+        storm_s=286.8,
         shape=2.0,
         fanin_power=2.0,
         fanin_loss=0.0,
     ),
-    source="calibrated on FAST's published MI300X logs (FAST repository: random- and skewed-size runs on 3 and "
-    "4 servers); the fixed-size runs are held back for testing",
-    fill_bytes=0.6460e6,
+    source="calibrated on FAST's published MI300X logs (FAST repository: random- and skewed-size runs on 3 "
+    "servers, skewed runs on 4); the fixed-size runs and the 4-server uniform-random runs are held back for "
+    "testing",
+    fill_bytes=0.2164e6,
+    onset_bytes=2.814e6,
 )
 
 
@@ -184,10 +199,11 @@ def transport_defaults(transport: str) -> SimModel:
         name=f"{transport}-default",
         transport=transport,
         intra_efficiency=1.0,
+        onset_bytes=0.0,
         incast=IncastModel.lossless(transport),
         source=f"defaults (no measured {transport} data): software costs and NIC goodput from the RoCE "
         f"calibration ({base.source.split(';')[0]}); scale-up links at line rate; lossless credit-based "
-        "fabric, no incast loss",
+        "fabric, no incast loss or onset",
     )
 
 
@@ -219,6 +235,7 @@ _TOP = (
     "stage_us",
     "eager_bytes",
     "fill_bytes",
+    "onset_bytes",
     "incast",
 )
 _TOP_INFO = ("source", "fit")  # informational, kept as written
@@ -278,6 +295,7 @@ def parse_model(data: Any, source: str) -> SimModel:
         stage_s=_req_num(src, "stage_us", data.get("stage_us", base.stage_s * 1e6), 0, 1e7) * 1e-6,
         eager_bytes=_req_num(src, "eager_bytes", data.get("eager_bytes", base.eager_bytes), 0, 2**40),
         fill_bytes=_req_num(src, "fill_bytes", data.get("fill_bytes", base.fill_bytes), 0, 2**40),
+        onset_bytes=_req_num(src, "onset_bytes", data.get("onset_bytes", base.onset_bytes), 0, 2**40),
         incast=incast,
         source=str(source_txt),
     )

@@ -34,6 +34,7 @@ import numpy.typing as npt
 from a2acc.analysis.incast import Episode, IncastModel, timeout_penalty
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.errors import InputError, InternalError
+from a2acc.hashing import mix64
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
 from a2acc.segments import segment_positions
@@ -122,6 +123,12 @@ class Setup:
     #: (None: 0 everywhere). A synchronised op waits ``fill`` after its sender's side and the rendezvous after its
     #: receiver's side (:meth:`Routes.setup`); both engines take an op's ready time as the latest of these.
     succ_delay: npt.NDArray[np.float64] | None = None
+    #: incast onset at step boundaries (:meth:`Routes.onset`): per op the time a message loses when its sender
+    #: pushed into a receive port that was still busy (0: never; None: no op can), and per successor edge
+    #: whether its dependency is on the successor's sender side (1), ended on the same scale-out receive port
+    #: (2) or neither (0)
+    onset: npt.NDArray[np.float64] | None = None
+    succ_side: npt.NDArray[np.int8] | None = None
     #: what an engine derives from the routes and the DAG alone (model-independent), shared by every Setup of
     #: one :class:`Routes`: calibration simulates one Program under many models
     cache: dict[str, Any] | None = field(default=None, compare=False, repr=False)
@@ -167,7 +174,9 @@ def resolve_model(topo: Topology, model: SimModel | None, incast: IncastModel | 
 @dataclass(frozen=True)
 class Routes:
     """The model-independent part of :class:`Setup` (routes, DAG), built once per Program and topology:
-    calibration re-derives a Setup for every candidate parameter set from it."""
+    calibration re-derives a Setup for every candidate parameter set from it. ``host_launched``: the Program
+    runs as an executor that launches each step from the host after waiting for the previous one
+    (:func:`routes`)."""
 
     prog: Program
     nranks: int
@@ -188,6 +197,7 @@ class Routes:
     dep_ids: npt.NDArray[np.int64]
     succ_ptr: npt.NDArray[np.int64]
     succ_ids: npt.NDArray[np.int64]
+    host_launched: bool = False
     _sync: list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]] = field(
         default_factory=list, compare=False, repr=False
     )
@@ -200,8 +210,10 @@ class Routes:
         return self._sync[0]
 
     def rendezvous(self, eager_bytes: float) -> npt.NDArray[np.bool_]:
+        """Per op: does it pay the rendezvous? A synchronised message larger than the eager window; every
+        synchronised message of a host-launched Program (no receive is posted before its step is launched)."""
         sync, msg = self.synchronised()
-        return sync & (msg > eager_bytes)
+        return sync if self.host_launched else sync & (msg > eager_bytes)
 
     def sender_side(self) -> npt.NDArray[np.bool_]:
         """Per successor edge (aligned with ``succ_ids``): does the dependency involve the successor's sender (it
@@ -241,11 +253,40 @@ class Routes:
         succ = self.succ_ids
         return np.where(self.sender_side(), fill[succ], hand[succ])
 
+    def onset(self, cap: npt.NDArray[np.float64], model: SimModel) -> npt.NDArray[np.float64] | None:
+        """Per op, what incast onset at a step boundary costs it (None when no op can pay it): a synchronised
+        message into a scale-out receive port, of a Program whose receives are posted ahead (not host-launched),
+        loses ``min(message, onset_bytes)`` at its route's slowest link. Whether it pays, and how much of it its
+        wait hides, is decided when it is ready (:func:`onset_delay`)."""
+        if model.onset_bytes <= 0 or self.host_launched:
+            return None
+        sync, msg = self.synchronised()
+        ids = np.flatnonzero(sync & (self.rx >= 0))
+        if not len(ids):
+            return None
+        out = np.zeros(len(sync))
+        rate = np.append(cap, np.inf)[self.bind[ids]].min(axis=1)
+        out[ids] = np.minimum(msg[ids], model.onset_bytes) / rate
+        return out
+
+    def succ_sides(self) -> npt.NDArray[np.int8]:
+        """Per successor edge (aligned with ``succ_ids``): 1 when the dependency is on the successor's sender
+        side, 2 when it ended on the successor's scale-out receive port (the port's previous message), else
+        0."""
+        got = self._derived.get("succ_sides")
+        if got is None:
+            owner = np.repeat(np.arange(len(self.size), dtype=np.int64), np.diff(self.succ_ptr))
+            port = (self.rx[owner] >= 0) & (self.rx[owner] == self.rx[self.succ_ids])
+            got = np.where(self.sender_side(), 1, np.where(port, 2, 0)).astype(np.int8)
+            self._derived["succ_sides"] = got
+        return np.asarray(got, dtype=np.int8)
+
     def setup(self, model: SimModel) -> Setup:
         """Capacities and latencies under ``model``."""
         factor = np.array([1.0, model.inter_efficiency, model.intra_efficiency])
         cap = self.raw_cap * factor[self.eff_class]
         lat = self.route_alpha + model.alpha_s
+        onset = self.onset(cap, model)
         return Setup(
             nranks=self.nranks,
             cap=cap,
@@ -264,6 +305,8 @@ class Routes:
             succ_ids=self.succ_ids,
             model=model,
             succ_delay=self.step_delays(cap, model),
+            onset=onset,
+            succ_side=None if onset is None else self.succ_sides(),
             cache=self._derived,
         )
 
@@ -273,8 +316,15 @@ def prepare(prog: Program, topo: Topology, model: SimModel) -> Setup:
     return routes(prog, topo).setup(model)
 
 
-def routes(prog: Program, topo: Topology) -> Routes:
-    """The model-independent preparation of ``prog`` on ``topo`` (refuses a plan built for another topology)."""
+def routes(prog: Program, topo: Topology, *, host_launched: bool = False) -> Routes:
+    """The model-independent preparation of ``prog`` on ``topo`` (refuses a plan built for another topology).
+
+    ``host_launched``: ``prog`` runs as an executor that launches each step from the host once the previous one
+    has finished (FAST's implementation: ``hipStreamSynchronize``, then the next step's grouped send/recv, FAST
+    repository ``amd/test_alltoall.cpp``, ``fastAllToAll2``). Such a step's receives are posted only when it is
+    launched, so none of its messages can use the eager window: every synchronised message pays the rendezvous
+    (:meth:`Routes.rendezvous`). a2acc's executors, nccl-tests and grouped calls queued on a stream post their
+    receives ahead (the default)."""
     check_topology(prog, topo)
     n = prog.nranks
     n_ops = len(prog.table)
@@ -310,6 +360,7 @@ def routes(prog: Program, topo: Topology) -> Routes:
         dep_ids=dep_ids,
         succ_ptr=succ_ptr,
         succ_ids=succ_ids,
+        host_launched=host_launched,
     )
 
 
@@ -416,7 +467,7 @@ def synchronised(prog: Program) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.f
     ids = np.flatnonzero(sync)
     if len(ids):
         # one message: the same pair and the same dependency set (an order-free 64-bit hash of the set)
-        mixed = _mix64(d.astype(np.uint64))
+        mixed = mix64(d.astype(np.uint64))
         has = ndeps > 0
         sig = np.zeros(n, dtype=np.uint64)
         sig[has] = np.add.reduceat(mixed, t.dep_ptr[:-1][has])
@@ -438,16 +489,6 @@ def dep_sender_side(
     it)? The other edges are ``op``'s receiver side."""
     sender = src[op]
     return np.asarray((src[dep] == sender) | (dst[dep] == sender), dtype=bool)
-
-
-def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """splitmix64's finaliser (Steele, Lea and Flood, OOPSLA 2014): well-spread 64-bit values whose sums
-    identify sets of small integers."""
-    with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return np.asarray(z ^ (z >> np.uint64(31)), dtype=np.uint64)
 
 
 #: routes of a group of ops: the ops, then either one row of links per op (every route the same length) or the
@@ -705,6 +746,23 @@ def _max_min_rates(
     return rates
 
 
+#: incast onset: a sender ready this close to its receive port's last message end counts as pushing into a busy
+#: port (step boundaries in lockstep coincide; the timing jitter of real ones decides which side is first)
+ONSET_TIE_S = 1e-6
+
+
+def onset_delay(onset: float, sender: float, port: float, ready: float) -> float:
+    """What incast onset delays an op ready at ``ready`` whose onset cost is ``onset`` (:meth:`Routes.onset`):
+    its sender's side ended at ``sender`` (0 without one), its receive port's previous message at ``port``
+    (-inf without one). When the sender was ready before the port was free (within :data:`ONSET_TIE_S`), it
+    pushed into a busy port: a RoCE switch marks the queue, the sender's rate is cut (ECN, DCQCN: Zhu et al.,
+    SIGCOMM 2015) and recovers with time from ``sender`` on - what is left of ``onset`` when the op is
+    ready delays it. Every engine calls this (the same floats)."""
+    if sender <= port + ONSET_TIE_S:
+        return max(0.0, sender + onset - ready)
+    return 0.0
+
+
 def _release(
     st: Setup,
     f: int,
@@ -713,19 +771,31 @@ def _release(
     ready_at: npt.NDArray[np.float64],
     start: npt.NDArray[np.float64],
     pending: list[tuple[float, int]],
+    sides: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None,
 ) -> None:
     """``f`` ended at ``now``: each successor is ready at the latest of its dependencies' ends plus their edge
-    delays (:attr:`Setup.succ_delay`) and starts streaming its latency later."""
+    delays (:attr:`Setup.succ_delay`) and starts streaming its latency (and incast onset's delay,
+    :func:`onset_delay`) later. ``sides``: per op, the latest end on its sender's side and on its receive
+    port (with :attr:`Setup.onset`)."""
     delay = st.succ_delay
     for e in range(int(st.succ_ptr[f]), int(st.succ_ptr[f + 1])):
         s = int(st.succ_ids[e])
         t = now + (float(delay[e]) if delay is not None else 0.0)
         if t > ready_at[s]:
             ready_at[s] = t
+        if sides is not None and st.succ_side is not None:
+            side = int(st.succ_side[e])
+            if side and now > sides[side - 1][s]:
+                sides[side - 1][s] = now
         missing[s] -= 1
         if missing[s] == 0:
             start[s] = ready_at[s]
-            heapq.heappush(pending, (float(ready_at[s]) + float(st.lat[s]), s))
+            act = float(ready_at[s]) + float(st.lat[s])
+            if st.onset is not None and st.onset[s] > 0 and sides is not None:
+                act += onset_delay(
+                    float(st.onset[s]), float(sides[0][s]), float(sides[1][s]), float(ready_at[s])
+                )
+            heapq.heappush(pending, (act, s))
 
 
 def simulate(
@@ -782,6 +852,8 @@ class _Reference:
         self.start = np.full(n_ops, np.nan)
         self.end = np.full(n_ops, np.nan)
         self.ready_at = np.zeros(n_ops)
+        # incast onset: per op the latest end on its sender's side (0: none) and on its receive port (-inf: none)
+        self.sides = (np.zeros(n_ops), np.full(n_ops, -np.inf)) if st.onset is not None else None
         self.remaining = st.size.copy()
         self.pending: list[tuple[float, int]] = []
         self.active: list[int] = []
@@ -891,4 +963,4 @@ class _Reference:
         """Op ``f`` ends now: its successors are released (:func:`_release`)."""
         self.end[f] = self.now
         self.done += 1
-        _release(self.st, f, self.now, self.missing, self.ready_at, self.start, self.pending)
+        _release(self.st, f, self.now, self.missing, self.ready_at, self.start, self.pending, self.sides)

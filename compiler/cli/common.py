@@ -115,3 +115,99 @@ def resolve_opts(
             )
         pairs.append(("planner.time_limit", str(limit)))
     return route(pairs, pcls, tcls)
+
+
+def add_moe_args(p: argparse.ArgumentParser) -> None:
+    """The MoE shape shared by the ``moe`` generator and the workloads w0-w7: tokens, experts, top-k, bytes per
+    token."""
+    p.add_argument(
+        "--tokens", type=int, default=4096, help="moe, w0-w7: tokens per GPU (moe: ignored with --size)"
+    )
+    p.add_argument("--experts", type=int, default=0, help="moe, w0-w7: experts (default 2 per GPU)")
+    p.add_argument("--top-k", type=int, default=2, help="moe, w0-w7: distinct experts per token")
+    p.add_argument("--hidden", type=int, default=4096, help="moe, w0-w7: hidden size")
+    p.add_argument("--dtype-bytes", type=int, default=2, help="moe, w0-w7: bytes per element (2 = bf16)")
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """Megatron-LM's token-imbalance workloads w0-w7 (:mod:`a2acc.model.workloads`): step, bytes per token, EP
+    layout, the hot set and the shapes of w4, w6, w7 (with :func:`add_moe_args` for the MoE shape)."""
+    from a2acc.model.workloads import GROUPS, PLACEMENTS
+
+    g = p.add_argument_group(
+        "workloads w0-w7",
+        "Megatron-LM's token-imbalance workloads (docs/workloads.md); also --seed and the moe shape",
+    )
+    g.add_argument(
+        "--step", type=int, default=0, help="the step of the workload's sequence (w6 rotates, w7 bursts)"
+    )
+    g.add_argument(
+        "--bytes-per-token",
+        type=int,
+        default=None,
+        metavar="B",
+        help="bytes of one routed token (default hidden x dtype-bytes; --size sets it instead)",
+    )
+    g.add_argument("--ep", type=int, default=0, help="GPUs per EP group, a divisor of the GPU count (0: all)")
+    g.add_argument(
+        "--ep-groups",
+        choices=GROUPS,
+        default="block",
+        help="EP groups of consecutive GPUs (block) or one GPU per block of GPUs/ep (strided: across servers)",
+    )
+    g.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default="contiguous",
+        help="experts on EP ranks in blocks (contiguous, Megatron's) or dealt round robin",
+    )
+    g.add_argument("--hot-experts", type=int, default=0, help="hot set size (default max(top-k, experts/4))")
+    g.add_argument("--hot-share", type=float, default=0.75, help="w1, w2, w3, w6: share of hot tokens")
+    g.add_argument("--period", type=int, default=3, help="w6: steps before the hot block moves")
+    g.add_argument("--burst-every", type=int, default=4, help="w7: steps per cycle, the last one a burst")
+    g.add_argument("--burst-share", type=float, default=0.5, help="w7: share of hot tokens in a burst step")
+    g.add_argument("--ragged", type=float, default=0.5, help="w4: GPUs hold (1 +- ragged) x tokens")
+
+
+def workload_from_args(
+    args: argparse.Namespace, kind: str, gpus: int, size: int | None, align: int = 16
+) -> tuple[npt.NDArray[np.int64], str]:
+    """Workload ``kind`` (w0-w7) as the arguments set it, on ``gpus`` GPUs: its byte matrix and a one-line
+    description. ``size`` (bytes per GPU) sets the bytes per token instead of ``--bytes-per-token``/hidden x
+    dtype-bytes."""
+    from a2acc.errors import InputError
+    from a2acc.model.workloads import (
+        EpLayout,
+        Workload,
+        bytes_per_token_for,
+        describe,
+        traffic_matrix,
+    )
+
+    w = Workload(
+        kind,
+        experts=args.experts or 2 * gpus,
+        top_k=args.top_k,
+        tokens=args.tokens,
+        seed=args.seed,
+        hot_experts=args.hot_experts,
+        hot_share=args.hot_share,
+        period=args.period,
+        burst_every=args.burst_every,
+        burst_share=args.burst_share,
+        ragged=args.ragged,
+    )
+    layout = EpLayout(gpus, args.ep, args.ep_groups, args.placement)
+    if size is not None:
+        bpt = bytes_per_token_for(w, size, align)
+    elif args.bytes_per_token is not None:
+        bpt = args.bytes_per_token
+    else:
+        for name, v in (("--hidden", args.hidden), ("--dtype-bytes", args.dtype_bytes)):
+            if v < 1:
+                raise InputError("", name, v, "must be >= 1")
+        bpt = args.hidden * args.dtype_bytes
+    if args.step < 0:
+        raise InputError("", "--step", args.step, "a step number >= 0")
+    m = traffic_matrix(w, args.step, layout, bpt)
+    return m, describe(w, args.step, layout, bpt)

@@ -14,13 +14,21 @@ import numpy.typing as npt
 
 from a2acc import __version__
 from a2acc.analysis.model import SimModel
-from a2acc.cli.common import add_topology_args, seed, topology_from_args
+from a2acc.cli.common import (
+    add_moe_args,
+    add_topology_args,
+    add_workload_args,
+    seed,
+    topology_from_args,
+    workload_from_args,
+)
 from a2acc.cli.simulate import add_model_args, model_from_args
 from a2acc.errors import InputError
 from a2acc.fileio import Output, check_outputs
 from a2acc.model.topology import Topology
 from a2acc.model.traffic import GENERATORS, load_matrix
 from a2acc.model.units import parse_size, parse_size_range
+from a2acc.model.workloads import WORKLOADS
 from a2acc.planners import applies, available
 from a2acc.studies.compare import (
     BW_DEFINITIONS,
@@ -75,6 +83,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         epilog="examples:\n"
         "  a2acc compare -t dgx-h200-fast --traffic zipf -b 64M -e 1G -f 4 --plot cmp.png -J cmp.json\n"
         "  a2acc compare -t mi300x-100g -n 3 --traffic m.npy            (the matrix at its own size)\n"
+        "  a2acc compare -t dgx-h100 -n 8 --traffic w3 --experts 128 --top-k 8   (tokens x bytes per token)\n"
         "  a2acc compare -t mi300x-100g --traffic uniform --model params.yaml --csv out.csv",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -83,7 +92,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--traffic",
         "-m",
         required=True,
-        help=f"matrix file (at its own size, or rescaled to --sizes) or a generator ({', '.join(GENERATORS)})",
+        help=f"matrix file (at its own size, or rescaled to --sizes), a generator ({', '.join(GENERATORS)}) or "
+        "a workload w0-w7 (at tokens x top-k x bytes per token per GPU, or rescaled to --sizes: the same "
+        "routing, more bytes per token)",
     )
     _add_size_args(p)
     p.add_argument(
@@ -95,6 +106,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--seed", type=seed, default=0, help="generator seed (a whole number >= 0)")
     p.add_argument("--skew", type=float, default=0.8, help="generator skew (zipf, moe)")
+    add_moe_args(p)
+    add_workload_args(p)
     add_model_args(p)
     p.add_argument(
         "--mcf", action="store_true", help="also solve the max-concurrent-flow LP bound (small topologies)"
@@ -245,6 +258,9 @@ def _traffic(
     (None for a generator) and its description for the header."""
     if args.traffic in GENERATORS:
         return args.traffic, None, f"{args.traffic} (seed {args.seed}, skew {args.skew})"
+    if args.traffic in WORKLOADS:
+        matrix, what = workload_from_args(args, args.traffic, topo.nranks, None)
+        return matrix, matrix, what
     if Path(args.traffic).exists():
         matrix = load_matrix(args.traffic, expect_ranks=topo.nranks)
         if int(matrix.sum()) == int(
@@ -258,7 +274,10 @@ def _traffic(
             )
         return matrix, matrix, args.traffic
     raise InputError(
-        "", "--traffic", args.traffic, f"not a file and not a generator ({', '.join(GENERATORS)})"
+        "",
+        "--traffic",
+        args.traffic,
+        f"not a file, a generator ({', '.join(GENERATORS)}) or a workload ({', '.join(WORKLOADS)})",
     )
 
 

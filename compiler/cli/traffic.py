@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from a2acc.cli.common import seed
+from a2acc.cli.common import add_moe_args, add_workload_args, seed, workload_from_args
 from a2acc.errors import InputError
 from a2acc.fileio import Output, atomic_write_bytes, check_outputs
 from a2acc.model.topology import load_topology
@@ -22,6 +22,7 @@ from a2acc.model.traffic import (
     validate_matrix,
 )
 from a2acc.model.units import format_bytes, parse_size
+from a2acc.model.workloads import WORKLOADS
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,24 +34,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "gen",
         help="generate a seeded matrix",
         description="Generate a seeded traffic matrix (bytes, row = sender). Kinds: "
-        "balanced (size/N everywhere), uniform (FAST: rand() % 10000), zipf (skew s), lognormal (sigma), "
-        "moe (tokens/experts/top-k/hidden/dtype/skew).",
+        "balanced (size/N everywhere), uniform (FAST: rand() % 10000), zipf (skew s), lognormal (sigma, or "
+        "the Gini of the entries), moe (tokens/experts/top-k/hidden/dtype/skew), w0-w7 (Megatron-LM's "
+        "token-imbalance workloads: balanced, hot expert set, hot rank, spread hot experts, source ragged, "
+        "zero expert/rank, rotating hotspot, burst; docs/workloads.md).",
     )
-    gen.add_argument("kind", choices=GENERATORS)
+    gen.add_argument("kind", choices=GENERATORS + WORKLOADS)
     who = gen.add_mutually_exclusive_group(required=True)
     who.add_argument("--ranks", type=int, help="number of GPUs")
     who.add_argument("--topology", "-t", help="take the GPU count from a preset or file")
     gen.add_argument("--servers", "-n", type=int, default=None, help="with --topology: scale to N servers")
-    gen.add_argument("--size", help="bytes per rank (mean row sum), e.g. 256M (1024-based)")
+    gen.add_argument(
+        "--size",
+        help="bytes per rank (mean row sum), e.g. 256M (1024-based); w0-w7: sets the bytes per token",
+    )
     gen.add_argument("--seed", type=seed, default=0, help="generator seed (a whole number >= 0)")
     gen.add_argument("--skew", type=float, default=0.8, help="Zipf exponent (zipf, moe router skew)")
-    gen.add_argument("--sigma", type=float, default=1.0, help="log-normal sigma")
+    spread = gen.add_mutually_exclusive_group()
+    spread.add_argument("--sigma", type=float, default=1.0, help="log-normal sigma")
+    spread.add_argument(
+        "--gini",
+        type=float,
+        default=None,
+        help="lognormal: the sigma whose draws give the entries off the diagonal this Gini coefficient "
+        "(measured MoE routing: 0.10-0.38)",
+    )
     gen.add_argument("--align", type=int, default=16, help="round entries to multiples of this many bytes")
-    gen.add_argument("--tokens", type=int, default=4096, help="moe: tokens per rank (ignored with --size)")
-    gen.add_argument("--experts", type=int, default=0, help="moe: experts (default 2 per rank)")
-    gen.add_argument("--top-k", type=int, default=2, help="moe: experts per token")
-    gen.add_argument("--hidden", type=int, default=4096, help="moe: hidden size")
-    gen.add_argument("--dtype-bytes", type=int, default=2, help="moe: bytes per element (2 = bf16)")
+    add_moe_args(gen)
+    add_workload_args(gen)
     gen.add_argument(
         "-o",
         "--output",
@@ -80,8 +91,26 @@ def _gen(args: argparse.Namespace) -> int:
     else:
         n = load_topology(args.topology, args.servers).nranks
     size = parse_size(args.size, field="--size") if args.size is not None else None
-    spec = MoeSpec(args.tokens, args.experts, args.top_k, args.hidden, args.dtype_bytes, args.skew)
-    m = generate(args.kind, n, size, args.seed, skew=args.skew, sigma=args.sigma, align=args.align, moe=spec)
+    if args.gini is not None and args.kind != "lognormal":
+        raise InputError("traffic gen", "--gini", args.gini, "sets the lognormal generator's spread only")
+    if args.kind in WORKLOADS:
+        if not 1 <= args.align <= 1 << 30:
+            raise InputError("traffic gen", "--align", args.align, "1 to 2**30 bytes")
+        m, what = workload_from_args(args, args.kind, n, size, args.align)
+    else:
+        spec = MoeSpec(args.tokens, args.experts, args.top_k, args.hidden, args.dtype_bytes, args.skew)
+        m = generate(
+            args.kind,
+            n,
+            size,
+            args.seed,
+            skew=args.skew,
+            sigma=args.sigma,
+            gini_target=args.gini,
+            align=args.align,
+            moe=spec,
+        )
+        what = f"{args.kind} seed {args.seed}"
     if m.sum() == 0:
         raise InputError(
             "traffic gen", "--size", args.size, "the generated matrix is all zeros; use a larger size"
@@ -91,7 +120,7 @@ def _gen(args: argparse.Namespace) -> int:
     topo_input = [args.topology] if args.topology else []
     check_outputs([Output("-o/--output", args.output, owned_matrix, data)], topo_input, force=args.force)
     atomic_write_bytes(args.output, data)
-    print(f"wrote {args.output}: {n} x {n}, {format_bytes(m.sum())} total, {args.kind} seed {args.seed}")
+    print(f"wrote {args.output}: {n} x {n}, {format_bytes(m.sum())} total, {what}")
     return 0
 
 
@@ -115,7 +144,11 @@ def _show(args: argparse.Namespace) -> int:
     print(
         f"skew       : max/median {s.max_over_median:.2f}  p90/median "
         f"{(s.p90_entry / s.median_entry if s.median_entry else float('inf')):.2f}  "
-        f"gini {s.gini:.3f}  cv {s.cv:.3f}  max row/mean row {rows.max() / max(rows.mean(), 1):.2f}"
+        f"gini {s.gini:.3f}  cv {s.cv:.3f} (entries off the diagonal)"
+    )
+    print(
+        f"per rank   : sends max/mean {s.send_max_over_mean:.3f}  receives max/mean {s.recv_max_over_mean:.3f}  "
+        f"gini of received bytes {s.recv_gini:.3f}"
     )
     if args.full:
         for i in range(s.n):

@@ -12,7 +12,11 @@ on every machine) and what ``size`` means for each:
 - ``uniform``: FAST's simulator workload: every off-diagonal entry ``rand() % 10000``, diagonal 0, scaled so
   the mean row sum is ``size``.
 - ``zipf``: FAST's skewed workload: i.i.d. Zipf(s) entries over {1..10000}, diagonal 0, scaled likewise.
-- ``lognormal``: i.i.d. log-normal(0, sigma) entries (DeepEP PR #393 found log-normal fits real routing).
+- ``lognormal``: i.i.d. log-normal(0, sigma) entries (DeepEP pull request 393 found log-normal fits measured
+  per-rank token counts best), or with ``gini``: the sigma whose draws give the off-diagonal entries exactly that
+  Gini coefficient (what ``a2acc traffic show`` prints; measured MoE routing has Gini 0.10-0.38, DODOCO,
+  arXiv 2605.20982), found by bisection on the seeded draws (the Gini of ``exp(sigma z)`` grows with sigma).
+- ``w0`` ... ``w7``: Megatron-LM's token-imbalance workloads (:mod:`a2acc.model.workloads`), generated there.
 - ``moe``: MoE routing: each rank routes ``tokens`` tokens to ``top_k`` distinct experts drawn from a
   Zipf(skew) popularity over ``experts`` experts (experts are spread evenly over ranks, popularity order is a
   seeded permutation); entry = tokens routed x hidden x dtype bytes. If ``size`` is given, ``tokens`` is set so
@@ -361,6 +365,34 @@ def _zipf_entries(rng: np.random.Generator, s: float, shape: tuple[int, int], vm
 MAX_SIGMA = 20.0
 
 
+def gini(values: npt.ArrayLike) -> float:
+    """The Gini coefficient of non-negative ``values`` (0: all equal; towards 1: one value holds everything;
+    Gini 1912): ``sum_i (2i - k - 1) x_(i) / (k sum x)`` over the ``k`` values sorted ascending."""
+    vals = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    k, total = len(vals), float(vals.sum())
+    if k == 0 or total <= 0:
+        return 0.0
+    return float((2 * np.arange(1, k + 1) - k - 1).dot(vals) / (k * total))
+
+
+def sigma_for_gini(z: npt.NDArray[np.float64], target: float) -> float | None:
+    """The sigma at which ``exp(sigma z)`` has Gini coefficient ``target`` (bisection to 1e-12: the Gini of
+    ``exp(sigma z)`` grows with sigma for fixed draws ``z``, from 0 at sigma 0); None when even
+    :data:`MAX_SIGMA` stays below it (few draws: two values never pass 0.5)."""
+    lo, hi = 0.0, MAX_SIGMA
+    if len(z) == 0 or gini(np.exp(hi * (z - z.max()))) < target:
+        return None
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if gini(np.exp(mid * (z - z.max()))) < target:  # (z - max: no overflow; the Gini ignores a scale)
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12:
+            break
+    return 0.5 * (lo + hi)
+
+
 def generate(
     kind: str,
     nranks: int,
@@ -369,6 +401,7 @@ def generate(
     *,
     skew: float = 0.8,
     sigma: float = 1.0,
+    gini_target: float | None = None,
     align: int = 16,
     moe: MoeSpec | None = None,
 ) -> Matrix:
@@ -398,14 +431,27 @@ def generate(
     elif kind == "zipf":
         raw = _zipf_entries(rng, skew, (n, n))
     else:
-        if not 0 < sigma <= MAX_SIGMA:
+        z = rng.standard_normal(size=(n, n))  # exp(sigma z) is numpy's lognormal(0, sigma), bit for bit
+        if gini_target is not None:
+            if not 0 < gini_target < 1:
+                raise TrafficMatrixError(src, "--gini", gini_target, "a Gini coefficient in (0, 1)")
+            found = sigma_for_gini(z[~np.eye(n, dtype=bool)], gini_target)
+            if found is None:
+                raise TrafficMatrixError(
+                    src,
+                    "--gini",
+                    gini_target,
+                    f"more than {n * (n - 1)} entries off the diagonal reach (sigma {MAX_SIGMA:g}); more ranks",
+                )
+            sigma = found
+        elif not 0 < sigma <= MAX_SIGMA:
             raise TrafficMatrixError(
                 src,
                 "--sigma",
                 sigma,
                 f"must be in (0, {MAX_SIGMA:g}] (past that the entries overflow a float)",
             )
-        raw = rng.lognormal(0.0, sigma, size=(n, n))
+        raw = np.exp(sigma * z)
     if n > 1:
         np.fill_diagonal(raw, 0.0)
     assert size is not None
@@ -482,13 +528,31 @@ class MatrixStats:
     def max_over_median(self) -> float:
         return self.max_entry / self.median_entry if self.median_entry > 0 else float("inf")
 
+    @property
+    def send_max_over_mean(self) -> float:
+        """The busiest sender's bytes over the mean rank's (1: every rank sends as much)."""
+        return _max_over_mean(self.row_sums)
+
+    @property
+    def recv_max_over_mean(self) -> float:
+        """The busiest receiver's bytes over the mean rank's (MoE: the hottest rank's load)."""
+        return _max_over_mean(self.col_sums)
+
+    @property
+    def recv_gini(self) -> float:
+        """The Gini coefficient of the bytes each rank receives (MoE: of the per-rank load)."""
+        return gini(self.col_sums)
+
+
+def _max_over_mean(sums: tuple[int, ...]) -> float:
+    mean = sum(sums) / len(sums) if sums else 0.0
+    return max(sums) / mean if mean > 0 else 0.0
+
 
 def stats(m: Matrix) -> MatrixStats:
     off = m[~np.eye(m.shape[0], dtype=bool)] if m.shape[0] > 1 else m.ravel()
     vals = np.sort(off.astype(np.float64))
-    total = float(vals.sum())
     k = len(vals)
-    gini = float((2 * np.arange(1, k + 1) - k - 1).dot(vals) / (k * total)) if total > 0 and k > 0 else 0.0
     mean = vals.mean() if k else 0.0
     cv = float(vals.std() / mean) if mean > 0 else 0.0
     return MatrixStats(
@@ -500,7 +564,7 @@ def stats(m: Matrix) -> MatrixStats:
         median_entry=float(np.median(vals)) if k else 0.0,
         p90_entry=float(np.percentile(vals, 90)) if k else 0.0,
         zero_fraction=float((vals == 0).mean()) if k else 0.0,
-        gini=gini,
+        gini=gini(vals),
         cv=cv,
     )
 

@@ -5,7 +5,7 @@
  * routes, the op classes: solo, route group, fluid) and reports; only the events run here.
  *
  * run(bind, k, cap, size, lat, solo, grp, route_rate, succ_ptr, succ_ids, delay, missing, tolerance,
- *     retire_window, incast) -> (start, end, ep_now, ep_ptr, ep_link, ep_k): float64 / int64 bytes.
+ *     retire_window, incast, onset) -> (start, end, ep_now, ep_ptr, ep_link, ep_k): float64 / int64 bytes.
  *   bind: int64 [n * k] binding links padded with len(cap); cap: float64 [nl]; size, lat, route_rate: float64 [n];
  *   solo: uint8 [n]; grp: int64 [n] (-1: fluid); succ_ptr: int64 [n + 1]; succ_ids: int64 [m]; delay: float64 [m]
  *   or None; missing: int64 [n] (dependencies per op).
@@ -15,6 +15,8 @@
  *   Episodes.update come back as a log (ep_now per call, the overloaded links and fan-ins of call i in
  *   ep_link / ep_k [ep_ptr[i]:ep_ptr[i + 1]]) for the caller to replay; calls that cannot change the episodes
  *   (nothing overloaded now or at the call before) are left out.
+ *   onset: None, or (cost float64 [n], side int8 [m], tie): incast onset at step boundaries
+ *   (a2acc.analysis.simulate.onset_delay), with each successor edge's side (1 sender, 2 receive port, 0 other).
  *
  * clear_unreached(dep_ptr, dep_ids, a, b, link, ok, budget): for every pair i where op b[i] does not depend
  *   (transitively) on op a[i], ok[link[i]] = 0 (ok: uint8 per link, written in place). The search is
@@ -69,6 +71,11 @@ typedef struct {
     const double *cap, *size, *lat, *route_rate, *delay;
     const unsigned char *solo;
     double tolerance, retire_window;
+    /* incast onset (reference: simulate.onset_delay); NULL when off */
+    const double *onset;
+    const signed char *side;
+    double tie;
+    double *sender_t, *port_t;
     /* the DAG (reference: _Dag) */
     i64 *missing;
     double *solo_time, *start, *ready, *act_t, *scale, *end;
@@ -162,6 +169,15 @@ static int grow_flows(sim_t *s, Py_ssize_t need) {
     return 0;
 }
 
+/* reference: a2acc.analysis.simulate.onset_delay */
+static double onset_delay(double onset, double sender, double port, double ready, double tie) {
+    if (sender <= port + tie) {
+        double d = sender + onset - ready;
+        return d > 0.0 ? d : 0.0;
+    }
+    return 0.0;
+}
+
 static int finish(sim_t *s, i64 op, double t_end, double t_now) {
     s->end[op] = t_end;
     s->done += 1;
@@ -181,18 +197,25 @@ static int finish(sim_t *s, i64 op, double t_end, double t_now) {
                 s->ready[x] = t_e;
                 s->scale[x] = dur;
             }
+            if (s->onset) {
+                if (s->side[kk] == 1 && te > s->sender_t[x]) s->sender_t[x] = te;
+                else if (s->side[kk] == 2 && te > s->port_t[x]) s->port_t[x] = te;
+            }
             if (s->missing[x] == 0) {
                 double t_ready = s->ready[x];
                 s->start[x] = t_ready;
+                double t_act = t_ready + s->lat[x];
+                if (s->onset && s->onset[x] > 0)
+                    t_act += onset_delay(s->onset[x], s->sender_t[x], s->port_t[x], t_ready, s->tie);
                 if (s->solo[x]) {
-                    s->act_t[x] = t_ready + s->lat[x];
+                    s->act_t[x] = t_act;
                     double e = s->act_t[x] + s->solo_time[x];
                     s->end[x] = e;
                     s->done += 1;
                     s->stack_o[sp] = x;
                     s->stack_t[sp++] = e;
                 } else {
-                    double a = t_ready + s->lat[x];
+                    double a = t_act;
                     tent_t ev = {t_now > a ? t_now : a, s->grp[x] < 0 ? 0 : 1, x, 0};
                     if (theap_push(&s->heap, ev)) return -1;
                 }
@@ -693,27 +716,32 @@ static void *buf_of(Py_buffer *b, Py_ssize_t want, Py_ssize_t item, int *ok) {
 
 static PyObject *py_run(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer bb, bc, bs, bl, bso, bg, br, bp, bi, bd, bm, brx, bsrc, bsw;
+    Py_buffer bb, bc, bs, bl, bso, bg, br, bp, bi, bd, bm, brx, bsrc, bsw, bon, bsd;
     Py_ssize_t k;
-    PyObject *dobj, *iobj;
+    PyObject *dobj, *iobj, *oobj;
     double tolerance, retire_window;
-    if (!PyArg_ParseTuple(args, "y*ny*y*y*y*y*y*y*y*Oy*ddO", &bb, &k, &bc, &bs, &bl, &bso, &bg, &br, &bp, &bi, &dobj,
-                          &bm, &tolerance, &retire_window, &iobj))
+    if (!PyArg_ParseTuple(args, "y*ny*y*y*y*y*y*y*y*Oy*ddOO", &bb, &k, &bc, &bs, &bl, &bso, &bg, &br, &bp, &bi,
+                          &dobj, &bm, &tolerance, &retire_window, &iobj, &oobj))
         return NULL;
-    int have_d = dobj != Py_None, have_i = iobj != Py_None;
+    int have_d = dobj != Py_None, have_i = iobj != Py_None, have_o = oobj != Py_None;
     memset(&bd, 0, sizeof(bd));
     memset(&brx, 0, sizeof(brx));
     memset(&bsrc, 0, sizeof(bsrc));
     memset(&bsw, 0, sizeof(bsw));
+    memset(&bon, 0, sizeof(bon));
+    memset(&bsd, 0, sizeof(bsd));
     sim_t S;
     memset(&S, 0, sizeof(S));
     sim_t *s = &S;
     if ((have_d && PyObject_GetBuffer(dobj, &bd, PyBUF_SIMPLE) < 0) ||
         (have_i && !PyArg_ParseTuple(iobj, "y*y*y*Lddddd", &brx, &bsrc, &bsw, &s->nranks, &s->buffer_bytes,
-                                     &s->window_bytes, &s->dt_alpha, &s->retransmit, &s->fanin_loss))) {
+                                     &s->window_bytes, &s->dt_alpha, &s->retransmit, &s->fanin_loss)) ||
+        (have_o && !PyArg_ParseTuple(oobj, "y*y*d", &bon, &bsd, &s->tie))) {
         Py_buffer *all[] = {&bb, &bc, &bs, &bl, &bso, &bg, &br, &bp, &bi, &bm};
         for (size_t q = 0; q < sizeof(all) / sizeof(all[0]); q++) PyBuffer_Release(all[q]);
-        if (bd.obj) PyBuffer_Release(&bd);
+        Py_buffer *opt[] = {&bd, &brx, &bsrc, &bsw, &bon, &bsd};
+        for (size_t q = 0; q < sizeof(opt) / sizeof(opt[0]); q++)
+            if (opt[q]->obj) PyBuffer_Release(opt[q]);
         return NULL;
     }
     PyObject *res = NULL;
@@ -734,6 +762,11 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     s->succ_ptr = buf_of(&bp, n + 1, sizeof(i64), &ok);
     s->succ_ids = bi.buf;
     s->delay = have_d ? buf_of(&bd, m, sizeof(double), &ok) : NULL;
+    if (have_o) {
+        s->onset = buf_of(&bon, n, sizeof(double), &ok);
+        s->side = buf_of(&bsd, m, 1, &ok);
+        for (Py_ssize_t x = 0; ok && x < m; x++) ok = s->side[x] >= 0 && s->side[x] <= 2;
+    }
     const i64 *miss0 = buf_of(&bm, n, sizeof(i64), &ok);
     s->tolerance = tolerance;
     s->retire_window = retire_window;
@@ -771,6 +804,12 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         s->solo_time = malloc(sizeof(double) * N);
         s->start = malloc(sizeof(double) * N);
         s->ready = calloc(N, sizeof(double));
+        if (have_o) {
+            s->sender_t = calloc(N, sizeof(double));
+            s->port_t = malloc(sizeof(double) * N);
+            if (s->port_t)
+                for (size_t q = 0; q < N; q++) s->port_t[q] = -INFINITY;
+        }
         s->act_t = calloc(N, sizeof(double));
         s->scale = calloc(N, sizeof(double));
         s->end = malloc(sizeof(double) * N);
@@ -806,7 +845,8 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
             }
             s->ep_ptr[0] = 0;
         }
-        if (!s->missing || !s->solo_time || !s->start || !s->ready || !s->act_t || !s->scale || !s->end ||
+        if ((have_o && (!s->sender_t || !s->port_t)) || !s->missing || !s->solo_time || !s->start || !s->ready ||
+            !s->act_t || !s->scale || !s->end ||
             !s->stack_o || !s->stack_t || !s->g_rate || !s->g_v || !s->g_t || !s->g_n || !s->g_ver || !s->g_fin ||
             !s->sat || !s->seed || !s->mark || !s->lcount || !s->on_at || !s->ext0 || !s->lptr || !s->lfill ||
             !s->lqueue || !s->load || !s->level || !s->cur || !s->prev) {
@@ -869,6 +909,7 @@ done:
     free(s->level); free(s->tmp1); free(s->tmp2); free(s->heap.v);
     free(s->cur); free(s->prev); free(s->ikey); free(s->iidx); free(s->pbytes); free(s->pin); free(s->plink);
     free(s->pk); free(s->ncong); free(s->ep_now); free(s->ep_ptr); free(s->ep_link); free(s->ep_k);
+    free(s->sender_t); free(s->port_t);
     Py_buffer *all[] = {&bb, &bc, &bs, &bl, &bso, &bg, &br, &bp, &bi, &bm};
     for (size_t q = 0; q < sizeof(all) / sizeof(all[0]); q++) PyBuffer_Release(all[q]);
     if (have_d) PyBuffer_Release(&bd);
@@ -876,6 +917,10 @@ done:
         PyBuffer_Release(&brx);
         PyBuffer_Release(&bsrc);
         PyBuffer_Release(&bsw);
+    }
+    if (have_o) {
+        PyBuffer_Release(&bon);
+        PyBuffer_Release(&bsd);
     }
     return res;
 }

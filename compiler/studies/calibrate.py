@@ -7,9 +7,9 @@ drawn like its own (the logs keep no matrix). The objective is the mean squared 
 
 Two phases, each on the rows that identify its parameters (docs/simulator.md):
 
-1. **staged** rows (SpreadOut, and FAST's FLASH column, planned as FAST runs it): goodput of the NIC and of
-   the scale-up links, per-message cost, the rendezvous cost beyond the eager window and the pipeline fill
-   (:mod:`a2acc.analysis.model`). The eager window stays at what a point-to-point send may have in flight to
+1. **staged** rows (SpreadOut, and FAST's FLASH column, planned and launched as FAST runs it): goodput of the
+   NIC and of the scale-up links, per-message cost, the rendezvous cost beyond the eager window, the pipeline
+   fill and, on lossy transports, the incast onset at step boundaries (:mod:`a2acc.analysis.model`). The eager window stays at what a point-to-point send may have in flight to
    a network peer (:data:`~a2acc.analysis.incast.DEFAULT_WINDOW_BYTES`, 2 MiB from NCCL/RCCL's defaults) unless
    asked for: it is a threshold, which the logs only bracket.
 2. **fan-out** rows (lossy transports only): the incast parameters. The timeout hazard (``storm_ms``,
@@ -53,16 +53,18 @@ PARAMS = (
     "stage_us",
     "fill_bytes",
     "eager_bytes",
+    "onset_bytes",
     "buffer_bytes",
     "retransmit",
     "fanin_loss",
     "storm_ms",
     "fanin_power",
 )
-STAGED_PARAMS = PARAMS[:6]
-INCAST_PARAMS = PARAMS[6:]
+STAGED_PARAMS = PARAMS[:7]
+INCAST_PARAMS = PARAMS[7:]
 #: fitted by default: what the staged rows identify (``intra_efficiency`` only with FLASH rows, whose
-#: balancing and redistribution run on the scale-up links) and what fan-out rows identify. Not by default, as
+#: balancing and redistribution run on the scale-up links; ``onset_bytes`` only on a lossy transport with rows
+#: whose steps are queued, not host-launched: SpreadOut's) and what fan-out rows identify. Not by default, as
 #: FAST's 3-server fan-out (16 remote senders per port) does not separate them: ``fanin_loss`` (fitted, 0), and
 #: ``fanin_power``, which trades off against ``storm_ms`` and runs to its bound; it stays at 2 (timeouts come
 #: from collisions between pairs of synchronised senders: ~(k - 1)^2 of them)
@@ -172,9 +174,11 @@ class Batch:
 
 
 #: matrices drawn per random-traffic run, by planner: SpreadOut's time is set by its stage maxima and varies
-#: from draw to draw (a few %), its simulation is cheap; FLASH balances the traffic and fan-out's time is a sum
-#: over many entries: both vary little and cost more to simulate
-RANDOM_DRAWS = {"spreadout": 5, "fast": 1, "direct": 1}
+#: from draw to draw (a few %); so does FLASH's, through its step decomposition (on FAST's 4-server skewed runs
+#: at 496 MiB per GPU one draw's prediction ranged 41.9-51.3 ms over five draws against a measured 44.0 ms, the
+#: median of many matrices); fan-out's time is a sum over many entries: it varies little and costs more to
+#: simulate
+RANDOM_DRAWS = {"spreadout": 5, "fast": 5, "direct": 1}
 #: how each logged algorithm is planned: FAST's FLASH column is FAST's own implementation - its stages in the
 #: order its implementation runs them (heaviest first: ``run_scheduler`` in FAST's
 #: ``amd/src/fast_alltoall/alltoall_global_scheduler.cc`` walks its ascending list from the end, and its logs
@@ -184,6 +188,12 @@ RANDOM_DRAWS = {"spreadout": 5, "fast": 1, "direct": 1}
 PLANNED_AS: dict[str, dict[str, str]] = {
     "fast": {"shape": "staged", "order": "descending", "phases": "sequential"}
 }
+#: the logged algorithms whose implementation launches each step from the host once the previous one has finished
+#: (FAST's FLASH: ``fastAllToAll2`` in FAST's ``amd/test_alltoall.cpp`` synchronises its streams after every step
+#: before it issues the next): their receives are never posted ahead, so every synchronised message pays the
+#: rendezvous (:func:`a2acc.analysis.simulate.routes`). SpreadOut's shifts and fan-out's sends are grouped calls
+#: queued on one stream, as nccl-tests' are
+HOST_LAUNCHED = frozenset({"fast"})
 
 
 def timed_back_to_back(m: Measurement) -> bool:
@@ -224,9 +234,10 @@ def build_cases(
             mat = matrix_for(m.traffic, topo.nranks, m.size, base + j)
             opts = PLANNED_AS.get(m.algorithm)
             program = compile(Request(topo, mat, m.algorithm, planner_options=opts)).program
-            rts.append(routes(program, topo))
+            host = m.algorithm in HOST_LAUNCHED
+            rts.append(routes(program, topo, host_launched=host))
             if timed_back_to_back(m):
-                periods.append(routes(back_to_back(program, BACK_TO_BACK), topo))
+                periods.append(routes(back_to_back(program, BACK_TO_BACK), topo, host_launched=host))
             payload = int(mat.sum())
         out.append(Case(m, tuple(rts), payload, tuple(periods)))
         prog.advance()
@@ -283,6 +294,7 @@ def start_model(transport: str) -> SimModel:
         incast=inc,
         source="start of the fit",
         fill_bytes=float(1 << 20),
+        onset_bytes=float(1 << 20) if lossy else 0.0,
     )
 
 
@@ -293,6 +305,7 @@ _GET: dict[str, Callable[[SimModel], float]] = {
     "stage_us": lambda m: m.stage_s * 1e6,
     "fill_bytes": lambda m: m.fill_bytes,
     "eager_bytes": lambda m: m.eager_bytes,
+    "onset_bytes": lambda m: m.onset_bytes,
     "buffer_bytes": lambda m: m.incast.buffer_bytes,
     "retransmit": lambda m: m.incast.retransmit,
     "fanin_loss": lambda m: m.incast.fanin_loss,
@@ -306,6 +319,7 @@ _MODEL_FIELD = {
     "stage_us": ("stage_s", 1e-6),
     "fill_bytes": ("fill_bytes", 1.0),
     "eager_bytes": ("eager_bytes", 1.0),
+    "onset_bytes": ("onset_bytes", 1.0),
 }
 _INCAST_FIELD = {
     "buffer_bytes": ("buffer_bytes", 1.0),
@@ -343,6 +357,7 @@ BOUNDS = {
     "stage_us": (0.1, 1e5),
     "fill_bytes": (4096.0, 2.0**30),
     "eager_bytes": (4096.0, 2.0**30),
+    "onset_bytes": (4096.0, 2.0**30),
     "buffer_bytes": (2.0**16, 2.0**34),
     "retransmit": (1e-3, 100.0),
     "fanin_loss": (0.0, 3.0),
@@ -527,7 +542,9 @@ def fit(
     lossy = base.incast.rto_s > 0 or base.incast.retransmit > 0 or base.transport == "roce"
     if params is None:
         with_flash = any(c.meas.algorithm == "fast" for c in staged)
-        phase_a = [*DEFAULT_STAGED, *(["intra_efficiency"] if with_flash else [])] if staged else []
+        queued = lossy and any(c.meas.algorithm not in HOST_LAUNCHED for c in staged)
+        extra = [*(["intra_efficiency"] if with_flash else []), *(["onset_bytes"] if queued else [])]
+        phase_a = [*DEFAULT_STAGED, *extra] if staged else []
         if not staged and fanout:
             phase_a = ["inter_efficiency", "alpha_us"]
         phase_b = list(DEFAULT_INCAST) if (fanout and lossy) else []

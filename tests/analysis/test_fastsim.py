@@ -41,13 +41,17 @@ def _topo(servers: int, gpus: int, fabric: str, wiring: str, transport: str, nic
     return parse_topology(data, "rand")
 
 
-def _model(alpha: float, stage: float, eager: int, eff: float, incast: bool, buffer: int) -> SimModel:
+def _model(
+    alpha: float, stage: float, eager: int, eff: float, incast: bool, buffer: int, onset: int = 0
+) -> SimModel:
     inc = (
         IncastModel("roce", float(buffer), 4.0 * MiB, 1.0, 1.0, ROCE_RTO_S, 0.05, 4.0)
         if incast
         else IncastModel.off()
     )
-    return SimModel("t", "roce", eff, 1.0, alpha * 1e-6, stage * 1e-6, float(eager), inc, "test")
+    return SimModel(
+        "t", "roce", eff, 1.0, alpha * 1e-6, stage * 1e-6, float(eager), inc, "test", onset_bytes=float(onset)
+    )
 
 
 def _agree(prog: Program, topo, model: SimModel) -> None:
@@ -74,16 +78,31 @@ def _agree(prog: Program, topo, model: SimModel) -> None:
     eff=st.sampled_from([1.0, 0.9]),
     incast=st.booleans(),
     buffer=st.sampled_from([1 * MiB, 16 * MiB]),
+    onset=st.sampled_from([0, 2 * MiB]),
 )
 def test_fast_engine_agrees_with_reference_on_planned_programs(
-    servers, gpus, fabric, wiring, algorithm, kind, size, seed, alpha, stage, eager, eff, incast, buffer
+    servers,
+    gpus,
+    fabric,
+    wiring,
+    algorithm,
+    kind,
+    size,
+    seed,
+    alpha,
+    stage,
+    eager,
+    eff,
+    incast,
+    buffer,
+    onset,
 ):
     if servers * gpus < 2:
         servers = 2
     topo = _topo(servers, gpus, fabric, wiring, "roce", gpus)
     m = generate(kind, topo.nranks, size, seed)
     prog = plan(topo, m, algorithm)
-    _agree(prog, topo, _model(alpha, stage, eager, eff, incast, buffer))
+    _agree(prog, topo, _model(alpha, stage, eager, eff, incast, buffer, onset))
 
 
 @st.composite
@@ -109,11 +128,12 @@ def random_programs(draw):
     alpha=st.sampled_from([0.0, 10.0]),
     stage=st.sampled_from([0.0, 100.0]),
     incast=st.booleans(),
+    onset=st.sampled_from([0, 1 * MiB]),
 )
-def test_fast_engine_agrees_with_reference_on_random_dags(prog, alpha, stage, incast):
+def test_fast_engine_agrees_with_reference_on_random_dags(prog, alpha, stage, incast, onset):
     gpus = 2 if prog.nranks % 2 == 0 else 1
     topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
-    _agree(prog, topo, _model(alpha, stage, 1 * MiB, 0.95, incast, 1 * MiB))
+    _agree(prog, topo, _model(alpha, stage, 1 * MiB, 0.95, incast, 1 * MiB, onset))
 
 
 def test_local_bottleneck_max_min_equals_progressive_filling(rng):
@@ -280,12 +300,14 @@ def _both_loops(prog: Program, topo, model: SimModel, tolerance: float) -> None:
     tolerance=st.sampled_from([0.0, 3e-3, 3e-2]),
     incast=st.booleans(),
     buffer=st.sampled_from([256 << 10, 1 * MiB, 16 * MiB]),
+    onset=st.sampled_from([0, 1 * MiB]),
 )
-def test_compiled_event_loop_gives_the_reference_floats(prog, alpha, stage, tolerance, incast, buffer):
-    """Incast included: the capacities that step with the active set, and the overload episodes."""
+def test_compiled_event_loop_gives_the_reference_floats(prog, alpha, stage, tolerance, incast, buffer, onset):
+    """Incast included: the capacities that step with the active set, and the overload episodes; incast onset
+    at step boundaries."""
     gpus = 2 if prog.nranks % 2 == 0 else 1
     topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
-    _both_loops(prog, topo, _model(alpha, stage, 1 * MiB, 0.95, incast, buffer), tolerance)
+    _both_loops(prog, topo, _model(alpha, stage, 1 * MiB, 0.95, incast, buffer, onset), tolerance)
 
 
 @pytest.mark.parametrize(

@@ -33,15 +33,30 @@ MiB = 1 << 20
     eager=st.sampled_from([64 << 10, 4 * MiB]),
     eff=st.floats(0.5, 1.0),
     intra=st.floats(0.3, 1.0),
+    host=st.lists(st.booleans(), min_size=3, max_size=3),
+    onset=st.sampled_from([0.0, 256e3, 3e6]),
 )
-def test_solo_batch_times_spreadout_like_the_engine(kind, items, seed, alpha, stage, fill, eager, eff, intra):
+def test_solo_batch_times_spreadout_like_the_engine(
+    kind, items, seed, alpha, stage, fill, eager, eff, intra, host, onset
+):
     rts = []
     for i, (size, servers) in enumerate(items):
         topo = load_topology("mi300x-100g", servers)
-        rts.append(routes(plan(topo, generate(kind, topo.nranks, size, seed=seed + i), "spreadout"), topo))
+        prog = plan(topo, generate(kind, topo.nranks, size, seed=seed + i), "spreadout")
+        rts.append(routes(prog, topo, host_launched=host[i]))
     assert all(all_solo(r) for r in rts)
     model = SimModel(
-        "t", "roce", eff, intra, alpha * 1e-6, stage * 1e-6, float(eager), IncastModel.off(), "test", fill
+        "t",
+        "roce",
+        eff,
+        intra,
+        alpha * 1e-6,
+        stage * 1e-6,
+        float(eager),
+        IncastModel.off(),
+        "test",
+        fill,
+        onset,
     )
     got = SoloBatch(rts).makespans(model)
     want = [simulate_setup(r.setup(model), tolerance=0.0).makespan_s for r in rts]

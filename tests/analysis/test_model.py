@@ -64,7 +64,7 @@ def test_params_file_round_trip(tmp_path):
         assert a == pytest.approx(b)
     assert back.incast.buffer_bytes == pytest.approx(CALIBRATED_ROCE.incast.buffer_bytes, rel=1e-9)
     assert back.incast.rto_s == pytest.approx(ROCE_RTO_S)
-    for name in ("inter_efficiency", "intra_efficiency", "fill_bytes", "eager_bytes"):
+    for name in ("inter_efficiency", "intra_efficiency", "fill_bytes", "eager_bytes", "onset_bytes"):
         assert getattr(back, name) == pytest.approx(getattr(CALIBRATED_ROCE, name), rel=1e-6)
     assert back.incast.fanin_loss == pytest.approx(CALIBRATED_ROCE.incast.fanin_loss)
     assert path.read_text().startswith("# a header\n# line two\n")
@@ -89,6 +89,7 @@ def test_params_file_round_trip(tmp_path):
         ({"version": 1, "transport": "roce", "incast": {"bufer": 5}}, "incast.bufer", "unknown field"),
         ({"version": 1, "transport": "roce", "incast": {"fanin_loss": 9}}, "incast.fanin_loss", "[0, 4]"),
         ({"version": 1, "transport": "ib", "fill_bytes": -1}, "fill_bytes", "a number in"),
+        ({"version": 1, "transport": "roce", "onset_bytes": "2M"}, "onset_bytes", "a number in"),
         ({"version": True, "transport": "ib"}, "version", "version 1"),  # (True == 1 in Python)
         ({"version": 1, "transport": "ib", "source": {"a": 1}}, "source", "a string"),
         ({"version": 1, "transport": "roce", "incast": {"name": [7]}}, "incast.name", "a non-empty string"),
@@ -135,3 +136,6 @@ def test_lossless_transports_keep_the_software_costs_but_not_mi300xs_scale_up_go
         assert m.alpha_s == CALIBRATED_ROCE.alpha_s and m.fill_bytes == CALIBRATED_ROCE.fill_bytes
         assert m.inter_efficiency == CALIBRATED_ROCE.inter_efficiency and m.intra_efficiency == 1.0
         assert not m.incast.enabled
+        assert (
+            m.onset_bytes == 0.0
+        )  # incast onset is RoCE's congestion control: lossless fabrics do not pay it

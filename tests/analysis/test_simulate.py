@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from a2acc import plan
+from a2acc.analysis.fastsim import simulate_setup
 from a2acc.analysis.incast import ROCE_RTO_S, IncastModel
 from a2acc.analysis.model import CALIBRATED_ROCE, SimModel
-from a2acc.analysis.simulate import rendezvous, simulate
+from a2acc.analysis.simulate import rendezvous, routes, simulate
 from a2acc.errors import InputError
 from a2acc.ir import Buf, ProgramBuilder
 from a2acc.model.topology import load_topology
@@ -81,6 +82,17 @@ def test_per_message_and_rendezvous_costs():
     assert not rendezvous(remote, 2 * GB).any()  # within the eager window: no rendezvous
     res3 = simulate(remote, topo3, model=model)
     assert res3.time_s == pytest.approx(2 * (1.0 + 5e-6) + 100e-6, rel=1e-9)
+    # launched from the host step by step, no receive is posted ahead: within the eager window it still pays
+    queued, host = routes(remote, topo3), routes(remote, topo3, host_launched=True)
+    assert queued.rendezvous(2 * GB).tolist() == [False, False]
+    assert host.rendezvous(2 * GB).tolist() == [False, True]
+    eager = replace(model, eager_bytes=2 * GB)
+    assert simulate_setup(queued.setup(eager), tolerance=0.0).time_s == pytest.approx(
+        2 * (1.0 + 5e-6), rel=1e-9
+    )
+    assert simulate_setup(host.setup(eager), tolerance=0.0).time_s == pytest.approx(
+        2 * (1.0 + 5e-6) + 100e-6, rel=1e-9
+    )
 
 
 def test_goodput_fraction_scales_scale_out_links_only():
@@ -162,3 +174,44 @@ def test_fill_after_the_sender_side_rendezvous_after_the_receiver_side(fill_gb, 
     model = SimModel("m", "ib", 1.0, 1.0, 0.0, stage_s, 0.5 * GB, IncastModel.off(), "t", fill_gb * GB)
     for res in (simulate(prog, topo, model=model), simulate_fast(prog, topo, model=model, tolerance=0.0)):
         assert res.op_end[2] == pytest.approx(start + 1.0, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("sender_gb", "onset_gb", "host", "start"),
+    [
+        (0.5, 0.3, False, 1.0),  # pushed into a busy port at 0.5 s; the rate recovered while it waited
+        (0.5, 0.8, False, 1.3),  # recovery outlasts the wait: 0.5 + 0.8 s
+        (1.0, 0.4, False, 1.4),  # lockstep: sender and port free together; the whole onset shows
+        (1.5, 0.8, False, 1.5),  # the port was free when the sender came: no onset
+        (0.5, 0.8, True, 1.0),  # host-launched: nothing is pushed before the step is launched
+    ],
+)
+def test_incast_onset_when_the_sender_pushes_into_a_busy_port(sender_gb, onset_gb, host, start):
+    """Op 2 (0 -> 2) follows op 1 (0 -> 1: its sender's side, ends at ``sender_gb`` s) and op 0 (1 -> 2: the
+    previous message on its receive port, ends at 1 s). A sender ready while the port is still busy loses
+    ``min(1 GB, onset)`` at 1 GB/s from the moment it was ready, less the wait: every engine the same."""
+    from a2acc.analysis.fastsim import simulate_fast
+    from a2acc.analysis.levels import SoloBatch
+
+    topo = tiered(3, 1, nic_bw=1.0, latency=0.0)
+    half = round(sender_gb * 2)
+    counts = [[0, half, 2], [0, 0, 2], [0, 0, 0]]  # chunks of 0.5 GB
+    b = ProgramBuilder("t", "t", np.array(counts), GB // 2)
+    b.add((1, Buf.INPUT, 0), (2, Buf.OUTPUT, 2), 2)
+    b.add((0, Buf.INPUT, 0), (1, Buf.OUTPUT, 0), half)
+    b.add((0, Buf.INPUT, half), (2, Buf.OUTPUT, 0), 2, (0, 1))
+    prog = b.build()
+    model = SimModel("m", "roce", 1.0, 1.0, 0.0, 0.0, 4 * GB, IncastModel.off(), "t", 0.0, onset_gb * GB)
+    r = routes(prog, topo, host_launched=host)
+    ends = [
+        simulate(prog, topo, model=model).op_end[2] if not host else None,
+        simulate_setup(r.setup(model), tolerance=0.0, native=False).op_end[2],
+        simulate_setup(r.setup(model), tolerance=0.0).op_end[2],
+        SoloBatch([r]).makespans(model)[0],
+    ]
+    for got in ends:
+        if got is not None:
+            assert got == pytest.approx(start + 1.0, rel=1e-9)
+    assert simulate_fast(prog, topo, model=replace(model, onset_bytes=0.0)).op_end[2] == pytest.approx(
+        max(sender_gb, 1.0) + 1.0, rel=1e-9
+    )

@@ -14,7 +14,7 @@ import pytest
 
 from a2acc.analysis.model import CALIBRATED_ROCE
 from a2acc.model.topology import load_topology
-from a2acc.studies.calibrate import accuracy, build_cases, fast_log_split
+from a2acc.studies.calibrate import accuracy, build_cases, evaluate, fast_log_split, summarise
 from a2acc.studies.logs import read_logs
 
 SHARED = Path(os.environ.get("A2ACC_SHARED", Path(__file__).resolve().parents[3] / "shared"))
@@ -56,3 +56,24 @@ def test_fan_out_collapse_predicted_within_a_factor_two(held_back):
     measured, predicted = held_back.collapse_measured, held_back.collapse_predicted
     assert measured is not None and predicted is not None
     assert measured / 2 <= predicted <= measured * 2
+
+
+# FAST's own schedule on its random- and skewed-size runs where MoE all-to-alls live (8 MB to 100 MiB per GPU):
+# within 15 % (SpreadOut within 20 %). These 3-server runs are part of the fit; benchmarks/calibration.py reports
+# every size, and the 4-server runs (of which the uniform-random ones are held out of the fit), which are not
+# shipped with a2acc's reference data (docs/simulator.md).
+RANDOM_FAST_WORST, RANDOM_SPREADOUT_WORST = 0.15, 0.20
+
+
+@pytest.mark.slow
+def test_fast_and_spreadout_on_the_random_and_skewed_runs():
+    topo = load_topology("mi300x-100g", 3)
+    fit_logs, _test = fast_log_split(FAST_LOGS)
+    meas = [
+        m for m in read_logs(fit_logs, topo) if m.algorithm != "direct" and 8_000_000 <= m.size <= 100 * 2**20
+    ]
+    assert {m.algorithm for m in meas} == {"fast", "spreadout"} and len(meas) >= 16
+    worst = {
+        s.algorithm: s.worst_abs_error for s in summarise(evaluate(build_cases(meas, topo), CALIBRATED_ROCE))
+    }
+    assert worst["fast"] <= RANDOM_FAST_WORST and worst["spreadout"] <= RANDOM_SPREADOUT_WORST, worst

@@ -101,6 +101,26 @@ def test_a_matrix_at_its_own_size_needs_no_sizes(tmp_path, capsys):
     assert "at its own size" in capsys.readouterr().out
 
 
+def test_a_workload_at_tokens_times_bytes_per_token_or_at_given_sizes(tmp_path, capsys):
+    """compare --traffic w3: one row at the workload's own size (tokens x top-k x bytes per token per GPU); with
+    sizes, the same routing at more or fewer bytes per token."""
+    from a2acc.model.workloads import EpLayout, Workload, traffic_matrix
+
+    base = ["compare", "-t", "dgx-h100", "-n", "2", "--traffic", "w3", "-a", "fast,direct", "--tokens", "256"]
+    js = tmp_path / "o.json"
+    assert main([*base, "--top-k", "4", "--bytes-per-token", "2048", "-J", str(js), "--step", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "w3 (spread hot experts), seed 0, step 2: 32 experts, top-4, 256 tokens/GPU, 2048 B/token" in out
+    rows = json.loads(js.read_text())["rows"]
+    assert {r["size"] for r in rows} == {256 * 4 * 2048}
+    expect = traffic_matrix(Workload("w3", 32, 4, 256), 2, EpLayout(16), 2048)
+    assert int(expect.sum(axis=1).mean()) == 256 * 4 * 2048
+    assert main([*base, "--sizes", "1M,4M", "-J", str(js), "--force"]) == 0
+    assert sorted({r["size"] for r in json.loads(js.read_text())["rows"]}) == [1 << 20, 4 << 20]
+    assert "rescaled to each size" in capsys.readouterr().out
+    assert main([*base, "--experts", "24"]) == 2  # not a multiple of the 16 EP ranks
+
+
 def test_plot_busbw_from_zero_with_size_labels(tmp_path, capsys):
     png = tmp_path / "cmp.png"
     assert main([*ARGS, "--plot", str(png)]) == 0
