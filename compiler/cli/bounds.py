@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from a2acc.analysis.bounds import lower_bounds
 from a2acc.cli.common import add_topology_args, add_traffic_arg, topology_from_args, traffic_from_args
 
 
@@ -25,6 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from a2acc.analysis.bounds import lower_bounds
+
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
     rep = lower_bounds(m, topo, mcf=args.mcf or topo.direct is not None)

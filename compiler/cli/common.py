@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-import numpy.typing as npt
+from a2acc.defaults import PRESETS
 
-from a2acc.model.topology import PRESETS, Topology, load_topology
-from a2acc.model.traffic import load_matrix
+# types only: the parser is built without numpy; a subcommand imports what it runs when it runs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from a2acc.model.topology import Topology
 
 
 def seed(text: str) -> int:
@@ -36,6 +40,8 @@ def add_topology_args(p: argparse.ArgumentParser, required: bool = True) -> None
 
 
 def topology_from_args(args: argparse.Namespace) -> Topology:
+    from a2acc.model.topology import load_topology
+
     return load_topology(args.topology, args.servers)
 
 
@@ -50,6 +56,8 @@ def add_traffic_arg(p: argparse.ArgumentParser) -> None:
 
 
 def traffic_from_args(args: argparse.Namespace, topo: Topology) -> npt.NDArray[np.int64]:
+    from a2acc.model.traffic import load_matrix
+
     return load_matrix(args.traffic, expect_ranks=topo.nranks)
 
 

@@ -6,8 +6,6 @@ import argparse
 from collections import Counter
 from collections.abc import Mapping
 
-from a2acc.ir import load_program
-from a2acc.ir.verify import verify_program
 from a2acc.model.units import format_bytes
 
 
@@ -18,6 +16,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from a2acc.ir import load_program
+    from a2acc.ir.verify import verify_program
+
     prog = load_program(args.file)
     rep = verify_program(prog)
     links = Counter(op.link or "?" for op in prog.ops)

@@ -110,11 +110,20 @@ class Options:
         },
     )
     search_ops: int = bounded(
-        60_000,
+        150_000,
         0,
-        10_000_000,
-        "shape=auto: simulate candidates while their ops total at most this (0: FAST's sequence, no search)",
-        "each simulated op costs time",
+        100_000_000,
+        "shape=auto: rank candidates while their ops total at most this (0: FAST's sequence, no search)",
+        "each ranked op costs time",
+    )
+    rank: Literal["auto", "estimate", "simulate"] = field(
+        default="auto",
+        metadata={
+            "help": "shape=auto: how candidates are ranked: estimate (milliseconds, within a few per cent of the "
+            "simulator), simulate (the simulator itself: exact under the model, ~0.1-0.5 s a candidate at 8x8), "
+            "auto (estimate, but simulate under a model without per-message or per-stage costs, where the "
+            "estimate's optimism about concurrent shapes would decide)"
+        },
     )
 
 
