@@ -216,14 +216,20 @@ def contenders(texts: Sequence[str], flag: str = "--algorithms") -> list[Contend
             if m is None:
                 raise InputError("", flag, item, ALGORITHMS_SYNTAX)
             name, inner = m.group(1), m.group(2)
-            PLANNERS.entry(name)  # an unknown name: one line naming the known ones
+            if name not in PLANNERS:
+                raise InputError("", flag, name, f"known planners: {', '.join(PLANNERS.names())}")
             pairs: list[tuple[str, str]] = []
             if inner is not None:
                 if not inner.strip():
                     raise InputError("", flag, item, f"options inside the brackets (or just {name})")
-                where = f"{flag} {name}[...]"
-                pairs = split_pairs([inner], where=where)
-                parse_options(PLANNERS.options(name), dict(pairs), where=where)
+                where = f"{flag} {item}"
+                if "=" not in inner.split(",", 1)[0]:
+                    raise InputError("", flag, item, f"options as KEY=VALUE, e.g. {name}[KEY=VALUE,...]")
+                try:
+                    pairs = split_pairs([inner], where=where)
+                    parse_options(PLANNERS.options(name), dict(pairs), where=where)
+                except InputError as exc:  # a planner's own check names --opt: say which entry it was
+                    raise InputError(where, exc.field, exc.value, exc.allowed) from None
             entry = Contender(name, tuple(pairs))
             if any(c.label == entry.label for c in out):
                 raise InputError("", flag, entry.label, "each entry once (other options make another entry)")

@@ -308,3 +308,24 @@ def test_descending_order_runs_every_stage_heaviest_first():
     asc = plan(topo, m, "fast", model=SimModel(), shape="staged", order="ascending").meta["stage_weights"]
     desc = plan(topo, m, "fast", model=SimModel(), shape="staged", order="descending").meta["stage_weights"]
     assert list(desc) == sorted(desc, reverse=True) and sorted(desc) == sorted(asc) and len(desc) > 1
+
+
+def test_how_the_search_ranks_follows_the_fabric():
+    """rank=auto: the estimate on a lossless fabric with step costs, the estimate's shortlist confirmed by the
+    simulator on a lossy one, the simulator under a model without step costs; a given rank is kept."""
+    from a2acc.analysis.model import default_model
+    from a2acc.planners.fast import Options
+    from a2acc.planners.fast.search import CONFIRM, ranking
+
+    assert ranking(Options(), default_model(load_topology("dgx-h100", 2))) == "estimate"
+    assert ranking(Options(), default_model(load_topology("mi300x-100g", 2))) == "confirm"
+    assert ranking(Options(), SimModel()) == "simulate"
+    assert ranking(Options(rank="estimate"), SimModel()) == "estimate"
+    topo = load_topology("mi300x-100g", 4)
+    m = generate("zipf", topo.nranks, 16 << 20, 1)
+    prog = plan(topo, m, "fast")
+    est, sim = prog.meta["candidates_us"], prog.meta["simulated_us"]
+    best = min(t for t in est.values() if t is not None)
+    assert set(sim) == {k for k, t in est.items() if t is not None and t <= best * (1 + CONFIRM)}
+    assert sim[prog.meta["shape"]] == min(sim.values()) == prog.meta["ranked_us"]
+    assert simulate_fast(prog, topo).time_s * 1e6 == pytest.approx(prog.meta["ranked_us"], rel=1e-6)

@@ -116,13 +116,14 @@ class Options:
         "shape=auto: rank candidates while their ops total at most this (0: FAST's sequence, no search)",
         "each ranked op costs time",
     )
-    rank: Literal["auto", "estimate", "simulate"] = field(
+    rank: Literal["auto", "estimate", "confirm", "simulate"] = field(
         default="auto",
         metadata={
             "help": "shape=auto: how candidates are ranked: estimate (milliseconds, within a few per cent of the "
-            "simulator), simulate (the simulator itself: exact under the model, ~0.1-0.5 s a candidate at 8x8), "
-            "auto (estimate, but simulate under a model without per-message or per-stage costs, where the "
-            "estimate's optimism about concurrent shapes would decide)"
+            "simulator); simulate (the simulator itself: exact under the model, ~0.1-0.5 s a candidate at 8x8); "
+            "confirm (the estimate shortlists those within 10 % of its best, the simulator decides); auto: "
+            "estimate on lossless fabrics, confirm on lossy ones (incast), simulate under a model without "
+            "per-message or per-stage costs"
         },
     )
 
