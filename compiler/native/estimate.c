@@ -486,10 +486,11 @@ static int run(const args_t *A, double *makespan) {
             grp[i] = solo[i] ? -1 : lo;
         }
     }
-    /* a bound: a queue serves at most at its rate, so it cannot finish before its last event (g_t) plus the time
-     * its unserved work takes (``left``: its work time, less the time it has been busy); a candidate that
-     * cannot finish by ``above`` stops as soon as one queue's bound passes ``above`` (with a margin far above
-     * the rounding of either side) or the events' time does */
+    /* bounds: a queue serves at most at its rate, so it cannot finish before its last event (g_t) plus the time
+     * its unserved work takes (``left``: its work time, less the time it has been busy), and no op ends before
+     * its longest dependency path does; a candidate that cannot finish by ``above`` stops before its events when
+     * either bound passes ``above`` (with a margin far above the rounding of either side), and during them as
+     * soon as a queue's bound or the events' time does */
     double limit = A->above * (1.0 + 1e-9); /* the margin: the bound's own rounding is far below it */
     if (A->above < INFINITY) {
         S.left = calloc((size_t)ng + 1, sizeof(double));
@@ -502,7 +503,21 @@ static int run(const args_t *A, double *makespan) {
             S.most.pos[g] = -1;
             set_key(&S.most, -S.left[g], g);
         }
-        if (ng && -S.most.v[0].t > limit) {
+        /* and the longest dependency path, every op at its queue's whole rate: no op ends before its
+         * dependencies (plus the edge's delay), its latency and its bytes at that rate (ops are in a topological
+         * order: one pass) */
+        double *cp = calloc((size_t)n, sizeof(double)), longest = 0.0;
+        if (!cp) goto out;
+        for (Py_ssize_t o = 0; o < n; o++) {
+            double end = cp[o] + lat[o] + solo_time[o];
+            if (end > longest) longest = end;
+            for (i64 e = succ_ptr[o]; e < succ_ptr[o + 1]; e++) {
+                double t_e = end + delay[e];
+                if (t_e > cp[succ_ids[e]]) cp[succ_ids[e]] = t_e;
+            }
+        }
+        free(cp);
+        if ((ng && -S.most.v[0].t > limit) || longest > limit) {
             *makespan = INFINITY;
             status = 0;
             goto out;

@@ -86,7 +86,9 @@ def test_an_op_alone_on_its_links_is_timed_exactly():
     )
     prog = Program("chain", "test", 16, 1 << 20, np.ones((16, 16), np.int64), (0,) * 16, ops)
     model = default_model(topo)
-    assert _both(prog, topo, model) == pytest.approx(simulate_fast(prog, topo, model=model).makespan_s, rel=1e-12)
+    assert _both(prog, topo, model) == pytest.approx(
+        simulate_fast(prog, topo, model=model).makespan_s, rel=1e-12
+    )
 
 
 def test_the_estimate_is_close_to_the_simulator_on_fast_shapes():
@@ -115,7 +117,16 @@ def test_routes_by_pair_are_the_routes_without_paths():
         topo = load_topology(preset, servers)
         prog = plan(topo, generate("zipf", topo.nranks, 4 * MiB, 1), "fast")
         full, fast = routes(prog, topo), routes_by_pair(prog, topo)
-        for field in ("bind", "rx", "route_alpha", "rx_switch", "raw_cap", "eff_class", "succ_ptr", "succ_ids"):
+        for field in (
+            "bind",
+            "rx",
+            "route_alpha",
+            "rx_switch",
+            "raw_cap",
+            "eff_class",
+            "succ_ptr",
+            "succ_ids",
+        ):
             assert np.array_equal(getattr(full, field), getattr(fast, field)), (preset, field)
 
 

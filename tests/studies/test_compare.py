@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from a2acc.cli import main
+from a2acc.errors import InputError
 from a2acc.ir.quantize import padding_bytes
 from a2acc.model.topology import load_topology
-from a2acc.errors import InputError
 from a2acc.studies.compare import _pattern, compare_rows, matrix_for, shared_layout, size_label
 
 KEYS = {"time_s", "algbw_GBps", "busbw_GBps", "bound_s", "schedule_s", "stages", "algorithm", "size"}
