@@ -19,7 +19,6 @@ import argparse
 import itertools
 import json
 import os
-from dataclasses import replace
 
 import numpy as np
 
@@ -31,7 +30,7 @@ from a2acc.model.topology import load_topology
 from a2acc.model.traffic import generate
 from a2acc.model.units import parse_size_range
 from a2acc.planners import PlanRequest
-from a2acc.planners.fast import Options, emit, search
+from a2acc.planners.fast import Options, search
 
 
 def main() -> None:
@@ -61,7 +60,8 @@ def main() -> None:
             req = PlanRequest(topo, m, quantize(m, unit), unit, Options(), model)
             est: dict[str, float] = {}
             sim: dict[str, float] = {}
-            for label, prog in _candidates(req):
+            for label, make in search.candidates(req, Options()):
+                prog = make()
                 est[label] = estimate(prog, topo, model)
                 sim[label] = simulate_fast(prog, topo, model=model).time_s
                 forget(prog)
@@ -86,26 +86,6 @@ def main() -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh)
-
-
-def _candidates(req: PlanRequest) -> list[tuple[str, object]]:
-    """Every shape fast's search ranks (its budget aside), built."""
-    out = []
-    plans = [("", emit.prepare(req, Options()))]
-    for flip in search.OTHER_BALANCE:
-        other = emit.prepare(req, replace(Options(), balance=flip))
-        if not any(np.array_equal(other.balanced, p.balanced) for _s, p in plans):
-            plans.append((f"+balance={flip}", other))
-    for suffix, prep in plans:
-        out.append((f"staged{suffix}", emit.shape(prep)))
-        for g in search.GROUPS:
-            if g < len(prep.steps):
-                for split in (False, True):
-                    out.append(
-                        (f"grouped:{g}{suffix}{'+split' if split else ''}", emit.shape(prep, g, split))
-                    )
-    out.append(("direct", search.direct(req)))
-    return out
 
 
 if __name__ == "__main__":

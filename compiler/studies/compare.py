@@ -438,8 +438,8 @@ class _SizeInput:
 
 
 def _row(topo: Topology, at: _SizeInput, size: int, entry: Contender, model: SimModel | None, bw: str) -> Row:
-    """Plan ``entry`` (a planner with its options) for the size's matrix (verified, or it raises: a wrong plan is a bug; cost-aware planners
-    price their choices under the model), simulate it, set it against the bound."""
+    """Plan ``entry`` (a planner with its options) for the size's matrix (verified, or it raises: a wrong plan
+    is a bug; cost-aware planners price their choices under the model), simulate it, set it against the bound."""
     bound_s, bound_term = at.bound
     m = at.matrix
     n = topo.nranks

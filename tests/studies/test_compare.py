@@ -369,7 +369,7 @@ def test_one_planner_twice_with_other_options_is_two_blocks_named_as_written(tmp
         ("auto", None),
     ]
     rows = {}
-    argv = ["compare", "-t", "dgx-h100", "-n", "4", "--traffic", "zipf", "--sizes", "1M,16M", "-a", algos]
+    argv = ["compare", "-t", "dgx-h100", "-n", "4", "--traffic", "zipf", "--sizes", "4M", "-a", algos]
     for jobs in ("1", "2"):
         out = tmp_path / f"j{jobs}.json"
         assert main([*argv, "--jobs", jobs, "-J", str(out)]) == 0
@@ -381,11 +381,11 @@ def test_one_planner_twice_with_other_options_is_two_blocks_named_as_written(tmp
         ]
     assert rows["1"] == rows["2"]
     labels = [r["algorithm"] for r in rows["1"]]
-    assert labels == [c.label for c in contenders([algos]) for _ in range(2)]
+    assert labels == [c.label for c in contenders([algos])]
     by = {(r["algorithm"], r["size"]): r for r in rows["1"]}
-    for size in (1 << 20, 16 << 20):
-        assert by[("fast[shape=staged]", size)]["stages"] > by[("fast", size)]["stages"]
-        assert by[("auto", size)]["time_s"] <= by[("fast", size)]["time_s"]
+    size = 4 << 20
+    assert by[("fast[shape=staged]", size)]["stages"] > by[("fast", size)]["stages"]
+    assert by[("auto", size)]["time_s"] <= by[("fast", size)]["time_s"]
 
 
 @pytest.mark.parametrize(

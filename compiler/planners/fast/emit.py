@@ -77,7 +77,6 @@ class Prepared:
     line_sum: int
     bal: _Balanced
     steps: list[Step]
-    use_native: bool
     tail: bool
 
 
@@ -110,7 +109,7 @@ def prepare(req: PlanRequest, opts: Options, *, native: bool | None = None) -> P
     # ---- 2. Birkhoff stages of the server matrix -> network steps (order, folding, tail split)
     steps = _network_steps(req, stages, sp.server, bal, tail=tail, descending=opts.order == "descending")
     line_sum = dec.line_sum if dec is not None else 0
-    return Prepared(req, opts, sp.balanced, sp.server, stages, line_sum, bal, steps, use_native, tail)
+    return Prepared(req, opts, sp.balanced, sp.server, stages, line_sum, bal, steps, tail)
 
 
 def _builder(req: PlanRequest) -> ProgramBuilder:

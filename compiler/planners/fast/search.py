@@ -116,7 +116,7 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     meta.update(
         {
             "shape": best,
-            # a candidate the bound stopped (slower than the pick) is null
+            # a candidate the bound stopped (slower than the best so far, or past the shortlist) is null
             "candidates_us": {k: round(t * 1e6, 3) if math.isfinite(t) else None for k, t in times.items()},
             "chosen_by": f"fastest of {len(times)} shapes, "
             + {
@@ -142,11 +142,12 @@ def ranking(opts: Options, model: SimModel) -> str:
     per-message and per-stage costs (every preset but the RoCE ones); on a lossy fabric (incast) the estimate
     shortlists the candidates within :data:`CONFIRM` of its best and the simulator decides (``confirm``): the
     estimate charges incast as if every sender of a group were active together and leaves retransmission
-    timeouts out, and measured on mi300x-100g 4x8 its pick was 0.6 % behind the best shape on average, 6.5 % at
-    worst (0.2 % and 0.7 % on the lossless presets); under a model without per-message or per-stage costs (the
-    ideal model, a topology that names no transport) by the simulator: concurrent shapes save no step costs
-    there, and what separates them from FAST's sequence is what the estimate leaves out, a transfer slowed by
-    its other link (on dgx-h100 4x8 its pick was up to 3.9 % behind the best). docs/planners.md."""
+    timeouts out, and measured on mi300x-100g 4x8 its pick was 0.4 % behind the best shape on average, 6.5 % at
+    worst (dgx-h100 4x8: 0.2 % and 4.5 %; mi300x 4x8: 0.05 % and 0.7 %; ``benchmarks/fast_estimate.py``);
+    under a model without per-message or per-stage costs (the ideal model, a topology that names no transport)
+    by the simulator: concurrent shapes save no step costs there, and what separates them from FAST's sequence
+    is what the estimate leaves out, a transfer slowed by its other link (on dgx-h100 4x8 its pick was up to
+    3.9 % behind the best). docs/planners.md."""
     if opts.rank != "auto":
         return opts.rank
     if model.incast.enabled:
@@ -156,6 +157,13 @@ def ranking(opts: Options, model: SimModel) -> str:
 
 
 Make = Callable[[], Program]
+
+
+def candidates(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Iterator[tuple[str, Make]]:
+    """Every candidate the search would rank for ``req``, in order, its budget aside (for
+    ``benchmarks/fast_estimate.py``, which sets the estimate against the simulator on each)."""
+    base = emit.prepare(req, opts, native=native)
+    return _candidates(req, opts, base, emit.shape(base), native)
 
 
 def _within_budget(
