@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2acc.backends.target import Target
 from a2acc.errors import LoweringError
 from a2acc.registry import Entry, Registry
+
+# the Target type only: the command line's parser lists the backends without importing one (or numpy)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from a2acc.backends.target import Target
 
 TARGETS: Registry[Target] = Registry(
     "backend",

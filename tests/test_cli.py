@@ -149,3 +149,49 @@ def test_bounds_solves_the_mcf_lp_of_a_direct_graph_by_default_only_while_it_is_
         err.startswith("a2acc: bounds: solving the max-concurrent-flow LP (26,244 variables")
         and "minutes" in err
     )
+
+
+LIGHT = r"""
+import sys
+from a2acc.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+heavy = ("numpy", "yaml", "networkx", "a2acc.pipeline", "a2acc.ir.program", "a2acc.model.topology")
+print("heavy:" + ",".join(sorted(
+    m for m in sys.modules
+    if m.split(".")[0] in heavy or m in heavy
+    or (m.startswith("a2acc.planners.") or m.startswith("a2acc.backends.") or m.startswith("a2acc.analysis"))
+)))
+"""
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["compile", "--help"], ["compare", "--help"]])
+def test_the_parser_is_built_without_numpy_or_a_planner(argv):
+    """``a2acc --version`` and every ``--help`` build the whole parser from the registries' lines and
+    a2acc.defaults: no numpy, YAML, networkx, pipeline, planner, backend or simulator module is imported (they
+    cost most of the start-up; a subcommand imports what it runs when it runs)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", LIGHT, *argv], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "heavy:", out.stdout
+
+
+def test_help_lists_what_the_registries_and_defaults_name(capsys):
+    """What the parser shows without importing them: planners, passes, backends, presets, generators."""
+    from a2acc.backends import TARGETS
+    from a2acc.defaults import GENERATORS, PRESETS
+    from a2acc.ir.passes import PASSES
+    from a2acc.planners import PLANNERS
+
+    for argv, names in (
+        (["plan", "--help"], [*PLANNERS.names(), *PASSES.names(), *PRESETS]),
+        (["compile", "--help"], TARGETS.names()),
+        (["traffic", "gen", "--help"], list(GENERATORS)),
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+        text = capsys.readouterr().out
+        assert all(n in text for n in names), (argv, [n for n in names if n not in text])

@@ -630,18 +630,7 @@ def simulate_setup(
     solo = np.asarray(excl[st.bind].all(axis=1) | (st.size <= 0), dtype=bool)
     grp = st.derived("groups", lambda: route_groups(st, solo))
     route_rate = np.append(st.cap, np.inf)[st.bind].min(axis=1)
-    if native and _native_fastsim is None:
-        raise InternalError("the compiled event loop is not built")
-    if _native_fastsim is not None and native is not False and n_ops:
-        start, end_arr, episodes = _run_native(st, solo, grp, route_rate, tolerance)
-    else:
-        dag = _Dag(st, solo, grp, route_rate)
-        group_event = _route_group_queues(dag, route_rate)
-        fluid = _Fluid(st, tolerance)
-        dag.start_roots()
-        episodes = _event_loop(st, dag, group_event, fluid)
-        start = np.array(dag.start, dtype=np.float64)
-        end_arr = np.array(dag.end, dtype=np.float64)
+    start, end_arr, episodes = run_events(st, solo, grp, route_rate, tolerance, native=native)
     makespan = float(np.nanmax(end_arr)) if n_ops else 0.0
     eps = tuple(episodes.finish(makespan))
     expected, p_to = timeout_penalty(mdl.incast, makespan, eps)
@@ -662,6 +651,32 @@ def simulate_setup(
         engine="fast",
         episodes=eps,
     )
+
+
+def run_events(
+    st: Setup,
+    solo: npt.NDArray[np.bool_],
+    grp: npt.NDArray[np.int64],
+    route_rate: npt.NDArray[np.float64],
+    tolerance: float,
+    *,
+    native: bool | None = None,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], Episodes]:
+    """Every op's start and end and the overload episodes, with the ops classed as given: ``solo`` ops run at
+    ``route_rate`` alone, ``grp`` >= 0 puts an op in that processor-sharing queue (served at the
+    ``route_rate`` of its members, the same for all of them), the rest are fluid flows sharing links max-min
+    fairly. The compiled loop when it was built (``native`` True or False forces one: True without it is an
+    error), the Python loop otherwise: the same floats."""
+    if native and _native_fastsim is None:
+        raise InternalError("the compiled event loop is not built")
+    if _native_fastsim is not None and native is not False and st.n_ops:
+        return _run_native(st, solo, grp, route_rate, tolerance)
+    dag = _Dag(st, solo, grp, route_rate)
+    group_event = _route_group_queues(dag, route_rate)
+    fluid = _Fluid(st, tolerance)
+    dag.start_roots()
+    episodes = _event_loop(st, dag, group_event, fluid)
+    return np.array(dag.start, dtype=np.float64), np.array(dag.end, dtype=np.float64), episodes
 
 
 def _run_native(

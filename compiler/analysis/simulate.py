@@ -283,8 +283,7 @@ class Routes:
 
     def setup(self, model: SimModel) -> Setup:
         """Capacities and latencies under ``model``."""
-        factor = np.array([1.0, model.inter_efficiency, model.intra_efficiency])
-        cap = self.raw_cap * factor[self.eff_class]
+        cap = link_capacity(self.raw_cap, self.eff_class, model)
         lat = self.route_alpha + model.alpha_s
         onset = self.onset(cap, model)
         return Setup(
@@ -311,9 +310,105 @@ class Routes:
         )
 
 
+def link_capacity(
+    raw_cap: npt.NDArray[np.float64], eff_class: npt.NDArray[np.int8], model: SimModel
+) -> npt.NDArray[np.float64]:
+    """Every link's capacity under ``model``: its raw capacity times the goodput of its class."""
+    factor = np.array([1.0, model.inter_efficiency, model.intra_efficiency])
+    return np.asarray(raw_cap * factor[eff_class], dtype=np.float64)
+
+
 def prepare(prog: Program, topo: Topology, model: SimModel) -> Setup:
     """Routes, capacities and latencies of every op of ``prog`` on ``topo`` under ``model``."""
     return routes(prog, topo).setup(model)
+
+
+def _links(topo: Topology) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int8]]:
+    """Every link's raw capacity (topology links, then one memory link per rank) and its goodput class (0
+    unaffected, 1 scale-out: ``inter_efficiency``, 2 scale-up: ``intra_efficiency``)."""
+    n = topo.nranks
+    cls = {"nic_tx": 1, "nic_rx": 1, "direct": 1, "intra": 2}
+    raw_cap = np.array(list(topo.link_bandwidths) + [topo.memory_bandwidth * 1e9] * n, dtype=np.float64)
+    eff_class = np.array([cls.get(k, 0) for k in topo.link_kinds] + [0] * n, dtype=np.int8)
+    return raw_cap, eff_class
+
+
+@dataclass(frozen=True)
+class PairRoutes:
+    """What every op between one pair of ranks shares on a topology, for all pairs (``src * nranks + dst``):
+    its binding links (``[pairs, K]``, padded with the link count), route latency and scale-out receive link
+    (or -1); and per link its raw capacity, goodput class and receive switch. A Program's routes are then one
+    gather per op (:func:`routes_by_pair`), without the full paths."""
+
+    nranks: int
+    raw_cap: npt.NDArray[np.float64]
+    eff_class: npt.NDArray[np.int8]
+    bind: npt.NDArray[np.int64]
+    alpha: npt.NDArray[np.float64]
+    rx: npt.NDArray[np.int64]
+    rx_switch: npt.NDArray[np.int64]
+
+
+#: topologies whose pair routes are kept (by fingerprint), and the largest rank count tabulated (all pairs)
+_PAIRS_KEPT = 8
+PAIR_TABLE_MAX_RANKS = 512
+_PAIRS: dict[str, PairRoutes] = {}
+
+
+def pair_routes(topo: Topology) -> PairRoutes:
+    """Every rank pair's routes on ``topo`` (:class:`PairRoutes`), remembered for the last few topologies (a
+    search estimates several candidates on one topology). Up to :data:`PAIR_TABLE_MAX_RANKS` ranks."""
+    n = topo.nranks
+    if n > PAIR_TABLE_MAX_RANKS:
+        raise InternalError(f"pair routes are tabulated up to {PAIR_TABLE_MAX_RANKS} ranks, not {n}")
+    got = _PAIRS.get(topo.fingerprint)
+    if got is not None:
+        return got
+    raw_cap, eff_class = _links(topo)
+    src = np.repeat(np.arange(n, dtype=np.int64), n)
+    dst = np.tile(np.arange(n, dtype=np.int64), n)
+    path_ptr, path_links, alpha = _routes(topo, src, dst)
+    entry = np.repeat(np.arange(n * n, dtype=np.int64), np.diff(path_ptr))
+    bind = _binding_links(raw_cap, path_ptr, path_links, entry, n * n)
+    rx, rx_switch = _receive_links(topo, path_links, entry, n * n, len(raw_cap))
+    got = PairRoutes(n, raw_cap, eff_class, bind, np.asarray(alpha, dtype=np.float64), rx, rx_switch)
+    if len(_PAIRS) >= _PAIRS_KEPT:
+        _PAIRS.pop(next(iter(_PAIRS)))
+    _PAIRS[topo.fingerprint] = got
+    return got
+
+
+def routes_by_pair(prog: Program, topo: Topology) -> Routes:
+    """:func:`routes` from the topology's :class:`PairRoutes`: the same binding links, latencies, receive
+    links and DAG (so the same :class:`Setup` under any model), without each op's full path - no link names,
+    no busy bytes (what an estimate of many candidates needs, for a gather per op)."""
+    check_topology(prog, topo)
+    pr = pair_routes(topo)
+    t = prog.table
+    pair = np.asarray(t.src_rank, dtype=np.int64) * np.int64(prog.nranks) + np.asarray(
+        t.dst_rank, dtype=np.int64
+    )
+    dep_ptr, dep_ids, succ_ptr, succ_ids = _dag_csr(prog)
+    none = np.zeros(0, dtype=np.int64)
+    return Routes(
+        prog=prog,
+        nranks=prog.nranks,
+        raw_cap=pr.raw_cap,
+        eff_class=pr.eff_class,
+        names=(),
+        size=t.cnt.astype(np.float64) * float(prog.unit_bytes),
+        src=np.asarray(t.src_rank, dtype=np.int64),
+        route_alpha=pr.alpha[pair],
+        path_ptr=np.zeros(len(t) + 1, dtype=np.int64),
+        path_links=none,
+        bind=pr.bind[pair],
+        rx=pr.rx[pair],
+        rx_switch=pr.rx_switch,
+        dep_ptr=dep_ptr,
+        dep_ids=dep_ids,
+        succ_ptr=succ_ptr,
+        succ_ids=succ_ids,
+    )
 
 
 def routes(prog: Program, topo: Topology, *, host_launched: bool = False) -> Routes:
@@ -328,10 +423,7 @@ def routes(prog: Program, topo: Topology, *, host_launched: bool = False) -> Rou
     check_topology(prog, topo)
     n = prog.nranks
     n_ops = len(prog.table)
-    kinds = topo.link_kinds
-    cls = {"nic_tx": 1, "nic_rx": 1, "direct": 1, "intra": 2}
-    raw_cap = np.array(list(topo.link_bandwidths) + [topo.memory_bandwidth * 1e9] * n, dtype=np.float64)
-    eff_class = np.array([cls.get(k, 0) for k in kinds] + [0] * n, dtype=np.int8)
+    raw_cap, eff_class = _links(topo)
     names = tuple(f"{u}->{v}" for u, v in topo.link_names) + tuple(f"mem{r}" for r in range(n))
     t = prog.table
     src = np.asarray(t.src_rank, dtype=np.int64)

@@ -3,21 +3,31 @@
 Exit codes: 0 success; 1 a plan or file failed verification; 2 bad input (file, field, value named);
 130 / 143 interrupted by SIGINT / SIGTERM (one line, ``a2acc: interrupted``; every output is either complete
 or untouched, because every file is written to a temporary sibling and renamed into place).
+
+Start-up is cheap and covered: this module imports only the standard library's lightest modules, :func:`main`
+takes SIGINT and SIGTERM over before anything else, and the parser is built from registry lines and
+:mod:`a2acc.defaults` (no numpy, no planner); a subcommand imports what it runs when it runs. So a signal during
+the imports gets the same one line and exit code as a later one (only the interpreter's own start and the
+import of this module, some 20-40 ms together, come before :func:`main` takes them over).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from types import FrameType
 
 from a2acc import __version__
-from a2acc.errors import A2accError, InputError, VerificationError
+
+TYPE_CHECKING = False  # argparse is imported when the parser is built (inside the signal handlers)
+if TYPE_CHECKING:
+    import argparse
+    from types import FrameType
+
+    from a2acc.errors import VerificationError
 
 _EPILOG = """\
 examples:
@@ -32,6 +42,8 @@ sizes accept K/M/G suffixes (1024-based, like nccl-tests); bandwidths are GB/s w
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     from a2acc.cli import plan as plan_cmd
     from a2acc.cli import report as report_cmd
     from a2acc.cli import topo as topo_cmd
@@ -112,6 +124,7 @@ def _interruptible() -> Iterator[list[int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    fired: list[int] = []
     try:
         with _interruptible() as fired:
             parser = build_parser()
@@ -119,14 +132,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not getattr(args, "func", None):
                 parser.print_help()
                 return 2
-            rc = _dispatch(args)
+            rc = _dispatch(args, fired)
             if fired:  # the signal's exception was discarded where it landed: still an interrupted run
                 raise Interrupted(fired[0])
             return rc
     except (Interrupted, KeyboardInterrupt) as exc:
-        _quietly_flush()
-        print("a2acc: interrupted", file=sys.stderr, flush=True)
-        return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
+        return _interrupted(exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
+    except BaseException:
+        # the signal landed inside machinery that turned its exception into another one (an import that
+        # reports ``RuntimeError: Error calling __set_name__`` or a failed ``PyCapsule_Import``): still one line
+        if fired:
+            return _interrupted(fired[0])
+        raise
+
+
+def _interrupted(signum: int) -> int:
+    """The one line of an interrupted run, and its exit code (128 + the signal)."""
+    _quietly_flush()
+    print("a2acc: interrupted", file=sys.stderr, flush=True)
+    return 128 + signum
 
 
 def _quietly_flush() -> None:
@@ -135,32 +159,39 @@ def _quietly_flush() -> None:
         sys.stdout.flush()
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, fired: list[int]) -> int:
+    from a2acc.errors import A2accError
+
     try:
         rc: int = args.func(args)
         return rc
-    except VerificationError as exc:
-        print(f"a2acc: verification failed: {_summary(exc)}", file=sys.stderr)
-        return 1
-    except InputError as exc:
-        print(f"a2acc: error: {exc}", file=sys.stderr)
-        return 2
-    except A2accError as exc:
-        print(f"a2acc: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # pragma: no cover - e.g. piping into head
         return 0
-    except OSError as exc:  # an unwritable -o path, a full disk, a missing directory
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"a2acc: error: {where}cannot read or write it ({exc.strerror or exc})", file=sys.stderr)
-        return 2
-    except MemoryError:  # a request past this machine's memory (or its ulimit): say so, no traceback
+    except (A2accError, OSError, MemoryError) as exc:
+        if fired:  # a signal's exception turned into an error on its way up: the run was interrupted
+            raise Interrupted(fired[0]) from exc
+        return _error(exc)
+
+
+def _error(exc: BaseException) -> int:
+    """One line (the first issues of a failed verification) for an error a subcommand raised; its exit code."""
+    from a2acc.errors import VerificationError
+
+    if isinstance(exc, VerificationError):
+        print(f"a2acc: verification failed: {_summary(exc)}", file=sys.stderr)
+        return 1
+    if isinstance(exc, MemoryError):  # a request past this machine's memory (or its ulimit): no traceback
         print(
             "a2acc: error: out of memory: the request needs more memory than this process may use "
             "(fewer ranks, a coarser --unit or a smaller --size)",
             file=sys.stderr,
         )
-        return 2
+    elif isinstance(exc, OSError):  # an unwritable -o path, a full disk, a missing directory
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"a2acc: error: {where}cannot read or write it ({exc.strerror or exc})", file=sys.stderr)
+    else:  # InputError and every other A2accError: file, field, value and what is allowed
+        print(f"a2acc: error: {exc}", file=sys.stderr)
+    return 2
 
 
 SHOWN_ISSUES = 10

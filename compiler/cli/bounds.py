@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from a2acc.analysis.bounds import lower_bounds, mcf_variables
 from a2acc.cli.common import add_topology_args, add_traffic_arg, topology_from_args, traffic_from_args
 
 #: direct-connect graphs get the MCF term without --mcf while its LP has at most this many variables (ranks that
@@ -37,6 +36,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from a2acc.analysis.bounds import lower_bounds, mcf_variables
+
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
     size = mcf_variables(m, topo) if args.mcf or topo.direct is not None else 0

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from a2acc.cli.common import add_topology_args, add_traffic_arg, topology_from_args, traffic_from_args
-from a2acc.jit.bucket import BucketIndex
+from a2acc.defaults import DEFAULT_ALGORITHM
 from a2acc.model.units import format_bytes
 
 
@@ -15,7 +13,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bucket", help="print the skew-bucket key, chunk layout and padding for a matrix")
     add_topology_args(p)
     add_traffic_arg(p)
-    p.add_argument("--algorithm", "-a", default="fast")
+    p.add_argument("--algorithm", "-a", default=DEFAULT_ALGORITHM)
     p.add_argument(
         "--backend",
         "-b",
@@ -33,7 +31,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from a2acc.backends import TARGETS
+    from a2acc.jit.bucket import BucketIndex
     from a2acc.planners import PLANNERS
 
     PLANNERS.entry(args.algorithm)  # an unknown name is one line listing the known ones

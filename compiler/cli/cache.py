@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 
 from a2acc.errors import InputError
-from a2acc.jit.cache import PlanCache, default_cache_dir
 from a2acc.model.units import format_bytes
+
+TYPE_CHECKING = False  # the cache module (and numpy behind it) is imported when a subcommand runs
+if TYPE_CHECKING:
+    from a2acc.jit.cache import PlanCache
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,6 +37,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _cache(args: argparse.Namespace) -> PlanCache:
+    from a2acc.jit.cache import PlanCache, default_cache_dir
+
     where = Path(args.dir) if args.dir else default_cache_dir()
     if where.exists() and not where.is_dir():
         raise InputError("", "--dir", str(where), "a cache directory (this is a file)")

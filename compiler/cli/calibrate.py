@@ -13,27 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from a2acc import __version__
-from a2acc.analysis.model import SimModel
 from a2acc.cli.common import add_topology_args, topology_from_args
+from a2acc.defaults import CALIBRATION_PARAMS as PARAMS
 from a2acc.errors import InputError
-from a2acc.fileio import Output, atomic_write_text, check_outputs
-from a2acc.model.topology import Topology, load_topology
-from a2acc.model.traffic import load_matrix
-from a2acc.studies.calibrate import (
-    BOUNDS,
-    PARAMS,
-    Case,
-    Prediction,
-    band_summaries,
-    build_cases,
-    check_hold,
-    evaluate,
-    fit,
-    get_param,
-    start_model,
-    summarise,
-)
-from a2acc.studies.logs import Measurement, read_logs, servers_named
+
+TYPE_CHECKING = False  # the fit (numpy, the simulator) is imported when the subcommand runs
+if TYPE_CHECKING:
+    from a2acc.analysis.model import SimModel
+    from a2acc.model.topology import Topology
+    from a2acc.studies.calibrate import Case, Prediction
+    from a2acc.studies.logs import Measurement
 
 DEFAULT_FIT_ON = "fast,spreadout,direct"
 ACCURACY_FROM = 8_000_000  # bytes per GPU: the accuracy summary covers sizes from 8 MB up
@@ -129,11 +118,16 @@ def _distinct_logs(logs: list[str], test: list[str]) -> None:
 def base_model(topo: Topology) -> SimModel:
     """Where the fit starts: fixed neutral values for the topology's transport (``calibrate.start_model``); a
     topology that names no transport fits a lossless model."""
+    from a2acc.studies.calibrate import start_model
+
     transport = (topo.inter.transport if topo.inter is not None else "") or "ideal"
     return start_model(transport)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from a2acc.fileio import Output, atomic_write_text, check_outputs
+    from a2acc.studies.calibrate import check_hold, evaluate, fit
+
     start, cpu0 = time.perf_counter(), _cpu()
     topo = topology_from_args(args)
     check_outputs(
@@ -200,6 +194,8 @@ def _names(paths: list[str]) -> str:
 
 def _holds(text: str | None) -> dict[str, float]:
     """``--hold P=V,...`` checked: known parameters, finite values inside the fit's search range."""
+    from a2acc.studies.calibrate import BOUNDS
+
     out: dict[str, float] = {}
     if text is None:
         return out
@@ -247,6 +243,9 @@ def _topologies(args: argparse.Namespace, topo: Topology) -> tuple[dict[int, Top
     by the reader); without it, the topology (a preset or a file) is scaled to the count each FAST log's name
     gives (``<n>n_``), and a log naming none (nccl-tests output, whose count is its ``#  Rank`` lines) is read
     against the topology as it is."""
+    from a2acc.model.topology import load_topology
+    from a2acc.studies.logs import servers_named
+
     topos = {topo.servers: topo}
     count = {p: topo.servers for p in (*args.logs, *args.test)}
     if args.servers is None:
@@ -267,6 +266,8 @@ def _topologies(args: argparse.Namespace, topo: Topology) -> tuple[dict[int, Top
 
 def _cases(meas: list[Measurement], topos: dict[int, Topology], seed: int, bar: BarProgress) -> list[Case]:
     """Each measurement planned on the topology it was read against."""
+    from a2acc.studies.calibrate import build_cases
+
     return [
         c
         for n, t in sorted(topos.items())
@@ -290,6 +291,9 @@ def _read(
 ) -> tuple[list[Measurement], list[Measurement]]:
     """The fit and held-back measurements, each log read against its topology (:func:`_topologies`); the header
     lines saying what they are."""
+    from a2acc.model.traffic import load_matrix
+    from a2acc.studies.logs import read_logs
+
     traffic = load_matrix(args.traffic, expect_ranks=topo.nranks) if args.traffic else None
 
     def warn(msg: str) -> None:
@@ -381,6 +385,8 @@ def _report(
     held: tuple[str, ...] = (),
 ) -> None:
     """The tables and summaries on standard output."""
+    from a2acc.studies.calibrate import band_summaries, get_param, summarise
+
     counts = sorted({p.case.meas.servers for p in (*fit_preds, *test_preds)})
     multi = len(counts) > 1  # several server counts: a column in the tables, summaries per count
     width = max(len(f"test x{n}") for n in counts) if multi else 4

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-import numpy.typing as npt
+from a2acc.defaults import PRESETS
 
-from a2acc.model.topology import PRESETS, Topology, load_topology
-from a2acc.model.traffic import load_matrix
+# types only: the parser is built without numpy; a subcommand imports what it runs when it runs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from a2acc.model.topology import Topology
 
 
 def seed(text: str) -> int:
@@ -36,6 +40,8 @@ def add_topology_args(p: argparse.ArgumentParser, required: bool = True) -> None
 
 
 def topology_from_args(args: argparse.Namespace) -> Topology:
+    from a2acc.model.topology import load_topology
+
     return load_topology(args.topology, args.servers)
 
 
@@ -50,6 +56,8 @@ def add_traffic_arg(p: argparse.ArgumentParser) -> None:
 
 
 def traffic_from_args(args: argparse.Namespace, topo: Topology) -> npt.NDArray[np.int64]:
+    from a2acc.model.traffic import load_matrix
+
     return load_matrix(args.traffic, expect_ranks=topo.nranks)
 
 
@@ -132,7 +140,8 @@ def add_moe_args(p: argparse.ArgumentParser) -> None:
 def add_workload_args(p: argparse.ArgumentParser) -> None:
     """Megatron-LM's token-imbalance workloads w0-w7 (:mod:`a2acc.model.workloads`): step, bytes per token, EP
     layout, the hot set and the shapes of w4, w6, w7 (with :func:`add_moe_args` for the MoE shape)."""
-    from a2acc.model.workloads import GROUPS, PLACEMENTS
+    from a2acc.defaults import EP_GROUPS as GROUPS
+    from a2acc.defaults import EP_PLACEMENTS as PLACEMENTS
 
     g = p.add_argument_group(
         "workloads w0-w7",

@@ -9,11 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-import numpy.typing as npt
-
 from a2acc import __version__
-from a2acc.analysis.model import SimModel
 from a2acc.cli.common import (
     add_moe_args,
     add_topology_args,
@@ -23,33 +19,19 @@ from a2acc.cli.common import (
     workload_from_args,
 )
 from a2acc.cli.simulate import add_model_args, model_from_args
+from a2acc.defaults import BW_DEFINITIONS, GENERATORS, PLOT_METRICS, WORKLOADS
 from a2acc.errors import InputError
-from a2acc.fileio import Output, check_outputs
-from a2acc.model.topology import Topology
-from a2acc.model.traffic import GENERATORS, load_matrix
 from a2acc.model.units import parse_size, parse_size_range
-from a2acc.model.workloads import WORKLOADS
-from a2acc.planners import applies, available
-from a2acc.studies.compare import (
-    BW_DEFINITIONS,
-    PLOT_METRICS,
-    Row,
-    block_footer,
-    block_header,
-    check_plot_backend,
-    compare_rows,
-    format_row,
-    matrix_for,
-    own_size,
-    owned_csv,
-    owned_json,
-    owned_plot,
-    plot,
-    size_label,
-    summary_lines,
-    write_csv,
-    write_json,
-)
+
+# the comparison itself (numpy, the planners, the simulator) is imported when the subcommand runs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from a2acc.analysis.model import SimModel
+    from a2acc.model.topology import Topology
+    from a2acc.studies.compare import Row
 
 DEFAULT_ALGOS = "fast,spreadout,direct,hierarchical"
 #: runs last: its candidates' simulations are the rows above, remembered (a2acc.analysis.fastsim)
@@ -62,6 +44,8 @@ SYCCL_DEFAULT_MAX_GPUS = 64
 def default_algorithms(topo: Topology) -> list[str]:
     """compare's planners when ``-a`` is not given: fast, spreadout, direct, hierarchical, and syccl where it
     applies (tiered topologies) up to :data:`SYCCL_DEFAULT_MAX_GPUS` GPUs."""
+    from a2acc.planners import applies
+
     algos = DEFAULT_ALGOS.split(",")
     if 1 < topo.nranks <= SYCCL_DEFAULT_MAX_GPUS and applies("syccl", topo) is None:
         algos.append("syccl")
@@ -82,6 +66,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "communication stages). Every figure is simulated, not measured on GPUs.",
         epilog="examples:\n"
         "  a2acc compare -t dgx-h200-fast --traffic zipf -b 64M -e 1G -f 4 --plot cmp.png -J cmp.json\n"
+        "  a2acc compare -t dgx-h100 -n 8 --traffic zipf -a 'fast,fast[shape=staged],fast[shape=grouped,groups=2]'\n"
         "  a2acc compare -t mi300x-100g -n 3 --traffic m.npy            (the matrix at its own size)\n"
         "  a2acc compare -t dgx-h100 -n 8 --traffic w3 --experts 128 --top-k 8   (tokens x bytes per token)\n"
         "  a2acc compare -t mi300x-100g --traffic uniform --model params.yaml --csv out.csv",
@@ -100,9 +85,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--algorithms",
         "-a",
+        action="append",
         default=None,
+        metavar="LIST",
         help=f"comma list of planners (default {DEFAULT_ALGOS}, plus syccl on tiered topologies of up to "
-        f"{SYCCL_DEFAULT_MAX_GPUS} GPUs, then {AUTO}, whose pick the closing table shows)",
+        f"{SYCCL_DEFAULT_MAX_GPUS} GPUs, then {AUTO}, whose pick the closing table shows); repeatable. A planner "
+        "takes options in brackets, as --opt KEY=VALUE would give them to it: fast[shape=staged] or "
+        "fast[shape=grouped,groups=2] (quote the list for the shell); one planner may be listed several times "
+        "with different options, each a block of the table named as written ('a2acc plan -a NAME --opt help' "
+        "lists a planner's options)",
     )
     p.add_argument("--seed", type=seed, default=0, help="generator seed (a whole number >= 0)")
     p.add_argument("--skew", type=float, default=0.8, help="generator skew (zipf, moe)")
@@ -160,6 +151,8 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
 
 def _sizes(args: argparse.Namespace, matrix: npt.NDArray[np.int64] | None) -> tuple[list[int], bool]:
     """The sizes to run, and whether a matrix file is used at its own size."""
+    from a2acc.studies.compare import own_size
+
     nccl = any(v is not None for v in (args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes))
     if nccl and args.sizes is not None:
         raise InputError("", "--sizes", args.sizes, "give --sizes or nccl-tests' -b/-e/-f/-i, not both")
@@ -200,6 +193,8 @@ def _progress(total: int) -> tuple[Any, TextIO | None]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from a2acc.studies.compare import check_plot_backend, matrix_for, summary_lines
+
     topo = topology_from_args(args)
     if args.plot:
         check_plot_backend()  # before any work: a missing matplotlib must not cost a whole run
@@ -237,6 +232,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any work, output files a2acc did not write (unless ``--force``) or that are inputs."""
+    from a2acc.fileio import Output, check_outputs
+    from a2acc.studies.compare import owned_csv, owned_json, owned_plot
+
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         raise InputError("", "--plot", args.plot, "a .png file name (the plot is written as PNG)")
     outputs = [
@@ -256,6 +254,8 @@ def _traffic(
 ) -> tuple[str | npt.NDArray[np.int64], npt.NDArray[np.int64] | None, str]:
     """``--traffic`` as :func:`compare_rows` takes it (a generator's name or a matrix), the matrix file's matrix
     (None for a generator) and its description for the header."""
+    from a2acc.model.traffic import load_matrix
+
     if args.traffic in GENERATORS:
         return args.traffic, None, f"{args.traffic} (seed {args.seed}, skew {args.skew})"
     if args.traffic in WORKLOADS:
@@ -282,22 +282,19 @@ def _traffic(
 
 
 def _algorithms(args: argparse.Namespace, topo: Topology) -> list[str]:
-    """``--algorithms`` (or :func:`default_algorithms`), each a known planner that applies to ``topo``."""
-    algos = (
-        [a.strip() for a in args.algorithms.split(",") if a.strip()]
-        if args.algorithms is not None
-        else default_algorithms(topo)
-    )
-    known = {i.name for i in available()}
-    if not algos:
-        raise InputError("", "--algorithms", args.algorithms, f"one or more of: {', '.join(sorted(known))}")
-    for a in algos:
-        if a not in known:
-            raise InputError("", "--algorithms", a, f"known planners: {', '.join(sorted(known))}")
-        why = applies(a, topo)
+    """``--algorithms`` (or :func:`default_algorithms`): the entries' labels, each a known planner that applies
+    to ``topo``, with options it takes (:func:`a2acc.studies.compare.contenders`)."""
+    from a2acc.planners import applies
+    from a2acc.studies.compare import contenders
+
+    if args.algorithms is None:
+        return default_algorithms(topo)
+    entries = contenders(args.algorithms)
+    for e in entries:
+        why = applies(e.planner, topo)
         if why is not None:
-            raise InputError("", "--algorithms", a, f"does not apply to this topology: {why}")
-    return algos
+            raise InputError("", "--algorithms", e.label, f"does not apply to this topology: {why}")
+    return [e.label for e in entries]
 
 
 def _rows(
@@ -310,6 +307,8 @@ def _rows(
 ) -> list[Row]:
     """Every planner x size row, printed as it is computed (:func:`_stream`), with a progress bar on a terminal
     or a line per row on stderr otherwise."""
+    from a2acc.studies.compare import compare_rows, size_label
+
     total = len(sizes) * len(algos)
     bar, log = _progress(total)
     rows: list[Row] = []
@@ -367,6 +366,8 @@ def _write_outputs(
     model: SimModel,
 ) -> None:
     """The files ``-J``, ``--csv`` and ``--plot`` ask for, each announced on stdout."""
+    from a2acc.studies.compare import plot, write_csv, write_json
+
     if args.json:
         write_json(args.json, rows, meta)
         print(f"# rows written to {args.json} (JSON)")
@@ -384,6 +385,8 @@ def _write_outputs(
 
 def _stream(rows_in: Iterator[Row], sink: list[Row], bar: Any) -> Iterator[Row]:
     """Print each row as it arrives (block headers and footers around each algorithm), collect it, yield it."""
+    from a2acc.studies.compare import block_footer, block_header, format_row, size_label
+
     current: list[Row] = []
 
     def emit(text: str) -> None:

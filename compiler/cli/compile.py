@@ -16,12 +16,9 @@ from a2acc.cli.common import (
     topology_from_args,
     traffic_from_args,
 )
+from a2acc.defaults import AUTO_PADDING, DEFAULT_ALGORITHM
 from a2acc.errors import InputError, InternalError
-from a2acc.fileio import check_parent
-from a2acc.ir.quantize import AUTO_PADDING, UnitPolicy
 from a2acc.model.units import format_bytes
-from a2acc.pipeline import Request, compile, emit
-from a2acc.planners import DEFAULT_ALGORITHM
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,6 +63,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from a2acc.fileio import check_parent
+    from a2acc.ir.quantize import UnitPolicy
+    from a2acc.pipeline import Request, compile, emit
+
     if args.backend not in TARGETS:
         raise InputError("", "--backend", args.backend, f"known backends: {', '.join(sorted(TARGETS))}")
     routed = resolve_opts(args, args.algorithm, args.backend)

@@ -14,13 +14,15 @@ from a2acc.cli.common import (
     topology_from_args,
     traffic_from_args,
 )
+from a2acc.defaults import DEFAULT_ALGORITHM, DEFAULT_TARGET_CHUNKS, MAX_RANK_BYTES
 from a2acc.errors import InputError
 from a2acc.ir.passes import PASSES
-from a2acc.ir.quantize import DEFAULT_TARGET_CHUNKS, UnitPolicy
-from a2acc.model.traffic import MAX_RANK_BYTES
 from a2acc.model.units import format_bytes, parse_size
-from a2acc.pipeline import Request, Result, compile
-from a2acc.planners import DEFAULT_ALGORITHM, available
+from a2acc.planners import available
+
+TYPE_CHECKING = False  # the pipeline (numpy, the planners) is imported when the subcommand runs
+if TYPE_CHECKING:
+    from a2acc.pipeline import Result
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,6 +64,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from a2acc.ir.quantize import UnitPolicy
+    from a2acc.pipeline import Request, compile
+
     routed = resolve_opts(args, args.algorithm, None)
     if routed is None:
         return 0
@@ -120,7 +125,7 @@ def _report(args: argparse.Namespace, res: Result, payload: int) -> None:
     prog = res.program
     pad = prog.padding_bytes / max(payload, 1)
     print(
-        f"wrote {args.output}: {args.algorithm}, {len(prog.ops)} ops"
+        f"wrote {args.output}: {args.algorithm}, {len(prog.table)} ops"
         + (
             f" in {prog.meta['stages']} communication stages"
             if isinstance(prog.meta.get("stages"), int)

@@ -6,8 +6,6 @@ import argparse
 from collections import Counter
 from collections.abc import Mapping
 
-from a2acc.ir import load_program
-from a2acc.ir.verify import verify_program
 from a2acc.model.units import format_bytes
 
 
@@ -18,6 +16,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from a2acc.ir import load_program
+    from a2acc.ir.verify import verify_program
+
     prog = load_program(args.file)
     rep = verify_program(prog)
     links = Counter(op.link or "?" for op in prog.ops)
@@ -64,7 +65,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _choice_lines(meta: Mapping[str, object]) -> list[str]:
-    """Why this plan: auto's pick among planners, fast's shape among its candidates (simulated times)."""
+    """Why this plan: auto's pick among planners (simulated times), fast's shape among its candidates (the times
+    it ranked them by: estimated or simulated, as ``chosen_by`` says)."""
     out = []
     auto = meta.get("auto")
     if isinstance(auto, Mapping):
@@ -81,10 +83,14 @@ def _choice_lines(meta: Mapping[str, object]) -> list[str]:
 
 
 def _times(doc: object) -> str:
-    """``name time`` pairs, fastest first; entries that are not numbers (a hand-edited plan) are shown as given,
-    last (a report describes what the plan says, it does not refuse it)."""
+    """``name time`` pairs, fastest first; then the candidates a search's bound stopped (null: slower than the
+    pick); entries that are not numbers (a hand-edited plan) are shown as given, last (a report describes what
+    the plan says, it does not refuse it)."""
     if not isinstance(doc, Mapping):
         return "-"
     nums = {k: v for k, v in doc.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     out = [f"{k} {float(v):.1f}" for k, v in sorted(nums.items(), key=lambda kv: float(kv[1]))]
-    return ", ".join(out + [f"{k} {v!r:.40}" for k, v in doc.items() if k not in nums])
+    stopped = [k for k, v in doc.items() if v is None]
+    if stopped:
+        out.append(f"slower (stopped by the bound): {' '.join(stopped)}")
+    return ", ".join(out + [f"{k} {v!r:.40}" for k, v in doc.items() if k not in nums and v is not None])

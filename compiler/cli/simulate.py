@@ -5,18 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-
-from a2acc.analysis.bounds import lower_bounds
-from a2acc.analysis.fastsim import simulate_fast
-from a2acc.analysis.incast import IncastModel
-from a2acc.analysis.model import SimModel, default_model, load_model
-from a2acc.analysis.simulate import simulate
 from a2acc.cli.common import add_topology_args, topology_from_args
 from a2acc.errors import InputError
-from a2acc.ir import load_program
-from a2acc.ir.verify import check_program
-from a2acc.model.topology import Topology
+
+TYPE_CHECKING = False  # what a subcommand runs is imported when it runs: the parser is built without numpy
+if TYPE_CHECKING:
+    from a2acc.analysis.model import SimModel
+    from a2acc.model.topology import Topology
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -39,6 +34,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def model_from_args(args: argparse.Namespace, topo: Topology) -> SimModel:
     """The model ``--model``/``--incast`` ask for; a note on stderr where it does not match the topology."""
+    from a2acc.analysis.incast import IncastModel
+    from a2acc.analysis.model import default_model, load_model
+
     model = load_model(args.model) if args.model else default_model(topo)
     ours = (topo.inter.transport if topo.inter is not None else "") or "ideal"
     if args.model and model.transport != ours:
@@ -78,6 +76,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from a2acc.analysis.bounds import lower_bounds
+    from a2acc.analysis.fastsim import simulate_fast
+    from a2acc.analysis.simulate import simulate
+    from a2acc.ir import load_program
+    from a2acc.ir.verify import check_program
+
     topo = topology_from_args(args)
     prog = load_program(args.plan)
     if prog.nranks != topo.nranks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from a2acc.model.topology import PRESETS, load_topology
+from a2acc.defaults import PRESETS
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from a2acc.model.topology import load_topology
+
     for name in PRESETS:
         t = load_topology(name)
         print(f"{name:15s} {t.summary().describe()}")
@@ -27,6 +29,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from a2acc.model.topology import load_topology
+
     t = load_topology(args.spec, args.servers)
     s = t.summary()
     print(f"topology   : {t.name}  ({t.source})")

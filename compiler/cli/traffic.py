@@ -5,24 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-
 from a2acc.cli.common import add_moe_args, add_workload_args, seed, workload_from_args
+from a2acc.defaults import GENERATORS, WORKLOADS
 from a2acc.errors import InputError
-from a2acc.fileio import Output, atomic_write_bytes, check_outputs
-from a2acc.model.topology import load_topology
-from a2acc.model.traffic import (
-    GENERATORS,
-    MoeSpec,
-    generate,
-    load_matrix,
-    matrix_bytes,
-    owned_matrix,
-    stats,
-    validate_matrix,
-)
-from a2acc.model.units import format_bytes, parse_size
-from a2acc.model.workloads import WORKLOADS
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -82,6 +67,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _gen(args: argparse.Namespace) -> int:
+    from a2acc.fileio import Output, atomic_write_bytes, check_outputs
+    from a2acc.model.topology import load_topology
+    from a2acc.model.traffic import MoeSpec, generate, matrix_bytes, owned_matrix, validate_matrix
+    from a2acc.model.units import format_bytes, parse_size
+
     if args.ranks is not None:
         if args.servers is not None:
             raise InputError(
@@ -125,6 +115,11 @@ def _gen(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from a2acc.model.traffic import load_matrix, stats
+    from a2acc.model.units import format_bytes
+
     m = load_matrix(args.file)
     s = stats(m)
     rows, cols = np.array(s.row_sums), np.array(s.col_sums)

@@ -5,14 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from a2acc.backends import TARGETS, detect
-from a2acc.backends.target import reads_manifest_of
+from a2acc.backends import TARGETS
 from a2acc.cli.common import add_opt_args
 from a2acc.errors import PlanFormatError, VerificationError
-from a2acc.fileio import read_text
-from a2acc.ir.layout import find_manifest, load_manifest, manifest_file
-from a2acc.ir.serial import is_plan_json, program_from_json
-from a2acc.ir.verify import verify_program
 from a2acc.options import parse_options, split_pairs
 
 HEAD_BYTES = 4096
@@ -42,6 +37,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _read(path: str) -> str:
+    from a2acc.fileio import read_text
+
     try:
         return read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
@@ -49,6 +46,12 @@ def _read(path: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from a2acc.backends import detect
+    from a2acc.backends.target import reads_manifest_of
+    from a2acc.ir.layout import find_manifest, load_manifest, manifest_file
+    from a2acc.ir.serial import is_plan_json, program_from_json
+    from a2acc.ir.verify import verify_program
+
     text = _read(args.file)
     head = text[:HEAD_BYTES]
     if is_plan_json(head):

@@ -20,13 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.defaults import AUTO_PADDING as AUTO_PADDING
+from a2acc.defaults import DEFAULT_TARGET_CHUNKS as DEFAULT_TARGET_CHUNKS
 from a2acc.errors import InputError
 
-DEFAULT_TARGET_CHUNKS = 4096
 DEFAULT_ALIGN = 16
 DEFAULT_PAIR_CHUNKS = 32
-# padding budgets ``a2acc compile --max-padding auto`` tries, in order, until the plan fits the target's limits
-AUTO_PADDING = (0.02, 0.05, 0.1, 0.2, 0.4)
 
 
 def _peak(matrix: npt.NDArray[np.int64]) -> int:

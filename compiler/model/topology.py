@@ -54,6 +54,7 @@ from typing import Any
 import networkx as nx
 import yaml
 
+from a2acc.defaults import PRESETS as PRESETS
 from a2acc.errors import TopologyError
 from a2acc.fileio import TooLarge, load_yaml, loads_json, read_text, size_words
 from a2acc.model import graphs
@@ -108,18 +109,6 @@ _DIRECT_KEYS = (
     "bandwidth",
     "latency",
     "removed",
-)
-
-PRESETS = (
-    "dgx-h100",
-    "dgx-h200-fast",
-    "dgx-a100",
-    "mi300x",
-    "mi300x-100g",
-    "ndv2",
-    "dgx2",
-    "alps",
-    "nvl72",
 )
 
 

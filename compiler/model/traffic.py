@@ -40,20 +40,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.defaults import GENERATORS as GENERATORS
+from a2acc.defaults import MAX_RANK_BYTES as MAX_RANK_BYTES
 from a2acc.errors import TrafficMatrixError
 from a2acc.fileio import TooLarge, atomic_write_bytes, loads_json, read_text, size_words
 from a2acc.model.topology import MAX_RANKS
 
 Matrix = npt.NDArray[np.int64]
 # size limits, checked before anything is allocated from a matrix: ranks (MAX_RANKS, as topologies), and bytes a
-# rank sends or receives
-# (2**50 = 1 PiB keeps every sum exact in float64 and far from int64 overflow)
-MAX_RANK_BYTES = 2**50
+# rank sends or receives, MAX_RANK_BYTES (a2acc.defaults: 2**50 = 1 PiB keeps every sum exact in float64 and far
+# from int64 overflow)
 #: the MoE generator's limits: experts, and Gumbel draws (ranks x tokens per rank x experts, ~10 ns each: a few
 #: minutes at the limit, which 1 GiB per rank on 256 ranks with 2 experts each stays well within)
 MAX_EXPERTS = 1 << 16
 MAX_MOE_DRAWS = 2e10
-GENERATORS = ("balanced", "uniform", "zipf", "lognormal", "moe")
 
 
 def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> Matrix:

@@ -72,6 +72,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.defaults import EP_GROUPS, EP_PLACEMENTS, WORKLOADS
 from a2acc.errors import TrafficMatrixError
 from a2acc.hashing import below, draws, fraction, mix64
 from a2acc.model.topology import MAX_RANKS
@@ -79,7 +80,6 @@ from a2acc.model.traffic import MAX_RANK_BYTES
 
 I64 = npt.NDArray[np.int64]
 
-WORKLOADS = ("w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7")
 TITLES = {
     "w0": "balanced",
     "w1": "hot expert set",
@@ -104,8 +104,8 @@ _CHUNK = 1 << 16
 
 Groups = Literal["block", "strided"]
 Placement = Literal["contiguous", "round-robin"]
-GROUPS: tuple[Groups, ...] = ("block", "strided")
-PLACEMENTS: tuple[Placement, ...] = ("contiguous", "round-robin")
+GROUPS: tuple[Groups, ...] = EP_GROUPS  # named in a2acc.defaults: the command line lists them
+PLACEMENTS: tuple[Placement, ...] = EP_PLACEMENTS
 
 
 def _err(field: str, value: object, allowed: str) -> TrafficMatrixError:

@@ -15,6 +15,7 @@ signatures.
 - ``maxmin``: the simulator's max-min fair sharing (progressive filling);
 - ``fastsim``: the fast simulator's event loop (incast included) and its dependency searches, with the same
   max-min core;
+- ``estimate``: the ranking estimate of one Program (:mod:`a2acc.analysis.estimate`), preparation and events;
 - ``listsched``: the mcf planner's list scheduler (:func:`a2acc.flows.schedule.list_schedule`);
 - ``pathflow``: the path-edge sums of the mcf planner's first-order flow and its bound at scale
   (:mod:`a2acc.flows.scale`).
@@ -32,6 +33,7 @@ import numpy.typing as npt
 NAMES = (
     "maxmin",
     "fastsim",
+    "estimate",
     "listsched",
     "pathflow",
     "stageplan",
@@ -61,6 +63,7 @@ def built() -> dict[str, bool]:
 
 
 if TYPE_CHECKING:
+    from a2acc import _estimate as estimate
     from a2acc import _fastsim as fastsim
     from a2acc import _listsched as listsched
     from a2acc import _maxmin as maxmin
@@ -73,6 +76,7 @@ if TYPE_CHECKING:
 else:
     maxmin = load("maxmin")
     fastsim = load("fastsim")
+    estimate = load("estimate")
     listsched = load("listsched")
     stageplan = load("stageplan")
     verify = load("verify")

@@ -13,22 +13,25 @@ files. To run one, use :func:`a2acc.pipeline.compile` (or :func:`a2acc.plan`), w
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from a2acc.analysis.model import SimModel
 from a2acc.defaults import DEFAULT_ALGORITHM as DEFAULT_ALGORITHM
-from a2acc.ir.program import Program
-from a2acc.model.topology import Topology
 from a2acc.options import NoOptions
 from a2acc.registry import Entry, Registry
+
+# types only: the command line's parser reads the registry below without importing numpy or a planner
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from a2acc.analysis.model import SimModel
+    from a2acc.ir.program import Program
+    from a2acc.model.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class PlanRequest:
         return int(self.counts.shape[0])
 
 
-PlannerFn = Callable[[PlanRequest], Program]
+PlannerFn = Callable[[PlanRequest], "Program"]
 
 
 PLANNERS: Registry[PlannerFn] = Registry(
@@ -127,6 +130,10 @@ _MEMO_LOCK = threading.Lock()
 
 
 def _memo_key(name: str, req: PlanRequest) -> tuple[str, ...]:
+    import hashlib
+
+    import numpy as np
+
     h = hashlib.sha256()
     for arr in (req.counts, req.traffic):
         a = np.ascontiguousarray(arr, dtype=np.int64)
@@ -193,7 +200,7 @@ def remembered(name: str, req: PlanRequest) -> Program | None:
         return _MEMO.get(_memo_key(name, req))
 
 
-MemoEntry = tuple[tuple[str, ...], Program]
+MemoEntry = tuple[tuple[str, ...], "Program"]
 
 
 def memo_keys() -> frozenset[tuple[str, ...]]:

@@ -41,25 +41,14 @@ from a2acc.analysis.incast import DEFAULT_DT_ALPHA, DEFAULT_WINDOW_BYTES, ROCE_R
 from a2acc.analysis.iterations import back_to_back
 from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import Routes, SimResult, routes
+from a2acc.defaults import CALIBRATION_PARAMS
 from a2acc.errors import InputError
 from a2acc.model.topology import Topology
 from a2acc.studies.logs import Measurement, matrix_for
 
-#: the parameters :func:`fit` can fit, in the order they are reported
-PARAMS = (
-    "inter_efficiency",
-    "intra_efficiency",
-    "alpha_us",
-    "stage_us",
-    "fill_bytes",
-    "eager_bytes",
-    "onset_bytes",
-    "buffer_bytes",
-    "retransmit",
-    "fanin_loss",
-    "storm_ms",
-    "fanin_power",
-)
+#: the parameters :func:`fit` can fit, in the order they are reported (named in a2acc.defaults: the command
+#: line lists them)
+PARAMS = CALIBRATION_PARAMS
 STAGED_PARAMS = PARAMS[:7]
 INCAST_PARAMS = PARAMS[7:]
 #: fitted by default: what the staged rows identify (``intra_efficiency`` only with FLASH rows, whose

@@ -6,6 +6,11 @@ raises on a wrong one, so the ``#wrong`` column is 0 in every table it prints), 
 against the lower bound. Rows are produced one at a time (:func:`compare_rows` is a generator) so the CLI
 prints each as soon as it is computed, like nccl-tests.
 
+**Planners with options.** An entry of ``algorithms`` is a planner's name, or its name with options in
+brackets (:class:`Contender`): ``fast[shape=staged]``, ``syccl[time_limit=10]``, ``fast[shape=grouped,groups=2]``.
+One planner may be listed several times with different options; each entry is a block of the table, named as
+it was written (:attr:`Contender.label`).
+
 Sizes are the mean bytes per rank (nccl-tests' ``size`` for all-to-all is the per-rank send buffer); a matrix
 file is rescaled to each size, or used as it is when no size is asked for. Bandwidths, both in GB/s (1e9):
 
@@ -45,6 +50,8 @@ from a2acc.analysis.fastsim import memo_import as sim_memo_import
 from a2acc.analysis.incast import IncastModel
 from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import resolve_model
+from a2acc.defaults import BW_DEFINITIONS as BW_DEFINITIONS
+from a2acc.defaults import PLOT_METRICS as PLOT_METRICS
 from a2acc.errors import InputError, InternalError
 from a2acc.fileio import atomic_write_bytes, atomic_write_text
 from a2acc.ir.quantize import DEFAULT_ALIGN, UnitPolicy, padding_bytes, quantize
@@ -56,9 +63,6 @@ from a2acc.planners import MemoEntry, applies, available, memo_export, memo_impo
 #: a size keeps the comparison's chunk pattern while its padding stays within this share of its payload above
 #: what its own layout would pad
 SHARED_PADDING_SLACK = 0.01
-
-BW_DEFINITIONS = ("fast", "alltoallv")
-PLOT_METRICS = ("busbw", "algbw", "time")
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,91 @@ def matrix_for(
     return scale_matrix(traffic, size)
 
 
+@dataclass(frozen=True)
+class Contender:
+    """One entry of a comparison: planner ``planner`` with ``options`` (``KEY=VALUE`` pairs as given), named in
+    the table by :attr:`label`: the planner, then its options in brackets when there are any."""
+
+    planner: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        opts = ",".join(f"{k}={v}" for k, v in self.options)
+        return f"{self.planner}[{opts}]" if opts else self.planner
+
+    @property
+    def option_map(self) -> dict[str, str] | None:
+        return dict(self.options) if self.options else None
+
+
+#: how ``--algorithms`` is written, said in every refusal
+ALGORITHMS_SYNTAX = "a comma list of NAME or NAME[KEY=VALUE,...], e.g. fast,fast[shape=staged],syccl"
+
+
+def contenders(texts: Sequence[str], flag: str = "--algorithms") -> list[Contender]:
+    """The entries of one or more comma lists (``fast,fast[shape=grouped,groups=2],direct``): each a registered
+    planner, its options checked against the planner's options, each entry listed once. Commas inside brackets
+    separate options (a list value reads as written, as with ``--opt``). Refusals name the entry and the rule."""
+    from a2acc.options import parse_options, split_pairs
+    from a2acc.planners import PLANNERS
+
+    out: list[Contender] = []
+    for text in texts:
+        for item in _top_level_items(text, flag):
+            m = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[(.*)\])?", item, flags=re.DOTALL)
+            if m is None:
+                raise InputError("", flag, item, ALGORITHMS_SYNTAX)
+            name, inner = m.group(1), m.group(2)
+            if name not in PLANNERS:
+                raise InputError("", flag, name, f"known planners: {', '.join(PLANNERS.names())}")
+            pairs: list[tuple[str, str]] = []
+            if inner is not None:
+                if not inner.strip():
+                    raise InputError("", flag, item, f"options inside the brackets (or just {name})")
+                where = f"{flag} {item}"
+                if "=" not in inner.split(",", 1)[0]:
+                    raise InputError("", flag, item, f"options as KEY=VALUE, e.g. {name}[KEY=VALUE,...]")
+                try:
+                    pairs = split_pairs([inner], where=where)
+                    parse_options(PLANNERS.options(name), dict(pairs), where=where)
+                except InputError as exc:  # a planner's own check names --opt: say which entry it was
+                    raise InputError(where, exc.field, exc.value, exc.allowed) from None
+            entry = Contender(name, tuple(pairs))
+            if any(c.label == entry.label for c in out):
+                raise InputError("", flag, entry.label, "each entry once (other options make another entry)")
+            out.append(entry)
+    if not out:
+        raise InputError("", flag, ",".join(texts), ALGORITHMS_SYNTAX)
+    return out
+
+
+def _top_level_items(text: str, flag: str) -> list[str]:
+    """``text`` split at the commas outside brackets, each item stripped; unbalanced brackets are refused."""
+    items: list[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise InputError("", flag, text, f"brackets do not nest; {ALGORITHMS_SYNTAX}")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise InputError("", flag, text, f"a ']' without its '['; {ALGORITHMS_SYNTAX}")
+        elif ch == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    if depth:
+        raise InputError("", flag, text, f"a '[' without its ']'; {ALGORITHMS_SYNTAX}")
+    items.append(text[start:].strip())
+    empty = [i for i, x in enumerate(items) if not x]
+    if empty and len(items) > 1:
+        raise InputError("", flag, text, f"an empty entry between commas; {ALGORITHMS_SYNTAX}")
+    return [x for x in items if x]
+
+
 def compare_rows(
     topo: Topology,
     traffic: str | npt.NDArray[np.int64],
@@ -190,6 +279,7 @@ def compare_rows(
     jobs: int = 1,
 ) -> Iterator[Row]:
     """Rows in table order (algorithm blocks, sizes ascending), each yielded as soon as it is computed.
+    ``algorithms``: planners, each with options in brackets or not (:func:`contenders`).
 
     ``jobs`` > 1 computes them in that many worker processes (:func:`_parallel_rows`). Every row is a pure
     function of its request, so the rows are the same as in one process; only the order they are computed in
@@ -198,17 +288,18 @@ def compare_rows(
         raise InputError("", "--bw", bw, f"one of {', '.join(BW_DEFINITIONS)}")
     if jobs < 1:
         raise InputError("", "--jobs", jobs, "an integer >= 1")
+    entries = contenders(algorithms)
     pattern = _pattern(traffic, topo, sizes, seed, skew)
     if jobs == 1 or len(set(sizes)) < 2:
         at: dict[int, _SizeInput] = {}
-        for alg in algorithms:
+        for entry in entries:
             for size in sizes:
                 if size not in at:
                     at[size] = _size_input(traffic, topo, size, seed, skew, mcf, pattern)
-                yield _row(topo, at[size], size, alg, model, bw)
+                yield _row(topo, at[size], size, entry, model, bw)
         return
     common = _Inputs(topo, traffic, model, seed, skew, mcf, bw, pattern)
-    yield from _parallel_rows(tuple(sizes), tuple(algorithms), common, jobs)
+    yield from _parallel_rows(tuple(sizes), tuple(entries), common, jobs)
 
 
 #: planners whose search depends on the chunk counts alone (syccl's candidates, mcf's flow LP), done once per
@@ -232,17 +323,18 @@ class _Inputs:
 
 
 def _parallel_rows(
-    sizes: tuple[int, ...], algorithms: tuple[str, ...], common: _Inputs, jobs: int
+    sizes: tuple[int, ...], entries: tuple[Contender, ...], common: _Inputs, jobs: int
 ) -> Iterator[Row]:
     """The rows from worker processes, in table order. Tasks:
 
-    - each :data:`WHOLE_COMPARISON` planner: its rows at every size, in one task (its search once);
-    - the other planners: one task per size;
+    - each entry of a :data:`WHOLE_COMPARISON` planner: its rows at every size, in one task (its search once);
+    - the other entries: one task per size;
     - with ``auto`` listed, the planners it tries (every other one that applies) are planned and simulated
-      even where not listed (their rows are not shown), as ``auto`` in one process would plan them: a
-      searching one with auto's budget as its time limit, its plan handed on only when the limit did not cut
-      it short (else auto plans it again within what is left of its budget, as in one process);
-    - ``auto`` at a size, in this process once every task that covers the size is done: the plans and
+      even where not listed with their default options (their rows are not shown), as ``auto`` in one process
+      would plan them: a searching one with auto's budget as its time limit, its plan handed on only when the
+      limit did not cut it short (else auto plans it again within what is left of its budget, as in one
+      process);
+    - each ``auto`` entry at a size, in this process once every task that covers the size is done: the plans and
       simulations those tasks made there are handed to it (:func:`a2acc.planners.memo_import`,
       :func:`a2acc.analysis.fastsim.memo_import`), so it only verifies and compares them, as it does in one
       process after the rows above it (and nothing is sent back to a worker).
@@ -253,40 +345,41 @@ def _parallel_rows(
     from a2acc.flows.parallel import executor
 
     topo = common.topo
-    listed = set(algorithms)
-    order = [(a, size) for a in algorithms for size in sizes]
+    listed = {e.label for e in entries}
+    autos = tuple(e for e in entries if e.planner == AUTO)
+    order = [(e.label, size) for e in entries for size in sizes]
     sizes = tuple(dict.fromkeys(sizes))  # a size asked twice is computed once
-    tried = [e.name for e in available() if e.name != AUTO and applies(e.name, topo) is None]
-    wanted = [
-        *[a for a in algorithms if a != AUTO],
-        *(a for a in tried if AUTO in listed and a not in listed),
-    ]
-    whole = [a for a in wanted if a in WHOLE_COMPARISON]
-    per_size = tuple(a for a in wanted if a not in WHOLE_COMPARISON)
-    # a searching planner run for auto only gets auto's budget as its time limit, as auto gives it in one process;
-    # its plan reaches auto only when the limit did not cut it short (a2acc.planners.run remembers it then as the
-    # unlimited plan); otherwise auto plans it again within what is left of its own budget
+    # a searching planner run for auto only gets auto's budget as its time limit, as auto gives it in one
+    # process; its plan reaches auto only when the limit did not cut it short (a2acc.planners.run remembers it
+    # then as the unlimited plan); otherwise auto plans it again within what is left of its own budget
     budget = f"{options_type(AUTO)().budget_s:g}"
-    limited = {a: {"time_limit": budget} for a in whole if a not in listed}
+    helpers = [
+        Contender(name, (("time_limit", budget),) if name in WHOLE_COMPARISON else ())
+        for name in (e.name for e in available())
+        if autos and name != AUTO and name not in listed and applies(name, topo) is None
+    ]
+    wanted = [*(e for e in entries if e.planner != AUTO), *helpers]
+    whole = [e for e in wanted if e.planner in WHOLE_COMPARISON]
+    per_size = tuple(e for e in wanted if e.planner not in WHOLE_COMPARISON)
     done: dict[tuple[str, int], Row] = {}
     seeds: dict[int, list[_Seeds]] = {size: [] for size in sizes}
-    waiting = {size: len(whole) + (1 if per_size else 0) for size in sizes}  # tasks before a size's auto row
+    waiting = {size: len(whole) + (1 if per_size else 0) for size in sizes}  # tasks before a size's auto rows
 
     def settle(size: int, made: _Seeds | None) -> None:
         if made is not None:
-            if AUTO in listed:  # (kept only for auto's row)
+            if autos:  # (kept only for auto's rows)
                 seeds[size].append(made)
             waiting[size] -= 1
-        if waiting[size] == 0 and AUTO in listed:
-            rows, _made = _task((AUTO,), (size,), common, seeds.pop(size))
-            done[(AUTO, size)] = rows[0][0]
+        if waiting[size] == 0 and autos:
+            rows, _made = _task(autos, (size,), common, seeds.pop(size))
+            done.update(((r.algorithm, size), r) for r in rows[0])
 
     with executor(min(jobs, len(sizes))) as ex:
         if ex is None:  # pragma: no cover - more than one worker asked for
             raise InputError("", "--jobs", jobs, "an integer >= 1")
         tasks: dict[Future[_TaskResult], tuple[int, ...]] = {}
-        for a in whole:
-            tasks[ex.submit(_task, (a,), sizes, common, [], limited.get(a))] = sizes
+        for e in whole:
+            tasks[ex.submit(_task, (e,), sizes, common, [])] = sizes
         if per_size:
             for size in sizes:
                 tasks[ex.submit(_task, per_size, (size,), common, [])] = (size,)
@@ -315,15 +408,10 @@ _TaskResult = tuple[list[list[Row]], list[_Seeds]]
 
 
 def _task(
-    algorithms: tuple[str, ...],
-    sizes: tuple[int, ...],
-    common: _Inputs,
-    given: list[_Seeds],
-    options: dict[str, str] | None = None,
+    entries: tuple[Contender, ...], sizes: tuple[int, ...], common: _Inputs, given: list[_Seeds]
 ) -> _TaskResult:
-    """A worker's task: ``algorithms``' rows at each of ``sizes`` (table order within a size), and per size the
-    plans and simulations it made there (for that size's ``auto`` row); ``given`` are other tasks' ones;
-    ``options`` the planner options of every row (default: none)."""
+    """A worker's task: the rows of ``entries`` at each of ``sizes`` (table order within a size), and per size
+    the plans and simulations it made there (for that size's ``auto`` rows); ``given`` are other tasks' ones."""
     c = common
     for plans, sims in given:
         memo_import(plans)
@@ -333,7 +421,7 @@ def _task(
     for size in sizes:
         before = memo_keys()
         at = _size_input(c.traffic, c.topo, size, c.seed, c.skew, c.mcf, c.pattern)
-        rows.append([_row(c.topo, at, size, alg, c.model, c.bw, options) for alg in algorithms])
+        rows.append([_row(c.topo, at, size, e, c.model, c.bw) for e in entries])
         plans = memo_export(before)
         made.append((plans, sim_memo_export([p for _k, p in plans], c.topo, model=c.model)))
     return rows, made
@@ -349,20 +437,13 @@ class _SizeInput:
     bound: tuple[float, str]
 
 
-def _row(
-    topo: Topology,
-    at: _SizeInput,
-    size: int,
-    alg: str,
-    model: SimModel | None,
-    bw: str,
-    options: dict[str, str] | None = None,
-) -> Row:
-    """Plan ``alg`` for the size's matrix (verified, or it raises: a wrong plan is a bug; cost-aware planners
-    price their choices under the model), simulate it, set it against the bound."""
+def _row(topo: Topology, at: _SizeInput, size: int, entry: Contender, model: SimModel | None, bw: str) -> Row:
+    """Plan ``entry`` (a planner with its options) for the size's matrix (verified, or it raises: a wrong plan
+    is a bug; cost-aware planners price their choices under the model), simulate it, set it against the bound."""
     bound_s, bound_term = at.bound
     m = at.matrix
     n = topo.nranks
+    alg, options = entry.planner, entry.option_map
     if at.layout is None:
         req = Request(topo, m, alg, model=model, planner_options=options)
     else:
@@ -381,7 +462,7 @@ def _row(
     algbw_v = busiest / t / 1e9 if t > 0 else float("inf")
     algbw = algbw_fast if bw == "fast" else algbw_v
     return Row(
-        algorithm=alg,
+        algorithm=entry.label,
         size=size,
         count=size // 4 // n,
         time_s=t,
@@ -486,7 +567,10 @@ def fastest(rows: Sequence[Row]) -> dict[int, Row]:
 def summary_lines(rows: Sequence[Row]) -> list[str]:
     """The closing table: per size, the fastest planner and auto's pick (when auto ran)."""
     best = fastest(rows)
-    auto = {r.size: r for r in rows if r.algorithm == "auto"}
+    auto: dict[int, Row] = {}
+    for r in rows:  # the first auto entry's pick (an entry named auto, with options or not)
+        if r.algorithm.split("[", 1)[0] == AUTO:
+            auto.setdefault(r.size, r)
     lines = [
         "# fastest per size (simulated):",
         f"# {'size':>10s}  {'fastest':>12s}  {'time (us)':>10s}  auto's pick",

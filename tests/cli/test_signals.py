@@ -168,3 +168,86 @@ def test_a_signal_discarded_where_it_landed_prints_no_traceback():
         assert len(seen) == 1
     finally:
         sys.unraisablehook = previous
+
+
+STARTUP = r"""
+import os, signal, sys
+sig, target, convert = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
+
+class Landing:
+    # a signal that arrives while ``target`` is being imported (the command's start-up)
+    def find_spec(self, name, path=None, target_=None):
+        if name == target:
+            sys.meta_path.remove(self)
+            if convert:  # as Python's __set_name__ and PyCapsule_Import do: another exception on the way up
+                try:
+                    os.kill(os.getpid(), sig)
+                    signal.sigtimedwait([], 0) if hasattr(signal, "sigtimedwait") else None
+                    for _ in range(1000):
+                        pass
+                except BaseException as exc:
+                    raise RuntimeError(f"Error calling __set_name__ ({exc!r})") from exc
+            else:
+                os.kill(os.getpid(), sig)
+                for _ in range(1000):
+                    pass
+        return None
+
+sys.meta_path.insert(0, Landing())
+from a2acc.cli import main
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    ("target", "convert"),
+    [("argparse", False), ("numpy", False), ("a2acc.pipeline", False), ("a2acc.planners.fast", True)],
+)
+def test_a_signal_during_the_start_up_imports_is_one_line(work, sig, target, convert):
+    """A signal while the command's modules are imported (the parser's, then what the subcommand runs) gets
+    the one line and exit code of a later signal, also when the import machinery turns the signal's exception
+    into another one on its way up (``RuntimeError: Error calling __set_name__``, a failed
+    ``PyCapsule_Import``); nothing is written. The handlers are in place before anything but the standard
+    library's lightest modules is imported."""
+    argv = ["compile", "-t", "dgx-h100", "-n", "2", "-m", str(work / "m2.npy"), "-a", "fast", "-o", "startup"]
+    proc = subprocess.run(
+        [sys.executable, "-c", STARTUP, str(int(sig)), target, "1" if convert else "0", *argv],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 128 + sig, (proc.returncode, proc.stderr)
+    assert proc.stderr.strip().splitlines() == ["a2acc: interrupted"], proc.stderr
+    assert not (work / "startup").exists() and not (work / "startup.manifest.json").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signals_at_every_moment_of_a_short_command_are_one_line(work, sig):
+    """Signals sent at moments from right after a2acc's handlers are in place to the end of a short compile
+    (its imports, planning, writing): each run prints the one line and exits 128 + the signal, or - a signal
+    after the work was done - finishes normally with its files whole."""
+    argv = ["compile", "-t", "dgx-h100", "-n", "2", "-m", "m2.npy", "-a", "fast"]
+    for k, after in enumerate((0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.4)):
+        out = f"early{k}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "a2acc", *argv, "-o", out],
+            cwd=work,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while not _catches_sigterm(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(after)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        _out, err = proc.communicate(timeout=60)
+        if proc.returncode == 0:  # the signal came after the work: the outputs are whole
+            assert (work / out).is_dir() and (work / f"{out}.manifest.json").exists(), err
+            continue
+        assert proc.returncode == 128 + sig, (after, proc.returncode, err)
+        assert err.strip().splitlines() == ["a2acc: interrupted"], (after, err)
+        assert not (work / out).exists() and not any(p.name.startswith(".") for p in work.iterdir())

@@ -185,14 +185,18 @@ def test_gpus_sharing_a_nic_step_together():
     ],
 )
 def test_fast_is_never_behind_direct_under_its_model(preset, servers, kind, size):
-    """The cost-aware shape keeps the fastest candidate; one direct step is always among them."""
+    """The cost-aware shape keeps the fastest candidate; one direct step is always among them. Ranked by the
+    simulator the pick is never behind the direct planner under the model; ranked by the estimate (the
+    default) it is never behind under the estimate, and in these cases under the simulator too."""
     topo = load_topology(preset, servers)
     m = generate(kind, topo.nranks, size, 1)
-    prog = plan(topo, m, "fast")
-    cands = prog.meta["candidates_us"]
-    assert {"staged", "direct"} <= set(cands) and prog.meta["sim_us"] == min(cands.values())
-    mine = simulate_fast(prog, topo).time_s
-    assert mine <= simulate_fast(plan(topo, m, "direct"), topo).time_s * (1 + 1e-9)
+    direct = simulate_fast(plan(topo, m, "direct"), topo).time_s
+    for rank in ("auto", "simulate"):
+        prog = plan(topo, m, "fast", rank=rank)
+        cands = prog.meta["candidates_us"]
+        ranked = [t for t in cands.values() if t is not None]  # null: stopped by the bound, slower
+        assert {"staged", "direct"} <= set(cands) and prog.meta["ranked_us"] == min(ranked)
+        assert simulate_fast(prog, topo).time_s <= direct * (1 + 1e-9)
 
 
 def test_fast_keeps_its_ideal_quality_at_large_sizes():
@@ -230,7 +234,8 @@ def test_a_targets_peer_limit_keeps_fast_off_shapes_it_must_refuse():
                 units=UnitPolicy(max_padding="auto"))
     )  # fmt: skip
     assert res.check is not None and res.check.ok
-    assert program_peers(res.program) <= 63 < program_peers(free)  # the free choice was past the limit
+    assert program_peers(res.program) <= 63
+    assert "direct" in free.meta["candidates_us"]  # ranked when free (127 peers), left out for RCCL
     assert "direct" in res.program.meta["shapes_over_peer_limit"]
 
 
@@ -248,20 +253,18 @@ def test_fast_is_never_behind_its_staged_sequence_under_the_ideal_model(seed):
 
 def test_the_search_lets_the_model_decide_intra_server_balancing():
     """``balance=auto`` decides per tile by a closed form that knows no message costs or incast; the search
-    times the winning shape with the other balancing choice too. On the RoCE preset, MoE 16 MiB/GPU, the twin
-    is timed and the faster of the two is chosen (which one depends on the calibrated costs)."""
+    ranks every shape with the other balancing choices too (each that balances other tiles). On the RoCE
+    preset, MoE 16 MiB/GPU, those shapes are ranked and the fastest of all is chosen."""
     topo = load_topology("mi300x-100g", 4)
     m = generate("moe", topo.nranks, 16 << 20, 1)
-    prog = plan(topo, m, "fast")
+    prog = plan(topo, m, "fast", rank="simulate")  # every candidate timed (the estimate stops slower ones)
     cands = prog.meta["candidates_us"]
-    twins = [k for k in cands if "+balance=" in k and not k.endswith("+split")]
-    assert len(twins) == 1
-    base = twins[0].split("+")[0]
-    pick = prog.meta["shape"].removesuffix("+split")
-    assert pick == min((twins[0], base), key=cands.__getitem__)
-    if pick == twins[0]:
-        assert prog.meta["balanced_tiles"] == 0  # the twin balances nothing
-    fixed = plan(topo, m, "fast", balance="always")  # a fixed choice is the user's: no twin
+    flips = {k.split("+balance=")[1].split("+")[0] for k in cands if "+balance=" in k}
+    assert flips and flips <= {"always", "never"}
+    assert cands[prog.meta["shape"]] == min(cands.values())
+    for flip in flips:  # the other choice's shapes, every one
+        assert f"grouped:1+balance={flip}" in cands and f"staged+balance={flip}" in cands
+    fixed = plan(topo, m, "fast", balance="always")  # a fixed choice is the user's: no other
     assert not any("+balance=" in k for k in fixed.meta["candidates_us"])
 
 
@@ -271,7 +274,7 @@ def test_the_search_splits_a_grouped_shape_when_the_overlap_pays():
     dgx-h100 4x8 under the InfiniBand defaults the split wins for MoE at 1 MiB/GPU (the hot GPU's forwards
     overlap the aligned data) and loses for Zipf(0.8) at 1 MiB/GPU (a message and a latency more per peer)."""
     topo = load_topology("dgx-h100", 4)
-    moe = plan(topo, generate("moe", topo.nranks, 1 << 20, 1), "fast")
+    moe = plan(topo, generate("moe", topo.nranks, 1 << 20, 1), "fast", rank="simulate")
     cands = moe.meta["candidates_us"]
     assert moe.meta["shape"].endswith("+split")
     base = moe.meta["shape"].removesuffix("+split")
@@ -291,7 +294,7 @@ def test_the_search_splits_a_grouped_shape_when_the_overlap_pays():
         )
     ]
     assert chained
-    zipf = plan(topo, generate("zipf", topo.nranks, 1 << 20, 1), "fast")
+    zipf = plan(topo, generate("zipf", topo.nranks, 1 << 20, 1), "fast", rank="simulate")
     zc = zipf.meta["candidates_us"]
     assert any(k.endswith("+split") for k in zc) and not zipf.meta["shape"].endswith("+split")
     assert zc[zipf.meta["shape"]] <= min(zc.values())
@@ -305,3 +308,24 @@ def test_descending_order_runs_every_stage_heaviest_first():
     asc = plan(topo, m, "fast", model=SimModel(), shape="staged", order="ascending").meta["stage_weights"]
     desc = plan(topo, m, "fast", model=SimModel(), shape="staged", order="descending").meta["stage_weights"]
     assert list(desc) == sorted(desc, reverse=True) and sorted(desc) == sorted(asc) and len(desc) > 1
+
+
+def test_how_the_search_ranks_follows_the_fabric():
+    """rank=auto: the estimate on a lossless fabric with step costs, the estimate's shortlist confirmed by the
+    simulator on a lossy one, the simulator under a model without step costs; a given rank is kept."""
+    from a2acc.analysis.model import default_model
+    from a2acc.planners.fast import Options
+    from a2acc.planners.fast.search import CONFIRM, ranking
+
+    assert ranking(Options(), default_model(load_topology("dgx-h100", 2))) == "estimate"
+    assert ranking(Options(), default_model(load_topology("mi300x-100g", 2))) == "confirm"
+    assert ranking(Options(), SimModel()) == "simulate"
+    assert ranking(Options(rank="estimate"), SimModel()) == "estimate"
+    topo = load_topology("mi300x-100g", 4)
+    m = generate("zipf", topo.nranks, 16 << 20, 1)
+    prog = plan(topo, m, "fast")
+    est, sim = prog.meta["candidates_us"], prog.meta["simulated_us"]
+    best = min(t for t in est.values() if t is not None)
+    assert set(sim) == {k for k, t in est.items() if t is not None and t <= best * (1 + CONFIRM)}
+    assert sim[prog.meta["shape"]] == min(sim.values()) == prog.meta["ranked_us"]
+    assert simulate_fast(prog, topo).time_s * 1e6 == pytest.approx(prog.meta["ranked_us"], rel=1e-6)

@@ -49,12 +49,20 @@ OPTIONS = [
 ]
 
 
-def test_the_search_picks_the_same_program_on_both_paths():
-    topo = load_topology("dgx-h100", 3)
+@pytest.mark.parametrize("preset", ["dgx-h100", "mi300x-100g"])
+def test_the_search_picks_the_same_program_on_both_paths(monkeypatch, preset):
+    """Emission and ranking both have a compiled core and a reference: any mix gives the same Program, its
+    meta (every candidate's estimate, the bound's stops) included."""
+    from a2acc.analysis import estimate
+
+    topo = load_topology(preset, 3)
     m = generate("zipf", topo.nranks, 1 << 24, 3)
     unit = max(1, int(m.sum(axis=1).max()) // 512)
     prog = _same(topo, m, -(-m // unit), unit, Options())
     assert prog.meta["candidates_us"] and verify_program(prog).ok
+    monkeypatch.setattr(estimate, "_native", None)  # as on a machine without a C compiler
+    a, b = _both(topo, m, -(-m // unit), unit, Options())
+    assert a.to_json() == b.to_json() == prog.to_json()
 
 
 @pytest.mark.parametrize(

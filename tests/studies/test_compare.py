@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from a2acc.cli import main
+from a2acc.errors import InputError
 from a2acc.ir.quantize import padding_bytes
 from a2acc.model.topology import load_topology
 from a2acc.studies.compare import _pattern, compare_rows, matrix_for, shared_layout, size_label
@@ -297,11 +298,14 @@ def test_auto_in_another_process_reuses_the_plans_and_simulations_of_the_rows(mo
     topo = load_topology("dgx-h100", 2)
     sizes = (1 << 20, 1 << 24)
     common = compare._Inputs(topo, "zipf", None, 0, 0.8, False, "fast", _pattern("zipf", topo, sizes, 0, 0.8))
-    quick = ("fast", "direct", "spreadout", "hierarchical")
+    quick = tuple(compare.Contender(a) for a in ("fast", "direct", "spreadout", "hierarchical"))
     rows, made = compare._task(quick, sizes[1:], common, [])
     # the searching ones as compare runs them for auto alone: with auto's budget as their time limit (not cut
     # short here, so each serves as the unlimited plan auto looks up)
-    searched, made2 = compare._task(("syccl", "mcf"), sizes[1:], common, [], {"time_limit": "30"})
+    limit = (("time_limit", "30"),)
+    searched, made2 = compare._task(
+        (compare.Contender("syccl", limit), compare.Contender("mcf", limit)), sizes[1:], common, []
+    )
     rows[0] += searched[0]
     made = [*made, *made2]
     planners.forget()
@@ -318,15 +322,18 @@ def test_auto_in_another_process_reuses_the_plans_and_simulations_of_the_rows(mo
     real, real_sim = planners.get_planner, fastsim.simulate_setup
     monkeypatch.setattr(planners, "get_planner", only_auto)
     monkeypatch.setattr(fastsim, "simulate_setup", no_simulation)
-    (auto_rows,), _made = compare._task(("auto",), sizes[1:], common, made)
+    auto = (compare.Contender("auto"),)
+    (auto_rows,), _made = compare._task(auto, sizes[1:], common, made)
     assert auto_rows[0].time_s == min(r.time_s for r in rows[0])
     with pytest.raises(AssertionError, match="planned again"):  # without them it would plan
-        compare._task(("auto",), sizes[:1], common, [])
+        compare._task(auto, sizes[:1], common, [])
     # a search its time limit cut short (a note in its meta) is not taken for the unlimited plan: auto plans it
     # again within its own budget, as in one process
     monkeypatch.setattr(planners, "get_planner", real)
     monkeypatch.setattr(fastsim, "simulate_setup", real_sim)
-    _rows, cut = compare._task(("syccl",), sizes[:1], common, [], {"time_limit": "0.001"})
+    _rows, cut = compare._task(
+        (compare.Contender("syccl", (("time_limit", "0.001"),)),), sizes[:1], common, []
+    )
     planners.forget()
     monkeypatch.setattr(
         planners,
@@ -334,7 +341,7 @@ def test_auto_in_another_process_reuses_the_plans_and_simulations_of_the_rows(mo
         lambda n: (_ for _ in ()).throw(AssertionError(f"{n} again")) if n == "syccl" else real(n),
     )
     with pytest.raises(AssertionError, match="syccl again"):
-        compare._task(("auto",), sizes[:1], common, cut)
+        compare._task(auto, sizes[:1], common, cut)
 
 
 def test_jobs_below_one_is_refused(capsys):
@@ -366,3 +373,63 @@ def test_sizes_share_one_chunk_pattern_where_it_fits():
     small = load_topology("dgx-h100", 2)
     pat16 = _pattern("zipf", small, sizes, 0, 0.8)
     assert pat16 is not None and shared_layout(matrix_for("zipf", small, 1 << 20, 0, 0.8), pat16) is None
+
+
+def test_one_planner_twice_with_other_options_is_two_blocks_named_as_written(tmp_path, capsys):
+    """``fast`` and ``fast[shape=staged]`` are two entries: each its own block and rows, labelled as listed
+    (table, JSON), planned with its options (the staged one is FAST's sequence, one step per stage); worker
+    processes give the same rows; auto, listed too, tries fast with its own options."""
+    from a2acc.studies.compare import contenders
+
+    algos = "fast,fast[shape=staged],fast[shape=grouped,groups=1,split=true],auto"
+    assert [(c.label, c.option_map) for c in contenders([algos])] == [
+        ("fast", None),
+        ("fast[shape=staged]", {"shape": "staged"}),
+        ("fast[shape=grouped,groups=1,split=true]", {"shape": "grouped", "groups": "1", "split": "true"}),
+        ("auto", None),
+    ]
+    rows = {}
+    argv = ["compare", "-t", "dgx-h100", "-n", "4", "--traffic", "zipf", "--sizes", "4M", "-a", algos]
+    for jobs in ("1", "2"):
+        out = tmp_path / f"j{jobs}.json"
+        assert main([*argv, "--jobs", jobs, "-J", str(out)]) == 0
+        table = capsys.readouterr().out
+        assert "# a2acc algorithm: fast[shape=staged]" in table
+        rows[jobs] = [
+            {k: v for k, v in r.items() if k not in ("schedule_s", "sched")}
+            for r in json.loads(out.read_text())["rows"]
+        ]
+    assert rows["1"] == rows["2"]
+    labels = [r["algorithm"] for r in rows["1"]]
+    assert labels == [c.label for c in contenders([algos])]
+    by = {(r["algorithm"], r["size"]): r for r in rows["1"]}
+    size = 4 << 20
+    assert by[("fast[shape=staged]", size)]["stages"] > by[("fast", size)]["stages"]
+    assert by[("auto", size)]["time_s"] <= by[("fast", size)]["time_s"]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("fastt", "known planners"),
+        ("fast[shap=staged]", "not an option here"),
+        ("fast[shape=foo]", "allowed: auto, staged, grouped, direct"),
+        ("fast[shape=staged", "a '[' without its ']'"),
+        ("fast]", "a ']' without its '['"),
+        ("fast[[shape=staged]]", "brackets do not nest"),
+        ("fast[]", "options inside the brackets"),
+        ("fast[staged]", "options as KEY=VALUE"),
+        ("fast[shape=staged,shape=direct]", "given twice"),
+        ("fast,fast", "each entry once"),
+        ("fast,,direct", "an empty entry between commas"),
+        ("fast[shape=staged]x", "NAME or NAME[KEY=VALUE,...]"),
+        ("direct[groups=2]", "not an option here"),
+        ("fast[groups=0]", "allowed 1 to 64"),
+    ],
+)
+def test_bad_planner_entries_are_refused_with_the_rule(text, fragment):
+    from a2acc.studies.compare import contenders
+
+    with pytest.raises(InputError, match="--algorithms") as exc:
+        contenders([text])
+    assert fragment in str(exc.value), str(exc.value)

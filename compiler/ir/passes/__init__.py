@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from a2acc.ir.program import Program
 from a2acc.registry import Entry, Registry
 
-PassFn = Callable[[Program], Program]
+# the Program type only: the command line's parser lists the passes without importing the IR (numpy)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from a2acc.ir.program import Program
+
+PassFn = Callable[["Program"], "Program"]
 
 PASSES: Registry[PassFn] = Registry(
     "pass",

@@ -25,8 +25,10 @@
    those costs a few concurrent groups of steps - or, for small or balanced matrices, one direct step - beat
    FAST's sequence, while on a lossy one the incast of concurrent groups costs more than the steps save. With
    ``shape=auto`` (default) :mod:`~a2acc.planners.fast.search` builds the candidates (FAST's sequence, the steps
-   in 1, 2 or 4 concurrent groups, one direct step), simulates each under the request's model and keeps the
-   fastest; the plan records every candidate's simulated time (``meta["candidates"]``) and why it won.
+   in 1, 2 or 4 concurrent groups with and without split messages, one direct step; each again with the other
+   balancing choices), ranks them under the request's model - by :mod:`a2acc.analysis.estimate`, confirmed by
+   the simulator on lossy fabrics (``rank``) - and keeps the fastest; the plan records every candidate's ranked
+   time (``meta["candidates_us"]``) and how it won.
 
 Step synchronisation is pairwise, not a global barrier: a step-k transfer from GPU A_i to B_i waits for
 A_i's previous sends and B_i's previous receives, which is exactly what keeps every receiver incast-free. GPUs
@@ -40,8 +42,9 @@ stages FAST's own Kuhn method would need (``meta["birkhoff_stages_kuhn"]``), nex
 (the FLASH paper's order, §4.3 Theorem 2, every stage its own step) | ``descending`` (the order FAST's own
 implementation runs: its ``run_scheduler`` walks the stages sorted by ascending weight from the last, heaviest
 first; every stage its own step); ``shape`` = ``auto`` | ``staged`` (FAST's sequence) | ``grouped``
-(``groups`` concurrent groups) | ``direct``; ``search_ops`` bounds the simulated ops of the search.
-``meta["stages"]`` counts the network steps run, ``meta["birkhoff_stages"]`` the decomposition's stages.
+(``groups`` concurrent groups) | ``direct``; ``search_ops`` bounds the ops of the candidates ranked; ``rank``
+how they are ranked. ``meta["stages"]`` counts the network steps run, ``meta["birkhoff_stages"]`` the
+decomposition's stages.
 
 The package: :mod:`~a2acc.planners.fast.steps` (stages to steps, grouping), :mod:`~a2acc.planners.fast.emit`
 (the ops, by the compiled core ``a2acc._stageplan`` when it was built, the pure-Python reference otherwise:
@@ -110,11 +113,21 @@ class Options:
         },
     )
     search_ops: int = bounded(
-        60_000,
+        150_000,
         0,
-        10_000_000,
-        "shape=auto: simulate candidates while their ops total at most this (0: FAST's sequence, no search)",
-        "each simulated op costs time",
+        100_000_000,
+        "shape=auto: rank candidates while their ops total at most this (0: FAST's sequence, no search)",
+        "each ranked op costs time",
+    )
+    rank: Literal["auto", "estimate", "confirm", "simulate"] = field(
+        default="auto",
+        metadata={
+            "help": "shape=auto: how candidates are ranked: estimate (milliseconds, within a few per cent of the "
+            "simulator); simulate (the simulator itself: exact under the model, ~0.1-0.5 s a candidate at 8x8); "
+            "confirm (the estimate shortlists those within 10 % of its best, the simulator decides); auto: "
+            "estimate on lossless fabrics, confirm on lossy ones (incast), simulate under a model without "
+            "per-message or per-stage costs"
+        },
     )
 
 

@@ -58,49 +58,95 @@ def build(
     ``split``: each GPU's share of a step to a peer goes as two messages, the data the receiver forwards first,
     the data it keeps second (see :func:`_send_queue`). ``native=None`` emits the ops with the compiled core when
     it was built (the ``a2acc._stageplan`` extension), ``False`` with the pure-Python reference; both give
-    identical Programs."""
+    identical Programs. :func:`prepare` then :func:`shape`: a search that builds several shapes of one plan
+    prepares it once."""
+    return shape(prepare(req, opts, native=native), groups, split)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What every shape of one plan shares (one request, one balancing choice): the stage plan, the intra-server
+    part and balancing (emitted by the compiled core, or re-emitted by the reference for each shape: its bundles
+    are consumed as they are sent) and the network steps."""
+
+    req: PlanRequest
+    opts: Options
+    balanced: npt.NDArray[np.bool_]
+    server: _I64
+    stages: list[Stage]
+    line_sum: int
+    bal: _Balanced
+    steps: list[Step]
+    tail: bool
+
+
+def prepare(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Prepared:
+    """The stage plan, balancing and network steps of ``req`` under ``opts`` (:class:`Prepared`)."""
     topo = req.topology
     counts = req.counts
     m = topo.gpus_per_server
     n = topo.servers
-    method: str = opts.birkhoff
     summary = topo.summary()
     alpha_intra = (topo.intra.latency * 1e-6) if topo.intra is not None else 0.0
-    b = ProgramBuilder(f"fast-{n}x{m}", "fast", counts, req.unit_bytes, req.traffic, topology=req.topology)
     # ---- 1. stage plan (compiled core when built): balancing decisions, server matrix, Birkhoff stages
     sp = stage_plan(
-        counts, m, method, opts.balance, req.unit_bytes, summary.b_inter, summary.b_intra_link, alpha_intra
+        counts,
+        m,
+        opts.birkhoff,
+        opts.balance,
+        req.unit_bytes,
+        summary.b_inter,
+        summary.b_intra_link,
+        alpha_intra,
     )
-    server = sp.server
     dec = sp.decomposition if n > 1 else None
     stages = list(dec.stages) if dec is not None else []
     # direct-connect graphs redistribute nothing and route steps over several hops: FAST's order stays
     # (measured on a 4x4 torus: the tail order moved time / bound by -6 % to +5 %, noise around 7x)
     tail = opts.order == "tail" and topo.direct is None
     use_native = _native_emit is not None if native is None else native and _native_emit is not None
-    bal = _balance(b, counts, sp.balanced, server, n, m, use_native=use_native, tail=tail)
+    bal = _balance(_builder(req), counts, sp.balanced, sp.server, n, m, use_native=use_native, tail=tail)
     # ---- 2. Birkhoff stages of the server matrix -> network steps (order, folding, tail split)
-    steps = _network_steps(req, stages, server, bal, tail=tail, descending=opts.order == "descending")
+    steps = _network_steps(req, stages, sp.server, bal, tail=tail, descending=opts.order == "descending")
+    line_sum = dec.line_sum if dec is not None else 0
+    return Prepared(req, opts, sp.balanced, sp.server, stages, line_sum, bal, steps, tail)
+
+
+def _builder(req: PlanRequest) -> ProgramBuilder:
+    topo = req.topology
+    name = f"fast-{topo.servers}x{topo.gpus_per_server}"
+    return ProgramBuilder(name, "fast", req.counts, req.unit_bytes, req.traffic, topology=topo)
+
+
+def shape(prep: Prepared, groups: int | None = None, split: bool = False) -> Program:
+    """One shape of a prepared plan: its steps in ``groups`` concurrent groups (None: FAST's sequence), each
+    GPU's share to a peer in two messages with ``split`` (:func:`build`)."""
+    req, opts = prep.req, prep.opts
+    n, m = req.topology.servers, req.topology.gpus_per_server
+    b = _builder(req)
+    bal = prep.bal
+    if bal.prep is None:  # the reference emits the intra-server part and balancing into each shape's builder
+        bal = _balance(b, req.counts, prep.balanced, prep.server, n, m, use_native=False, tail=prep.tail)
     # ---- 3. stage transfers + pipelined redistribution, steps grouped as asked
-    ends = group_ends(steps, groups)
-    real_stages = _emit_steps(b, bal, steps, ends, _nic_groups(req), n, m, split)
+    ends = group_ends(prep.steps, groups)
+    real_stages = _emit_steps(b, bal, prep.steps, ends, _nic_groups(req), n, m, split)
     kuhn_stages = None
     if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
-        kuhn_stages = len(stages) if method == "kuhn" else len(decompose(server, "kuhn").stages)
-    weights = [max(st.caps) for st in steps]
+        kuhn = opts.birkhoff == "kuhn"
+        kuhn_stages = len(prep.stages) if kuhn else len(decompose(prep.server, "kuhn").stages)
     b.meta.update(
         {
             "stages": real_stages,
             "shape": ("staged" if all(ends) else f"grouped:{sum(ends)}") + ("+split" if split else ""),
-            "birkhoff_method": method,
-            "birkhoff_stages": len(stages),
+            "birkhoff_method": opts.birkhoff,
+            "birkhoff_stages": len(prep.stages),
             "birkhoff_stages_kuhn": kuhn_stages,
             "stage_bound": stage_bound(n),
-            "stage_weights": weights,
-            "server_line_sum": dec.line_sum if dec is not None else 0,
-            "balanced_tiles": int(sp.balanced.sum()),
+            "stage_weights": [max(st.caps) for st in prep.steps],
+            "server_line_sum": prep.line_sum,
+            "balanced_tiles": int(prep.balanced.sum()),
             "balance_moved_chunks": bal.moved,
-            "server_matrix": server.tolist(),
+            "server_matrix": prep.server.tolist(),
         }
     )
     prog = b.build()

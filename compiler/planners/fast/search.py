@@ -1,34 +1,44 @@
-"""fast's cost-aware shape: build the candidate shapes, simulate each under the request's model, keep the fastest.
+"""fast's cost-aware shape: build the candidate shapes, rank them under the request's model, keep the fastest.
 
 Why a search and not a formula: what a step costs is the fabric's - a message's software cost (``alpha``), a
 rendezvous past the eager window, and, on lossy fabrics, the incast that concurrent groups cause - and those
 interact with the fair sharing of the scale-out links in ways a closed form misses (measured on dgx-h100 8x8,
 Zipf 0.8, under the InfiniBand defaults: FAST's 20-step sequence 7.1 ms at 256 MiB per GPU, all steps in one
-group 5.9 ms, direct 8.1 ms; on the RoCE-calibrated mi300x-100g 4x8 the sequence wins from 64 MiB). The simulator
-is the model every other figure uses, so the plan the search keeps is the one ``simulate`` and ``compare`` rank
-first among fast's shapes.
+group 5.9 ms, direct 8.1 ms; on the RoCE-calibrated mi300x-100g 4x8 the sequence wins from 64 MiB).
 
-Candidates, in this order (ties keep the earlier one): FAST's sequence (``staged``), the steps in 1, 2 and 4
-concurrent groups (``grouped:G``, only where G is below the step count), one direct step (``direct``: no
-balancing, no relays); then the winner's twin with the other balancing choice, and the fastest grouped shape's
-``+split`` form (each GPU's share to a peer in two messages, forwarded data first). The shape candidates are
-simulated while their ops total at most ``search_ops``, and each twin when its base fits what is left of it
-(so a search simulates at most about ``search_ops`` plus two candidates' ops); the first one is always built,
-so a large request keeps FAST's sequence. They are ranked at a coarse simulator tolerance; the two best, FAST's
-sequence and the direct step are timed again at the default one (the twins too) and the fastest of those wins - so fast is never behind the direct
-planner nor FAST's sequence under the model (when the direct step was within the search budget). A request that
-carries its target's peer limit (``max_peers``: RCCL's MSCCL runs at most 63 peers per GPU) never gets a shape
-past it when FAST's sequence keeps within it; the shapes left out are named in ``meta``.
+**Candidates**, in this order: for the request's balancing choice, the steps in one concurrent group
+(``grouped:1``) and with its split messages (``+split``: each GPU's share of a group to a peer in two messages,
+forwarded data first), FAST's sequence (``staged``), one direct step (``direct``: no balancing, no relays),
+then 2 and 4 groups (``grouped:G``, each also ``+split``; where G is below the step count); then the same shapes
+for each other balancing choice that balances other tiles (``+balance=always``, ``+balance=never``: the closed
+form of ``balance=auto`` knows no message costs or incast). A user's fixed ``balance`` is kept. Candidates are
+built while their ops total at most ``search_ops`` (every shape of a plan has the ops of FAST's sequence); when
+only one fits, FAST's sequence is kept unranked (a large request). A request that carries its target's peer limit
+(``max_peers``: RCCL's MSCCL runs at most 63 peers per GPU) never gets a shape past it when FAST's sequence keeps
+within it; the shapes left out are named in ``meta``.
+
+**Ranking** (``rank``): ``estimate`` ranks every candidate by :func:`a2acc.analysis.estimate.estimate` - the
+simulator's model with each op served by its bottleneck link in processor sharing, O(ops log ops) - and stops a
+candidate as soon as a bound shows it cannot beat the best so far (``candidates_us`` then holds null for it);
+``simulate`` ranks by the simulator itself (:func:`a2acc.analysis.fastsim.simulate_fast`: exact under the model,
+a tenth to half a second a candidate at 8 x 8); ``auto`` (default) is the estimate, but the simulator under a
+model without per-message or per-stage costs (:func:`ranking`). Equal times go to the shape with the fewest
+concurrent transfers (:func:`_tie_rank`). Ranked by the simulator, fast is never behind FAST's sequence or the
+direct step under the model; by the estimate, never under the estimate, and its pick simulates within a few
+tenths of a per cent of the best candidate on average (docs/planners.md, "How fast plans online").
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from a2acc.analysis.fastsim import DEFAULT_TOLERANCE, simulate_fast
+from a2acc.analysis.estimate import estimate
+from a2acc.analysis.fastsim import simulate_fast
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.ir import Program, ProgramBuilder
 from a2acc.ir.program import over_peer_limit
@@ -41,6 +51,8 @@ if TYPE_CHECKING:
 
 #: concurrent group counts tried after FAST's sequence
 GROUPS = (1, 2, 4)
+#: the other balancing choices tried when ``balance=auto``
+OTHER_BALANCE: tuple[Literal["always", "never"], ...] = ("always", "never")
 
 
 def direct(req: PlanRequest) -> Program:
@@ -64,129 +76,164 @@ def model_of(req: PlanRequest) -> SimModel:
 
 
 def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Program:
-    """The fastest candidate under the request's model, with every evaluated candidate's time in its meta.
-
-    Candidates are ranked with the simulator's coarser tolerance (:data:`RANK_TOLERANCE`, a few times faster);
-    the best :data:`FINALISTS`, FAST's sequence and the direct step are simulated again at the default tolerance
-    and the fastest of those wins: the ranking only has to tell apart shapes that differ by more than its error,
-    and fast is never behind FAST's own sequence or the direct step."""
-    staged = emit.build(req, opts, native=native)
-    weights = staged.meta.get("stage_weights")
-    nsteps = len(weights) if isinstance(weights, list) else 0
-    if nsteps == 0 or opts.search_ops <= 0:  # no network step (one server, or nothing crosses): no choice
+    """The candidate ranked fastest under the request's model (module docstring), with every ranked candidate's
+    time in its meta (``candidates_us``; ``chosen_by`` says by what)."""
+    base = emit.prepare(req, opts, native=native)
+    staged = emit.shape(base)  # FAST's sequence: a candidate, the fallback, and the measure of the budget
+    todo = _within_budget(req, opts, base, staged, native)
+    if len(todo) < 2:  # no network step, no search, or room for one shape only: FAST's sequence, unranked
         return staged
     model = model_of(req)
-    progs: dict[str, Program] = {"staged": staged}
-    budget = opts.search_ops - len(staged.table)
-    # sizes known before building (nothing past the budget is built: a large plan keeps FAST's sequence)
-    sizes = {f"grouped:{g}": len(staged.table) for g in GROUPS if g < nsteps}
-    sizes["direct"] = int(np.count_nonzero(req.counts))
+    by = ranking(opts, model)
+    # shortlist: with "confirm" every candidate within CONFIRM of the best estimate is simulated after
+    slack = 1.0 + CONFIRM if by == "confirm" else 1.0
+    times: dict[str, float] = {}
+    progs: dict[str, Program] = {}
     over: dict[str, str] = {}  # candidates past the target's peer limit, and why: never chosen
-    for label, ops in sizes.items():
-        if ops > budget:
-            continue
-        budget -= ops
-        g = int(label.split(":")[1]) if ":" in label else 0
-        prog = direct(req) if g == 0 else emit.build(req, opts, native=native, groups=g)
+    for label, make in todo:
+        prog = make()
         why = over_peer_limit(prog, req.max_peers)
         if why is not None:
             over[label] = why
             continue
         progs[label] = prog
-    if len(progs) == 1:  # nothing to choose between within the budget and the target's limits
+        if by == "simulate":
+            times[label] = simulate_fast(prog, req.topology, model=model).time_s
+        else:
+            times[label] = estimate(
+                prog, req.topology, model, above=min(times.values(), default=math.inf) * slack
+            )
+    if not times:  # every shape past the target's limits: FAST's sequence, which the target then judges
         return _with_skipped(staged, over)
-    rough = {k: _time(p, req, model, RANK_TOLERANCE) for k, p in progs.items()}
-    order = sorted(progs, key=lambda k: rough[k])  # stable: ties keep the candidates' order
-    # FAST's sequence and the direct step always: fast is never behind either under the model (the coarse
-    # ranking's error, up to ~6 %, exceeds the gaps between shapes under an ideal model)
-    finalists = [k for k in progs if k in order[:FINALISTS] or k in ("direct", "staged")]
-    exact = {k: _time(progs[k], req, model, DEFAULT_TOLERANCE) for k in finalists}
-    best = min(exact, key=lambda k: exact[k])
-    # then the twins: the winner with the other balancing choice, and the split form of the fastest grouped
-    # shape, even when another shape won (on mi300x-100g 4x8, balanced 4 MiB/GPU, the direct step (309 us) beats
-    # one group (313 us), which split beats both (279 us)); each is built when its base fits what is left of the
-    # budget
-    for make in (_balance_twin, _split_twin):
-        base = best
-        if make is _split_twin and not best.startswith("grouped:"):
-            timed = {**rough, **exact}
-            base = min((k for k in progs if k.startswith("grouped:")), key=lambda k: timed[k], default=best)
-        twin = make(req, opts, progs[base], base, budget, native)
-        if twin is None or over_peer_limit(twin[1], req.max_peers) is not None:
-            continue
-        label, prog = twin
-        progs[label] = prog
-        exact[label] = _time(prog, req, model, DEFAULT_TOLERANCE)
-        if exact[label] < exact[best]:
-            best = label
-    times = {**rough, **exact}
+    decided = times
+    if by == "confirm":
+        top = min(times.values()) * slack
+        decided = {
+            k: simulate_fast(progs[k], req.topology, model=model).time_s for k in times if times[k] <= top
+        }
+    best = min(decided, key=lambda k: (decided[k], _tie_rank(k)))
     meta = dict(progs[best].meta)
     meta.update(
         {
-            "candidates_us": {k: round(times[k] * 1e6, 3) for k in progs},
-            "chosen_by": f"fastest of {len(progs)} shapes simulated under model {model.name}",
-            "sim_us": round(exact[best] * 1e6, 3),
+            "shape": best,
+            # a candidate the bound stopped (slower than the best so far, or past the shortlist) is null
+            "candidates_us": {k: round(t * 1e6, 3) if math.isfinite(t) else None for k, t in times.items()},
+            "chosen_by": f"fastest of {len(times)} shapes, "
+            + {
+                "simulate": "ranked by the simulator",
+                "estimate": "ranked by the estimate",
+                "confirm": f"the {len(decided)} within {CONFIRM:.0%} of the best estimate simulated",
+            }[by]
+            + f" under model {model.name}",
+            "ranked_us": round(decided[best] * 1e6, 3),
         }
     )
+    if by == "confirm":
+        meta["simulated_us"] = {k: round(t * 1e6, 3) for k, t in decided.items()}
     return _with_skipped(replace(progs[best], meta=meta), over)
 
 
-def _balance_twin(
-    req: PlanRequest, opts: Options, prog: Program, label: str, budget: int, native: bool | None
-) -> tuple[str, Program] | None:
-    """The winning shape with the other intra-server balancing choice, or None (the direct step, which does
-    not balance; past the op budget; or ``balance`` fixed by the user). ``balance=auto`` decides per tile by a
-    closed form (the scale-out time a tile's balancing saves against the scale-up time it costs), which knows
-    nothing of message costs or incast; the twin lets the model decide for the whole plan (measured: on
-    mi300x-100g 4x8, MoE 16 MiB/GPU, the four-group shape 1704 us balanced, 1552 us not)."""
-    if label == "direct" or opts.balance != "auto" or len(prog.table) > budget:
-        return None
-    flip: Literal["always", "never"] = "never" if _balanced_tiles(prog) > 0 else "always"
-    g = int(label.split(":")[1]) if ":" in label else None
-    twin = emit.build(req, replace(opts, balance=flip), native=native, groups=g)
-    if flip == "always" and _balanced_tiles(twin) == 0:
-        return None  # nothing to balance: the same plan
-    name = f"{label}+balance={flip}"
-    return name, replace(twin, meta={**twin.meta, "shape": name})
+#: ``rank=auto`` on a lossy fabric: candidates estimated within this of the best estimate are simulated
+CONFIRM = 0.10
 
 
-def _split_twin(
-    req: PlanRequest, opts: Options, prog: Program, label: str, budget: int, native: bool | None
-) -> tuple[str, Program] | None:
-    """A grouped shape (balancing twin included) with each GPU's share to a peer split in two
-    messages, forwarded data first (:func:`a2acc.planners.fast.emit._send_queue`), or None (FAST's sequence,
-    whose steps already pipeline their forwards, the direct step, or past the op budget). Whether the
-    overlap it buys is worth a message and a latency per peer is the model's call: on dgx-h100 4x8 under the
-    InfiniBand defaults it wins for MoE at 1-4 MiB/GPU and loses for Zipf at 1 MiB/GPU."""
-    if not label.startswith("grouped:") or len(prog.table) > budget:
-        return None
-    shape, _, bal = label.partition("+balance=")
-    g = int(shape.split(":")[1])
-    twin_opts = opts  # the balancing twin's choice is kept
-    if bal == "always":
-        twin_opts = replace(opts, balance="always")
-    elif bal == "never":
-        twin_opts = replace(opts, balance="never")
-    twin = emit.build(req, twin_opts, native=native, groups=g, split=True)
-    name = f"{label}+split"
-    return name, replace(twin, meta={**twin.meta, "shape": name})
+def ranking(opts: Options, model: SimModel) -> str:
+    """How the candidates are ranked: ``rank`` when given; ``auto``: by the estimate on a lossless fabric with
+    per-message and per-stage costs (every preset but the RoCE ones); on a lossy fabric (incast) the estimate
+    shortlists the candidates within :data:`CONFIRM` of its best and the simulator decides (``confirm``): the
+    estimate charges incast as if every sender of a group were active together and leaves retransmission
+    timeouts out, and measured on mi300x-100g 4x8 its pick was 0.4 % behind the best shape on average, 6.5 % at
+    worst (dgx-h100 4x8: 0.2 % and 4.5 %; mi300x 4x8: 0.05 % and 0.7 %; ``benchmarks/fast_estimate.py``);
+    under a model without per-message or per-stage costs (the ideal model, a topology that names no transport)
+    by the simulator: concurrent shapes save no step costs there, and what separates them from FAST's sequence
+    is what the estimate leaves out, a transfer slowed by its other link (on dgx-h100 4x8 its pick was up to
+    3.9 % behind the best). docs/planners.md."""
+    if opts.rank != "auto":
+        return opts.rank
+    if model.incast.enabled:
+        return "confirm"
+    costs = model.alpha_s > 0 or model.stage_s > 0 or model.fill_bytes > 0
+    return "estimate" if costs else "simulate"
 
 
-def _balanced_tiles(prog: Program) -> int:
-    v = prog.meta.get("balanced_tiles", 0)
-    return int(v) if isinstance(v, (int, float)) else 0
+Make = Callable[[], Program]
+
+
+def candidates(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Iterator[tuple[str, Make]]:
+    """Every candidate the search would rank for ``req``, in order, its budget aside (for
+    ``benchmarks/fast_estimate.py``, which sets the estimate against the simulator on each)."""
+    base = emit.prepare(req, opts, native=native)
+    return _candidates(req, opts, base, emit.shape(base), native)
+
+
+def _within_budget(
+    req: PlanRequest, opts: Options, base: emit.Prepared, staged: Program, native: bool | None
+) -> list[tuple[str, Make]]:
+    """The candidates to rank, in order, while their ops total at most ``search_ops`` (the first always). Every
+    shape of a plan has the same ops (the grouping and the split change only dependencies), counted as FAST's
+    sequence of the request's plan has them."""
+    if not base.steps or opts.search_ops <= 0:
+        return []
+    per_shape = len(staged.table)
+    left = opts.search_ops
+    out: list[tuple[str, Make]] = []
+    for label, make in _candidates(req, opts, base, staged, native):
+        ops = int(np.count_nonzero(req.counts)) if label == "direct" else per_shape
+        if out and ops > left:
+            break
+        left -= ops
+        out.append((label, make))
+    return out
+
+
+def _candidates(
+    req: PlanRequest, opts: Options, base: emit.Prepared, staged: Program, native: bool | None
+) -> Iterator[tuple[str, Make]]:
+    """(label, builder) of every candidate in ranking order (module docstring): the request's plan's shapes, the
+    direct step, then the other balancing choices' shapes (prepared only when reached; one that balances the
+    tiles of a plan already listed is that plan and is left out)."""
+    plans = [base]
+    yield from _shapes(base, "", staged, direct=lambda: direct(req))
+    if opts.balance != "auto":
+        return
+    for flip in OTHER_BALANCE:
+        other = emit.prepare(req, replace(opts, balance=flip), native=native)
+        if any(np.array_equal(other.balanced, p.balanced) for p in plans):
+            continue
+        plans.append(other)
+        yield from _shapes(other, f"+balance={flip}")
+
+
+def _shapes(
+    prep: emit.Prepared, suffix: str, staged: Program | None = None, direct: Make | None = None
+) -> Iterator[tuple[str, Make]]:
+    """One plan's shapes: one concurrent group (with and without split messages), FAST's sequence (``staged``
+    when already built), the ``direct`` step when given, then 2 and 4 groups where there are more steps."""
+    sequence: Make = (lambda: staged) if staged is not None else (lambda: emit.shape(prep))
+    for g in GROUPS:
+        if g == 2:
+            yield f"staged{suffix}", sequence
+            if direct is not None:
+                yield "direct", direct
+        if g < len(prep.steps):
+            for split in (False, True):
+                yield f"grouped:{g}{suffix}{'+split' if split else ''}", _grouped(prep, g, split)
+
+
+def _grouped(prep: emit.Prepared, groups: int, split: bool) -> Make:
+    return lambda: emit.shape(prep, groups, split)
+
+
+def _tie_rank(label: str) -> int:
+    """Equal times go to the shape with the fewest concurrent transfers: FAST's sequence, then more groups,
+    unsplit before split, the direct step last. The estimate is exact for FAST's sequence (one transfer per
+    link at a time) and can only be optimistic for concurrent ones (module docstring of
+    :mod:`a2acc.analysis.estimate`), so a tie is no reason to leave the sequence."""
+    shape = label.split("+", 1)[0]
+    order = {"staged": 0, **{f"grouped:{g}": 10 - g for g in GROUPS}, "direct": 20}
+    return 2 * order.get(shape, 30) + label.endswith("+split")
 
 
 def _with_skipped(prog: Program, over: dict[str, str]) -> Program:
     """``prog`` with the shapes left out for the target's peer limit named in its meta (nothing when none)."""
     return replace(prog, meta={**prog.meta, "shapes_over_peer_limit": over}) if over else prog
-
-
-#: the simulator tolerance candidates are ranked with (fastsim's batching window; a few times faster than the
-#: default, within a few per cent of it), and how many of the best are then timed at the default tolerance
-RANK_TOLERANCE = 3e-2
-FINALISTS = 2
-
-
-def _time(prog: Program, req: PlanRequest, model: SimModel, tolerance: float) -> float:
-    return simulate_fast(prog, req.topology, model=model, tolerance=tolerance).time_s

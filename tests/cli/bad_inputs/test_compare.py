@@ -130,3 +130,30 @@ def test_a_matrix_that_moves_nothing_between_gpus_is_refused(tmp_path, capsys):
     assert rc == 2 and "no bytes between GPUs" in err and "m.npy" in err
     one_clear_line(err)
     assert not plot.exists()
+
+
+@pytest.mark.parametrize(
+    ("entries", "fragment"),
+    [
+        (["fastt"], "known planners"),
+        (["fast[shap=staged]"], "fast[shap=staged]: shap"),
+        (["fast[shape=foo]"], "allowed: auto, staged, grouped, direct"),
+        (["fast[shape=staged"], "without its ']'"),
+        (["fast,fast"], "each entry once"),
+        (["fast", "fast"], "each entry once"),  # -a given twice lists the entries of both
+        (["fast,,direct"], "empty entry"),
+        (["direct[shape=staged]"], "not an option here"),
+        (["mcf[time_limit=-1]"], "time_limit"),
+    ],
+)
+def test_bad_planner_entries_are_one_line_exit_2_before_work(tmp_path, capsys, entries, fragment):
+    """Planner entries with options in brackets (``-a 'fast,fast[shape=staged]'``): a misspelt planner, key,
+    value or bracket is one line naming --algorithms and the entry, exit 2, before the header, nothing written."""
+    argv = ["compare", "-t", "dgx-h100", "-n", "2", "--traffic", "zipf", "-J", str(tmp_path / "c.json")]
+    for e in entries:
+        argv += ["-a", e]
+    rc, err, dt = run(capsys, argv)
+    assert rc == 2 and "--algorithms" in err and fragment in err, err
+    one_clear_line(err)
+    assert dt < 2.0 and list(tmp_path.iterdir()) == []
+    assert "# a2acc compare" not in capsys.readouterr().out
