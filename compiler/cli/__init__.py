@@ -88,12 +88,17 @@ class Interrupted(BaseException):
 
 
 @contextmanager
-def _interruptible() -> Iterator[list[int]]:
+def _interruptible(*, entry: bool = False) -> Iterator[list[int]]:
     """SIGINT and SIGTERM raise :class:`Interrupted` once; a second signal while the first unwinds is ignored,
     so cleanup (removing a temporary file) is never cut short. Handlers are restored on exit; off the main
     thread (where Python cannot install handlers) signals keep their defaults. Yields the signals that fired:
     an exception raised where Python discards it (a finaliser, a weakref callback) does not unwind, and the
-    caller still owes the user the interrupted exit."""
+    caller still owes the user the interrupted exit.
+
+    ``entry``: this is the process's own command line (the console script, ``python -m a2acc``), which exits
+    right after: the signals are then ignored from here on instead of restored, so one that arrives after the
+    work, while the interpreter shuts down, cannot kill the process by signal with no message and an exit
+    status that says nothing of the files it already wrote whole."""
     fired: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield fired
@@ -120,13 +125,14 @@ def _interruptible() -> Iterator[list[int]]:
     finally:
         sys.unraisablehook = hook
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            signal.signal(sig, signal.SIG_IGN if entry else old)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (the process's own when None) and return its exit code."""
     fired: list[int] = []
     try:
-        with _interruptible() as fired:
+        with _interruptible(entry=argv is None) as fired:
             parser = build_parser()
             args = parser.parse_args(argv)
             if not getattr(args, "func", None):

@@ -226,8 +226,10 @@ def test_a_signal_during_the_start_up_imports_is_one_line(work, sig, target, con
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signals_at_every_moment_of_a_short_command_are_one_line(work, sig):
     """Signals sent at moments from right after a2acc's handlers are in place to the end of a short compile
-    (its imports, planning, writing): each run prints the one line and exits 128 + the signal, or - a signal
-    after the work was done - finishes normally with its files whole."""
+    (its imports, planning, writing): each run prints the one line and exits 128 + the signal with its files
+    untouched or - a signal after the switch to the new files - whole, or - a signal after the work was done -
+    finishes normally with its files whole. Never a directory without its manifest or the reverse, never a
+    temporary file left, never a death by signal."""
     argv = ["compile", "-t", "dgx-h100", "-n", "2", "-m", "m2.npy", "-a", "fast"]
     for k, after in enumerate((0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.4)):
         out = f"early{k}"
@@ -250,4 +252,9 @@ def test_signals_at_every_moment_of_a_short_command_are_one_line(work, sig):
             continue
         assert proc.returncode == 128 + sig, (after, proc.returncode, err)
         assert err.strip().splitlines() == ["a2acc: interrupted"], (after, err)
-        assert not (work / out).exists() and not any(p.name.startswith(".") for p in work.iterdir())
+        assert not any(p.name.startswith(".") for p in work.iterdir()), (after, sorted(work.iterdir()))
+        written = ((work / out).exists(), (work / f"{out}.manifest.json").exists())
+        assert written in ((False, False), (True, True)), (after, written)
+        if all(written):
+            for f in sorted((work / out).iterdir()):
+                assert main(["verify", "-q", "--manifest", str(work / f"{out}.manifest.json"), str(f)]) == 0
