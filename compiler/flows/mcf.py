@@ -172,6 +172,11 @@ _SOLVED: OrderedDict[str, tuple[LpResult, LpResult | None]] = OrderedDict()
 _SOLVED_SIZE = 8
 
 
+def forget() -> None:
+    """Drop the remembered LP solutions (:func:`a2acc.planners.forget`, through the mcf planner)."""
+    _SOLVED.clear()
+
+
 def _lp_key(lp: Lp, acyclic: bool) -> str:
     h = hashlib.sha256(repr((lp.ncols, lp.nrows, acyclic)).encode())
     for a in (lp.rows, lp.cols, lp.vals, lp.cost, lp.row_lo, lp.row_hi, lp.col_lo, lp.col_hi):

@@ -13,6 +13,7 @@ files. To run one, use :func:`a2acc.pipeline.compile` (or :func:`a2acc.plan`), w
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -189,9 +190,16 @@ def _trim() -> None:
 
 
 def forget() -> None:
-    """Drop every remembered plan (benchmarks that time cold planning call it between runs)."""
+    """Drop every remembered plan (benchmarks that time cold planning call it between runs), and what each
+    planner module already imported remembers for itself (a ``forget()`` of its own: syccl's symmetries,
+    syntheses and chosen candidates), so that the next plan is as cold as in a new process."""
     with _MEMO_LOCK:
         _MEMO.clear()
+    for name in PLANNERS.names():
+        mod = sys.modules.get(PLANNERS.entry(name).module or "")
+        own = getattr(mod, "forget", None)
+        if callable(own):
+            own()
 
 
 def remembered(name: str, req: PlanRequest) -> Program | None:

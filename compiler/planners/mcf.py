@@ -44,6 +44,7 @@ from a2acc.errors import InputError, InternalError
 from a2acc.flows import routes as rt
 from a2acc.flows.decompose import decomposed_mcf
 from a2acc.flows.mcf import LinkFlow, SteppedFlow, hop_distances, link_mcf, path_mcf, time_stepped_mcf
+from a2acc.flows.mcf import forget as forget
 from a2acc.flows.network import FlowNetwork
 from a2acc.flows.parallel import executor, parse_workers, probe
 from a2acc.flows.scale import ascent_weights, dual_bound, path_flow

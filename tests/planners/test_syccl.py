@@ -378,3 +378,21 @@ def test_bad_options_are_refused():
     ):
         with pytest.raises(InputError, match=frag):
             a2acc.plan(t, m, "syccl", **opts)
+
+
+def test_forgetting_the_plans_forgets_what_syccl_remembers(monkeypatch):
+    """``a2acc.planners.forget()`` leaves nothing warm: a time-limited search after it is as cold as in a new
+    process (it once kept syccl's syntheses, so a second search finished inside a limit the first could not)."""
+    from a2acc import planners
+    from a2acc.planners import syccl
+
+    topo = load_topology("dgx-h100", 2)
+    m = generate("zipf", topo.nranks, 16 << 20, seed=1)
+    a2acc.plan(topo, m, "syccl")
+    assert syccl._SYN and syccl._SYM
+    planners.forget()
+    assert not (syccl._SYN or syccl._SYM or syccl._CHOSEN)
+    calls = []
+    monkeypatch.setattr(syccl, "Symmetry", lambda t, real=syccl.Symmetry: calls.append(t) or real(t))
+    a2acc.plan(topo, m, "syccl")
+    assert len(calls) == 1

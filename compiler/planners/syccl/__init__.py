@@ -200,6 +200,13 @@ _K = TypeVar("_K")
 _V = TypeVar("_V")
 
 
+def forget() -> None:
+    """Drop the remembered symmetries, syntheses and chosen candidates (:func:`a2acc.planners.forget` calls it:
+    a time-limited search is then as cold as in a new process)."""
+    for memo in (_SYM, _SYN, _CHOSEN):
+        memo.clear()
+
+
 def symmetry(topo: Topology) -> Symmetry:
     """The verified symmetry of ``topo``, cached per topology fingerprint (shared with ``compare``'s default list)."""
     sym = _SYM.get(topo.fingerprint)
