@@ -8,6 +8,11 @@ verified), and the plans of syccl, mcf and direct; each simulated with the fast 
 the ratio fast / the best of the three (below 1: fast is faster than all three) and fast's chosen shape. This is
 the table behind docs/planners.md ("How fast plans online"): fast's planning got faster, and this is how the
 ratio is checked not to get worse on any configuration. ``--json`` also writes the rows (for comparing two runs).
+
+``--before``: also the simulated time of the best shape fast ranked before the ranking estimate (FAST's
+sequence, 1/2/4 groups with and without split messages, the direct step; by the simulator, as it ranked them
+then), under the same model, and fast's time over it (at most 1: the same or better than that search). Runs
+fast again with ``rank=simulate`` and keeps the shapes without a ``balance=`` choice, which came with the estimate.
 """
 
 from __future__ import annotations
@@ -35,14 +40,19 @@ def main() -> None:
     ap.add_argument("--sizes", default="16M,128M,1G")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    ap.add_argument(
+        "--before", action="store_true", help="also the best of the shapes ranked before the estimate"
+    )
     args = ap.parse_args()
     print(
         f"# load average {os.getloadavg()[0]:.2f}; simulated us, default model per topology, seed {args.seed}"
     )
+    extra = " before-shapes best | fast / it |" if args.before else ""
     print(
         "| case | traffic | size/GPU | fast | syccl | mcf | direct | best other | fast / best | fast shape | fast plan ms |"
+        + extra
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * bool(args.before))
     rows: list[dict[str, object]] = []
     for case in args.cases.split(","):
         preset, servers = case.split(":")
@@ -63,9 +73,17 @@ def main() -> None:
                 ratio = times["fast"] / times[best]
                 shape = str(fast.meta.get("shape", ""))
                 cells = " | ".join(f"{times[p] * 1e6:.0f}" for p in ("fast", *OTHERS))
+                tail = ""
+                if args.before:
+                    ranked = compile(
+                        Request(topo, m, "fast", model=model, planner_options={"rank": "simulate"})
+                    ).program.meta["candidates_us"]
+                    old = min(t for k, t in ranked.items() if "balance=" not in k and t is not None)
+                    times["before_shapes"] = old / 1e6
+                    tail = f" {old:.1f} | {times['fast'] * 1e6 / old:.4f} |"
                 print(
                     f"| {preset} {servers}x{topo.gpus_per_server} | {kind} | {size_label(size)} | {cells} | {best} | "
-                    f"{ratio:.4f} | {shape} | {fast_cpu * 1e3:.1f} |",
+                    f"{ratio:.4f} | {shape} | {fast_cpu * 1e3:.1f} |{tail}",
                     flush=True,
                 )
                 rows.append(

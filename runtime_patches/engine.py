@@ -19,8 +19,9 @@ collective of a2acc's own, no host sync.
    symmetries), or a new one; every rank picks the same. An exact repeat of a recent matrix reuses its lookup.
 4. **Plan.** A bucket's plan is loaded or compiled in the background (:mod:`a2acc.runtime.decide.compiling`)
    while the stock collective serves; it runs once every rank holds it and the ranks' Programs compared equal.
-5. **Measure** (``A2ACC_TUNE=measure``): a bucket's first served calls alternate between its plan and its
-   direct plan; an exchange carries the medians and every rank keeps the same one.
+5. **Measure** (``A2ACC_TUNE=measure``): a new bucket's direct plan is compiled first and serves while the
+   planner's plan compiles; then the bucket's first served calls alternate between the two; an exchange carries
+   the medians and every rank keeps the same one.
 6. **Run** the bound launch, as on the fast path.
 
 Calls below ``A2ACC_MIN_BYTES`` (a per-expert count exchange) take the stock collective before any of this when
@@ -647,6 +648,8 @@ class Engine:
         if t is None or t.winner == PLAN:
             return j, None, PLAN
         table = g.table
+        if not table.runnable(j):  # the planner's plan still compiling somewhere: its direct plan serves
+            return t.alt, None, DIRECT
         if not table.runnable(t.alt):  # still compiling (or not yet compared) somewhere
             return j, None, PLAN
         if t.winner == UNDECIDED and not t.compared:  # once, the first time both can run
@@ -672,10 +675,17 @@ class Engine:
         bucket = g.index.lookup(rows * call.row_bytes, align=call.row_bytes)
         self.stats.bucket_hits += int(bucket.hit)
         algorithm = self.settings.algorithm
-        j = g.table.job(bucket.key, lambda: self._submit(g, bucket, bucket.key, algorithm))
-        if g.tuner.on and j not in g.tuner.trials:
+        alt = -1
+        if g.tuner.on and bucket.key not in g.table.number:
+            # a new bucket: its direct plan first (it compiles in milliseconds, and jobs settle in order), so
+            # that it serves while the planner's plan compiles (see _quick)
             key = g.index.key_for(bucket, ALTERNATIVE)
             alt = g.table.job(key, lambda: self._submit(g, bucket, key, ALTERNATIVE))
+        j = g.table.job(bucket.key, lambda: self._submit(g, bucket, bucket.key, algorithm))
+        if g.tuner.on and j not in g.tuner.trials:
+            if alt < 0:
+                key = g.index.key_for(bucket, ALTERNATIVE)
+                alt = g.table.job(key, lambda: self._submit(g, bucket, key, ALTERNATIVE))
             g.tuner.trials[j] = Trial(alt)
         m.bucket, m.job = bucket, j
         return bucket, j
@@ -800,6 +810,9 @@ class Engine:
             g.table.checked[j] = status
         else:
             g.table.settle()
+            quick = self._quick(g, j)
+            if quick is not None:
+                return quick
             self.stats.stock_while_compiling += 1
             self.stats.last = {"served": False, "why": "compiling"}
             return None
@@ -810,6 +823,16 @@ class Engine:
             self.warn_once(f"failed:{j}", f"a2acc could not plan bucket {j} ({err})", speak=call.rank == 0)
             return None
         return status
+
+    def _quick(self, g: GroupState, j: int) -> int | None:
+        """The agreed status of the direct plan that serves job ``j``'s calls while ``j`` is still compiling
+        somewhere (``A2ACC_TUNE=measure`` compiles it first, :meth:`_lookup`), or None: no such plan, not yet
+        runnable on every rank, or failed. The same answer on every rank (the plan table's agreed state)."""
+        t = g.tuner.trials.get(j)
+        if t is None or not g.table.runnable(t.alt):
+            return None
+        status = g.table.agreed(t.alt)
+        return None if status == FAILED else status
 
     def _executor_for(self, plan: Plan, status: int, rank: int) -> tuple[Executor, Any]:
         """The executor every rank runs this plan with (the fallback when the chosen one cannot run it on some

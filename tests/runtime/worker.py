@@ -255,15 +255,17 @@ def mixed(rank, world, seed, original, eng):
 
 
 def failrank(rank, world, seed, original, eng):
-    """Rank 1 cannot compile the first bucket (a rank-local failure): every rank must take the stock call for
-    that bucket, together, and the next bucket runs normally."""
+    """Rank 1 cannot compile the first bucket (a rank-local failure of both its plans: the planner's and the
+    direct plan A2ACC_TUNE=measure compiles first): every rank must take the stock call for that bucket,
+    together, and the next bucket runs normally."""
     if rank == 1:
         real = eng.loader.load
         first: list[str] = []
 
         def load(key, make, group):
-            first.append(first[0] if first else key)
-            if key == first[0]:
+            if len(first) < 2 and key not in first:
+                first.append(key)
+            if key in first:
                 raise RuntimeError("injected failure on rank 1")
             return real(key, make, group)
 
@@ -277,6 +279,31 @@ def failrank(rank, world, seed, original, eng):
             out.append({"phase": phase, "same": same, "served": served})
             time.sleep(0.05)
     return {"calls": out, "fallbacks": dict(eng.stats.fallbacks)}
+
+
+def quick(rank, world, seed, original, eng):
+    """A new bucket's planner plan takes long to compile on every rank (1.5 s added): its direct plan, compiled
+    first, serves the calls in between; then the planner's plan takes over."""
+    real = eng.loader.load
+    loaded: list[str] = []
+
+    def load(key, make, group):
+        loaded.append(key)
+        if len(loaded) == 2:  # the bucket's second job: the planner's plan (the direct plan is the first)
+            time.sleep(1.5)
+        return real(key, make, group)
+
+    eng.loader.load = load
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randint(20, 60, (world, world), generator=g)
+    out = []
+    for i in range(16):
+        before = dict(eng.stats.by_algorithm)
+        same, served = _served(rows, rank, i, original, eng)
+        algo = [k for k, v in eng.stats.by_algorithm.items() if v != before.get(k, 0)]
+        out.append({"same": same, "served": served, "algorithm": algo[0] if algo else None})
+        time.sleep(0.2)
+    return {"calls": out}
 
 
 def tune(rank, world, seed, original, eng):
@@ -741,6 +768,7 @@ def main() -> None:
             "nccl": nccl,
             "capture": capture,
             "failrank": failrank,
+            "quick": quick,
             "tune": tune,
             "content": content,
             "adaptive": adaptive,

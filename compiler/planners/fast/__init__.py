@@ -124,7 +124,7 @@ class Options:
         metadata={
             "help": "shape=auto: how candidates are ranked: estimate (milliseconds, within a few per cent of the "
             "simulator); simulate (the simulator itself: exact under the model, ~0.1-0.5 s a candidate at 8x8); "
-            "confirm (the estimate shortlists those within 10 % of its best, the simulator decides); auto: "
+            "confirm (the estimate shortlists those within 20 % of its best, the simulator decides); auto: "
             "estimate on lossless fabrics, confirm on lossy ones (incast), simulate under a model without "
             "per-message or per-stage costs"
         },
