@@ -19,9 +19,10 @@ collective of a2acc's own, no host sync.
    symmetries), or a new one; every rank picks the same. An exact repeat of a recent matrix reuses its lookup.
 4. **Plan.** A bucket's plan is loaded or compiled in the background (:mod:`a2acc.runtime.decide.compiling`)
    while the stock collective serves; it runs once every rank holds it and the ranks' Programs compared equal.
-5. **Measure** (``A2ACC_TUNE=measure``): a new bucket's direct plan is compiled first and serves while the
-   planner's plan compiles; then the bucket's first served calls alternate between the two; an exchange carries
-   the medians and every rank keeps the same one.
+5. **Measure** (``A2ACC_TUNE=measure``): a new bucket's direct plan is made first (in the missing call, for
+   groups of at most :data:`QUICK_WORLD` ranks) and serves from the bucket's next call while the planner's
+   plan compiles; then the bucket's first served calls alternate between the two; an exchange carries the
+   medians and every rank keeps the same one.
 6. **Run** the bound launch, as on the fast path.
 
 Calls below ``A2ACC_MIN_BYTES`` (a per-expert count exchange) take the stock collective before any of this when
@@ -67,6 +68,10 @@ log = logging.getLogger("a2acc.runtime")
 
 #: exact matrices whose bucket lookup is remembered per group (a stationary skew repeats one)
 LOOKUPS = 64
+#: groups of at most this many ranks make a new bucket's direct plan in the call that misses (one step, no
+#: search: 4-6 ms CPU at 64 ranks on this project's 2-core machine, 66-108 ms at 256), so that it serves from
+#: the bucket's next call on every rank; larger groups make it first on the compile thread
+QUICK_WORLD = 64
 _ALL_SAME = np.ones(1 << 16, dtype=bool)  # "every column the same on every rank" (indexed, never written)
 
 
@@ -680,7 +685,8 @@ class Engine:
             # a new bucket: its direct plan first (it compiles in milliseconds, and jobs settle in order), so
             # that it serves while the planner's plan compiles (see _quick)
             key = g.index.key_for(bucket, ALTERNATIVE)
-            alt = g.table.job(key, lambda: self._submit(g, bucket, key, ALTERNATIVE))
+            now = g.world <= QUICK_WORLD
+            alt = g.table.job(key, lambda: self._submit(g, bucket, key, ALTERNATIVE, now=now))
         j = g.table.job(bucket.key, lambda: self._submit(g, bucket, bucket.key, algorithm))
         if g.tuner.on and j not in g.tuner.trials:
             if alt < 0:
@@ -690,7 +696,7 @@ class Engine:
         m.bucket, m.job = bucket, j
         return bucket, j
 
-    def _submit(self, g: GroupState, bucket: Bucket, key: str, algorithm: str) -> Any:
+    def _submit(self, g: GroupState, bucket: Bucket, key: str, algorithm: str, *, now: bool = False) -> Any:
         options = self.planner_options if algorithm == self.settings.algorithm else None
         topo, layout, unit = g.topology, bucket.layout, bucket.unit
         target, bopts = self.settings.target, self.backend_options
@@ -698,7 +704,7 @@ class Engine:
         def make() -> Any:
             return compile_entry(topo, layout, unit, algorithm, target, key, options, bopts)
 
-        return self.loader.submit(key, make, g.group)
+        return self.loader.submit(key, make, g.group, now=now)
 
     def _exchange(self, g: GroupState, call: Call, known: np.ndarray | None) -> Matrix | None:
         """The call's one exchange: the rows matrix (the plan table learns what every rank has settled and

@@ -15,7 +15,7 @@ and keeps the stock collectives, never an exception in the job.
 | ``A2ACC_CACHE_DIR`` | plan cache directory | ``~/.cache/a2acc`` |
 | ``A2ACC_EXCHANGE`` | ``adaptive``: once exchanges keep finding the bucket of the call one period back (1 to 64 calls), up to 8 calls in a row run that call's plan without the split-size exchange (each rank's own split sizes travel as they are, rows beyond the plan as residual); ``every``: an exchange per call. Ranks that disagree exchange on every call | ``adaptive`` |
 | ``A2ACC_TUNE`` | ``measure``: each bucket's first calls alternate between the planner's plan and the direct plan, and the faster on the job's own fabric is kept (:mod:`a2acc.runtime.decide.tuning`); ``off``: the planner's plan always | ``measure`` |
-| ``A2ACC_MISS`` | on a cache miss: ``stock`` (serve the call with the stock collective while the plan compiles in the background) or ``wait`` (compile in the call) | ``stock`` |
+| ``A2ACC_MISS`` | on a cache miss: ``stock`` (serve the call with the stock collective while the plan compiles in the background; with ``A2ACC_TUNE=measure`` the bucket's direct plan is made in that call, a few milliseconds, and serves from the next) or ``wait`` (compile in the call) | ``stock`` |
 | ``A2ACC_MIN_BYTES`` | calls that move less per rank go to the stock collective untouched (no exchange) when they give no split sizes, else once the exchange shows it (and, with ``A2ACC_EXCHANGE=adaptive``, without it once the call repeats); ``K``/``M``/``G`` suffixes (1024-based); ``0``: every call through a2acc | ``DEFAULT_MIN_BYTES`` |
 | ``A2ACC_LOG`` | ``debug``, ``info``, ``warning``, ``error`` | ``warning`` |
 

@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -205,7 +206,9 @@ def _digest(payload: dict[str, Any]) -> str:
 
 
 class PlanCache:
-    """Two-level cache; ``directory=None`` keeps it in memory only."""
+    """Two-level cache; ``directory=None`` keeps it in memory only. Safe to use from two threads at once (the
+    JIT's calling thread and its compile thread): the memory level is locked, disk entries are written
+    atomically and read whole."""
 
     def __init__(
         self, directory: str | os.PathLike[str] | None = None, capacity: int = 64, version: str = __version__
@@ -214,6 +217,7 @@ class PlanCache:
         self.version = version
         self.capacity = capacity
         self._mem: OrderedDict[str, CacheEntry] = OrderedDict()
+        self._lock = threading.Lock()
         self.stats = {"memory": 0, "disk": 0, "compiled": 0, "corrupt": 0}
         self._warned: set[str] = set()
 
@@ -227,16 +231,23 @@ class PlanCache:
         return None if d is None else d / f"{key}.json"
 
     def _remember(self, entry: CacheEntry) -> None:
-        self._mem[entry.key] = entry
-        self._mem.move_to_end(entry.key)
-        while len(self._mem) > self.capacity:
-            self._mem.popitem(last=False)
+        with self._lock:
+            self._mem[entry.key] = entry
+            self._mem.move_to_end(entry.key)
+            while len(self._mem) > self.capacity:
+                self._mem.popitem(last=False)
+
+    def _in_memory(self, key: str) -> CacheEntry | None:
+        with self._lock:
+            hit = self._mem.get(key)
+            if hit is not None:
+                self._mem.move_to_end(key)
+                self.stats["memory"] += 1
+            return hit
 
     def get(self, key: str) -> CacheEntry | None:
-        hit = self._mem.get(key)
+        hit = self._in_memory(key)
         if hit is not None:
-            self._mem.move_to_end(key)
-            self.stats["memory"] += 1
             return hit
         entry = self._read_disk(key)
         if entry is not None:
@@ -316,10 +327,8 @@ class PlanCache:
 
     def get_or_compile(self, key: str, compile_fn: Callable[[], CacheEntry]) -> tuple[CacheEntry, str]:
         """Entry for ``key`` and where it came from: ``memory``, ``disk`` or ``compiled``."""
-        hit = self._mem.get(key)
+        hit = self._in_memory(key)
         if hit is not None:
-            self._mem.move_to_end(key)
-            self.stats["memory"] += 1
             return hit, "memory"
         entry = self._read_disk(key)
         if entry is not None:
@@ -350,7 +359,8 @@ class PlanCache:
     def clear(self) -> int:
         """Remove every cache entry a2acc can prove it wrote (all versions: :func:`_valid_entry`) and every torn
         one (:func:`_torn`); nothing else in the directory is touched, and no symlink is followed."""
-        self._mem.clear()
+        with self._lock:
+            self._mem.clear()
         n = 0
         for vdir in self._version_dirs():
             for f in vdir.glob("*.json"):

@@ -77,8 +77,12 @@ class Loader:
         self.wait = wait
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a2acc-compile")
 
-    def submit(self, key: str, make: Callable[[], CacheEntry], group: Any) -> Future[Plan]:
-        if not self.wait:
+    def submit(
+        self, key: str, make: Callable[[], CacheEntry], group: Any, *, now: bool = False
+    ) -> Future[Plan]:
+        """The plan under ``key`` as a future: loaded or compiled on the worker thread, or in this call with
+        ``now`` (a plan of milliseconds, see :data:`a2acc.runtime.engine.QUICK_WORLD`) or ``A2ACC_MISS=wait``."""
+        if not (self.wait or now):
             return self._pool.submit(self.load, key, make, group)
         fut: Future[Plan] = Future()
         try:
