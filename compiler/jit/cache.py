@@ -325,8 +325,12 @@ class PlanCache:
         except OSError as exc:  # a read-only or full disk must not break the job: memory still serves
             log.warning("a2acc cache: cannot write %s (%s); keeping the entry in memory only", path, exc)
 
-    def get_or_compile(self, key: str, compile_fn: Callable[[], CacheEntry]) -> tuple[CacheEntry, str]:
-        """Entry for ``key`` and where it came from: ``memory``, ``disk`` or ``compiled``."""
+    def get_or_compile(
+        self, key: str, compile_fn: Callable[[], CacheEntry], *, store: bool = True
+    ) -> tuple[CacheEntry, str]:
+        """Entry for ``key`` and where it came from: ``memory``, ``disk`` or ``compiled``. ``store=False``: a
+        compiled entry is kept in memory only, and the caller writes it with :meth:`put` later (the JIT's
+        calling thread leaves the disk write, an fsync, to its compile thread)."""
         hit = self._in_memory(key)
         if hit is not None:
             return hit, "memory"
@@ -337,7 +341,10 @@ class PlanCache:
             return entry, "disk"
         entry = compile_fn()
         self.stats["compiled"] += 1
-        self.put(entry)
+        if store:
+            self.put(entry)
+        else:
+            self._remember(entry)
         return entry, "compiled"
 
     def _version_dirs(self) -> list[Path]:

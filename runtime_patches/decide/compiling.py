@@ -10,6 +10,7 @@ will run it (its steps and exchanges, once).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +26,8 @@ from a2acc.pipeline import Request
 from a2acc.pipeline import compile as compile_pipeline
 from a2acc.runtime.decide.agreement import FALLBACK as STATUS_FALLBACK
 from a2acc.runtime.decide.agreement import Plan, digest56
+
+log = logging.getLogger("a2acc.runtime")
 
 
 def compile_entry(
@@ -86,16 +89,19 @@ class Loader:
             return self._pool.submit(self.load, key, make, group)
         fut: Future[Plan] = Future()
         try:
-            fut.set_result(self.load(key, make, group))
+            fut.set_result(self.load(key, make, group, store=not now))
         except Exception as exc:
             fut.set_exception(exc)
         return fut
 
-    def load(self, key: str, make: Callable[[], CacheEntry], group: Any) -> Plan:
+    def load(self, key: str, make: Callable[[], CacheEntry], group: Any, *, store: bool = True) -> Plan:
         """The plan under ``key``, from the cache or made by ``make``; prepared for the executor that will run
-        it."""
+        it. ``store=False`` (a plan made in a call): a compiled entry goes to the disk cache on the worker
+        thread, after the jobs before it, not in the call."""
         t0 = time.perf_counter()
-        entry, where = self.cache.get_or_compile(key, make)
+        entry, where = self.cache.get_or_compile(key, make, store=store)
+        if not store and where == "compiled":
+            self._pool.submit(self._store, entry)
         prog = program_from_json(entry.program_json, f"cache entry {key}")
         plan = Plan(key, entry, prog, where, content=digest56(entry.program_json))
         why = self.executor.unavailable(entry, group)
@@ -105,3 +111,11 @@ class Loader:
         plan.prepared[ex.name] = ex.prepare(plan.prog, entry)
         plan.seconds = time.perf_counter() - t0
         return plan
+
+    def _store(self, entry: CacheEntry) -> None:
+        """Write a plan made in a call to the disk cache; a failure to write it is the cache's to report (it
+        warns once), never the job's."""
+        try:
+            self.cache.put(entry)
+        except Exception:  # the plan is in memory and serving; the disk copy only saves a later compile
+            log.debug("could not store plan %s", entry.key, exc_info=True)

@@ -384,3 +384,15 @@ def test_two_processes_healing_one_torn_entry_at_once(tmp_path):
     assert outs == [["compiled", "4000000"], ["compiled", "4000000"]], outs
     assert set(seen) <= {str(len(torn)), str(len(whole))}, seen  # never a partial write, never missing
     assert sorted(p.name for p in c.dir.iterdir()) == ["heal.json"] and path.read_bytes() == whole
+
+
+def test_a_plan_made_in_a_call_reaches_the_disk_only_when_stored(tmp_path):
+    """``store=False`` (the JIT's calling thread) keeps a compiled entry in memory; the disk copy is written by
+    :meth:`PlanCache.put` later (its compile thread), and a new process then reads it from disk."""
+    key = "ab" * 32
+    c = PlanCache(tmp_path)
+    e, where = c.get_or_compile(key, lambda: _entry(key), store=False)
+    assert where == "compiled" and not list(tmp_path.rglob("*.json"))
+    assert c.get_or_compile(key, lambda: _entry("x" * 64))[1] == "memory"
+    c.put(e)
+    assert PlanCache(tmp_path).get_or_compile(key, lambda: _entry(key))[1] == "disk"

@@ -262,12 +262,12 @@ def failrank(rank, world, seed, original, eng):
         real = eng.loader.load
         first: list[str] = []
 
-        def load(key, make, group):
+        def load(key, make, group, **kw):
             if len(first) < 2 and key not in first:
                 first.append(key)
             if key in first:
                 raise RuntimeError("injected failure on rank 1")
-            return real(key, make, group)
+            return real(key, make, group, **kw)
 
         eng.loader.load = load
     g = torch.Generator().manual_seed(seed)
@@ -287,11 +287,11 @@ def quick(rank, world, seed, original, eng):
     real = eng.loader.load
     loaded: list[str] = []
 
-    def load(key, make, group):
+    def load(key, make, group, **kw):
         loaded.append(key)
         if len(loaded) == 2:  # the bucket's second job: the planner's plan (the direct plan is the first)
             time.sleep(1.5)
-        return real(key, make, group)
+        return real(key, make, group, **kw)
 
     eng.loader.load = load
     g = torch.Generator().manual_seed(seed)
