@@ -25,30 +25,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-TOPOLOGIES = {4: ("alps:1", "2x2"), 8: ("dgx-h100:1", "alps:2")}
-TWO_BY_TWO = """version: 1
-name: 2x2
-servers: 2
-gpus_per_server: 2
-intra: {fabric: switch, bandwidth: 150, latency: 0.7}
-inter: {nics_per_server: 2, bandwidth: 25, latency: 2.0}
-"""
+import gloo_job  # starting the local Gloo processes (benchmarks/gloo_job.py)
 
+TOPOLOGIES = {4: ("alps:1", "2x2"), 8: ("dgx-h100:1", "alps:2")}
 WORKER = r"""
 import json, sys, time
 import numpy as np
 import torch
 import torch.distributed as dist
 
-rank, world, port, warmup, calls, out, rows_per_rank = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
-    int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], int(sys.argv[7]))
+rank, world, port, out, warmup, calls, rows_per_rank = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
+    sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 from a2acc.runtime import stats, torch_patch
 
@@ -88,42 +79,16 @@ dist.destroy_process_group()
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _launch(world: int, topo: str, exchange: str, args: argparse.Namespace, tmp: str) -> list[dict]:
-    script = os.path.join(tmp, "worker.py")
-    Path(script).write_text(WORKER)
-    if topo == "2x2":
-        topo = os.path.join(tmp, "2x2.yaml")
-        Path(topo).write_text(TWO_BY_TWO)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("A2ACC_")}
-    env.update(
-        A2ACC_JIT="1",
-        A2ACC_TOPOLOGY=topo,
+    path = gloo_job.topology(topo, tmp)
+    env = gloo_job.environment(
+        A2ACC_TOPOLOGY=path,
         A2ACC_EXCHANGE=exchange,
         A2ACC_MIN_BYTES="0",  # a served call is what is measured: its few KiB are below the default threshold
-        A2ACC_CACHE_DIR=os.path.join(tmp, f"cache-{world}-{exchange}-{Path(topo).name}"),
-        OMP_NUM_THREADS="1",
-        PYTHONWARNINGS="ignore",
+        A2ACC_CACHE_DIR=os.path.join(tmp, f"cache-{world}-{exchange}-{Path(path).name}"),
+        **dict(kv.split("=", 1) for kv in args.env),
     )
-    env.update(dict(kv.split("=", 1) for kv in args.env))
-    port = _port()
-    outs = [os.path.join(tmp, f"r{world}-{r}.json") for r in range(world)]
-    argv = [str(port), str(args.warmup), str(args.calls)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, script, str(r), str(world), *argv, outs[r], str(args.rows)], env=env
-        )
-        for r in range(world)
-    ]
-    for p in procs:
-        if p.wait() != 0:
-            raise SystemExit(f"a worker of the {world}-process run failed (exit {p.returncode})")
-    return [json.loads(Path(o).read_text()) for o in outs]
+    return gloo_job.run(WORKER, world, env, [str(args.warmup), str(args.calls), str(args.rows)], tmp)
 
 
 def _med(ranks: list[dict], path: tuple[str, ...]) -> float:

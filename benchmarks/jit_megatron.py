@@ -27,28 +27,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-TOPOLOGIES = {4: "2x2", 8: "alps:2"}
-TWO_BY_TWO = """version: 1
-name: 2x2
-servers: 2
-gpus_per_server: 2
-intra: {fabric: switch, bandwidth: 150, latency: 0.7}
-inter: {nics_per_server: 2, bandwidth: 25, latency: 2.0}
-"""
+import gloo_job  # starting the local Gloo processes (benchmarks/gloo_job.py)
 
+TOPOLOGIES = {4: "2x2", 8: "alps:2"}
 WORKER = r"""
 import dataclasses, json, os, sys, time
 import torch
 import torch.distributed as dist
 
-rank, world, port, steps, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rank, world, port, out, steps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 names, cache_root, row_bytes, tokens = sys.argv[6].split(","), sys.argv[7], int(sys.argv[8]), int(sys.argv[9])
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 from a2acc.model.workloads import EpLayout, Workload, rank_routing
@@ -101,34 +92,11 @@ dist.destroy_process_group()
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run(world: int, topo: str, args: argparse.Namespace, tmp: str) -> list[list[dict]]:
-    script = os.path.join(tmp, "worker.py")
-    Path(script).write_text(WORKER)
-    if topo == "2x2":
-        topo = os.path.join(tmp, "2x2.yaml")
-        Path(topo).write_text(TWO_BY_TWO)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("A2ACC_")}
-    env.update(A2ACC_JIT="1", A2ACC_TOPOLOGY=topo, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    port = _port()
-    outs = [os.path.join(tmp, f"r{world}-{r}.json") for r in range(world)]
+    env = gloo_job.environment(A2ACC_TOPOLOGY=gloo_job.topology(topo, tmp))
     cache = os.path.join(tmp, f"cache{world}")
     tail = [",".join(args.workloads), cache, str(args.row_bytes), str(args.tokens)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, script, str(r), str(world), str(port), str(args.steps), outs[r], *tail], env=env
-        )
-        for r in range(world)
-    ]
-    for p in procs:
-        if p.wait() != 0:
-            raise SystemExit(f"a worker of the {world}-process run failed (exit {p.returncode})")
-    return [json.loads(Path(o).read_text()) for o in outs]
+    return gloo_job.run(WORKER, world, env, [str(args.steps), *tail], tmp)
 
 
 def _ratio(a: list[float], b: list[float]) -> float:

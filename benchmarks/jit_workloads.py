@@ -34,26 +34,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import gloo_job  # starting the local Gloo processes (benchmarks/gloo_job.py)
 from moe_workloads import WORKLOADS  # the workloads the workers draw (benchmarks/moe_workloads.py)
 
 # per process count: one server (what that many local processes are) and two servers (FAST's inter-server
 # balancing and relays exercised: more steps and more bytes than the stock call on a network without tiers)
 TOPOLOGIES = {4: ("alps:1", "2x2"), 8: ("dgx-h100:1", "alps:2")}
-TWO_BY_TWO = """version: 1
-name: 2x2
-servers: 2
-gpus_per_server: 2
-intra: {fabric: switch, bandwidth: 150, latency: 0.7}
-inter: {nics_per_server: 2, bandwidth: 25, latency: 2.0}
-"""
 
 WORKER = r"""
 import dataclasses, json, os, sys, time
@@ -61,13 +52,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-rank, world, port, calls, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rank, world, port, out, calls = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 workloads, dtypes, cache_root = sys.argv[6].split(","), sys.argv[7].split(","), sys.argv[8]
 announce = sys.argv[9] == "1"
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 import a2acc.runtime
 from a2acc.runtime import stats, torch_patch
 from a2acc.runtime.settings import JitSettings
+import gloo_job  # starting the local Gloo processes (benchmarks/gloo_job.py)
 from moe_workloads import WORKLOADS, rows_of  # benchmarks/ is on PYTHONPATH (_launch)
 
 stock = torch_patch._STATE["original"]
@@ -118,59 +110,18 @@ dist.destroy_process_group()
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _launch(world: int, topo: str, args: argparse.Namespace, tmp: str) -> list[list[dict]]:
-    script = os.path.join(tmp, "worker.py")
-    Path(script).write_text(WORKER)
-    if topo == "2x2":
-        topo = os.path.join(tmp, "2x2.yaml")
-        Path(topo).write_text(TWO_BY_TWO)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("A2ACC_")}
-    env.update(
-        A2ACC_JIT="1",
-        A2ACC_TOPOLOGY=topo,
+    env = gloo_job.environment(
+        A2ACC_TOPOLOGY=gloo_job.topology(topo, tmp),
         A2ACC_EXECUTOR=args.executor,
         A2ACC_EXECUTOR_OPTS=args.executor_opts,
         A2ACC_BUCKETS=args.buckets,
         A2ACC_ALGORITHM=args.algorithm,
         A2ACC_TUNE=args.tune,
-        OMP_NUM_THREADS="1",
-        PYTHONWARNINGS="ignore",
-        PYTHONPATH=os.pathsep.join(
-            filter(None, [str(Path(__file__).resolve().parent), env.get("PYTHONPATH")])
-        ),
     )
-    port = _port()
-    outs = [os.path.join(tmp, f"r{world}-{r}.json") for r in range(world)]
     cache = os.path.join(tmp, f"cache{world}-{topo.replace(os.sep, '_')}")
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                script,
-                str(r),
-                str(world),
-                str(port),
-                str(args.calls),
-                outs[r],
-                ",".join(args.workloads),
-                ",".join(args.dtypes),
-                cache,
-                "1" if args.announce else "0",
-            ],
-            env=env,
-        )
-        for r in range(world)
-    ]
-    for p in procs:
-        if p.wait() != 0:
-            raise SystemExit(f"a worker of the {world}-process run failed (exit {p.returncode})")
-    return [json.loads(Path(o).read_text()) for o in outs]
+    tail = [",".join(args.workloads), ",".join(args.dtypes), cache, "1" if args.announce else "0"]
+    return gloo_job.run(WORKER, world, env, [str(args.calls), *tail], tmp)
 
 
 def _ms(xs: list[float]) -> str:
