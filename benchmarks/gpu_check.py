@@ -295,6 +295,17 @@ def check_direct(device: Any) -> str:
     return "ok" if ok else "FAIL (bytes)"
 
 
+def device_counts(rows: np.ndarray, device: Any) -> list[tuple[Any, Any]]:
+    """Each rank's split sizes of the call ``rows`` (rows per pair) as the device tensors a fixed-capacity
+    binding takes: (what it sends to each peer, what it receives from each)."""
+    import torch
+
+    n = len(rows)
+    return [
+        (torch.as_tensor(rows[r]).to(device), torch.as_tensor(rows[:, r].copy()).to(device)) for r in range(n)
+    ]
+
+
 def capacity_bindings(world: World, n: int, cap: np.ndarray, overflow: str) -> list[Any]:
     """Fixed-capacity bindings of every rank, planned as the engine plans them."""
     from math import lcm
@@ -335,9 +346,7 @@ def check_capacity(device: Any) -> str:
         for r, k in enumerate(n_in)
     ]
     ys = [torch.full((int(rows[:, r].sum()), 4), -1.0, device=device) for r in range(n)]
-    cs = [
-        (torch.as_tensor(rows[r]).to(device), torch.as_tensor(rows[:, r].copy()).to(device)) for r in range(n)
-    ]
+    cs = device_counts(rows, device)
     world.run(lambda r: binds[r](ys[r], xs[r], *cs[r]))
     fit = np.minimum(rows, cap)
     for r in range(n):
@@ -398,10 +407,7 @@ def check_static(device: Any) -> str:
         rows = rng.integers(0, 9 * scale, size=(n, n))
         xs = [torch.zeros(int(cap[r].sum()) + 10, 4, device=device) for r in range(n)]
         ys = [torch.zeros(int(cap[:, r].sum()) + 10, 4, device=device) for r in range(n)]
-        cs = [
-            (torch.as_tensor(rows[r]).to(device), torch.as_tensor(rows[:, r].copy()).to(device))
-            for r in range(n)
-        ]
+        cs = device_counts(rows, device)
         world.run(lambda r: binds[r](ys[r], xs[r], *cs[r]))  # warm-up: what precedes a capture
 
         def traced(r: int) -> list[Any]:
