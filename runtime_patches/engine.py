@@ -680,18 +680,16 @@ class Engine:
         bucket = g.index.lookup(rows * call.row_bytes, align=call.row_bytes)
         self.stats.bucket_hits += int(bucket.hit)
         algorithm = self.settings.algorithm
-        alt = -1
-        if g.tuner.on and bucket.key not in g.table.number:
-            # a new bucket: its direct plan first (it compiles in milliseconds, and jobs settle in order), so
-            # that it serves while the planner's plan compiles (see _quick)
+        j = g.table.number.get(bucket.key, -1)
+        trial = g.tuner.on and j not in g.tuner.trials  # a new bucket, measured against its direct plan
+        if trial:
+            # its direct plan first (it compiles in milliseconds, and jobs settle in order), so that it serves
+            # while the planner's plan compiles (see _quick)
             key = g.index.key_for(bucket, ALTERNATIVE)
             now = g.world <= QUICK_WORLD
             alt = g.table.job(key, lambda: self._submit(g, bucket, key, ALTERNATIVE, now=now))
         j = g.table.job(bucket.key, lambda: self._submit(g, bucket, bucket.key, algorithm))
-        if g.tuner.on and j not in g.tuner.trials:
-            if alt < 0:
-                key = g.index.key_for(bucket, ALTERNATIVE)
-                alt = g.table.job(key, lambda: self._submit(g, bucket, key, ALTERNATIVE))
+        if trial:
             g.tuner.trials[j] = Trial(alt)
         m.bucket, m.job = bucket, j
         return bucket, j
