@@ -10,8 +10,8 @@ after a barrier, and the two outputs are compared byte for byte. The call's time
 
 Workloads: ``benchmarks/moe_workloads.py`` (balanced, Zipf 0.8, rotating and jumping hot expert, bursts, and one
 MoE layer's dispatch and combine alternating; rows per (source, expert) pair drawn per call, every source routing
-``256 x N`` tokens of ``hidden`` elements, about 1 MiB per peer; seeded, identical on every rank and in
-``jit_online.py``). The engine runs with its defaults, ``A2ACC_EXCHANGE=adaptive`` included: "calls without the
+``256 x N`` tokens of ``hidden`` elements, about 1 MiB per peer with 4 KiB rows (``--row-bytes``); seeded,
+identical on every rank and in ``jit_online.py``). The engine runs with its defaults, ``A2ACC_EXCHANGE=adaptive`` included: "calls without the
 exchange" counts the calls a period back predicted (and, with ``--announce``, the announced ones); and
 ``A2ACC_TUNE=measure`` (``--tune off`` to run the planner's plans only): ``ran`` gives the served calls per planner
 whose plan ran them (the bucket's first calls alternate between the planner's and the direct plan), ``kept`` what
@@ -55,6 +55,7 @@ import torch.distributed as dist
 rank, world, port, out, calls = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 workloads, dtypes, cache_root = sys.argv[6].split(","), sys.argv[7].split(","), sys.argv[8]
 announce = sys.argv[9] == "1"
+row_bytes = int(sys.argv[10])
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 import a2acc.runtime
 from a2acc.runtime import stats, torch_patch
@@ -69,7 +70,7 @@ BYTES_PER_PEER = 1 << 20
 results = []
 for dtype_name in dtypes:
     dtype = getattr(torch, dtype_name)
-    hidden = 4096 // torch.empty(0, dtype=dtype).element_size()  # rows of 4 KiB: 256 rows per 1 MiB
+    hidden = row_bytes // torch.empty(0, dtype=dtype).element_size()  # 4 KiB rows: 256 rows per 1 MiB
     tokens = 256 * world
     for name in workloads:
         torch_patch.uninstall()
@@ -120,7 +121,13 @@ def _launch(world: int, topo: str, args: argparse.Namespace, tmp: str) -> list[l
         A2ACC_TUNE=args.tune,
     )
     cache = os.path.join(tmp, f"cache{world}-{topo.replace(os.sep, '_')}")
-    tail = [",".join(args.workloads), ",".join(args.dtypes), cache, "1" if args.announce else "0"]
+    tail = [
+        ",".join(args.workloads),
+        ",".join(args.dtypes),
+        cache,
+        "1" if args.announce else "0",
+        str(args.row_bytes),
+    ]
     return gloo_job.run(WORKER, world, env, [str(args.calls), *tail], tmp)
 
 
@@ -260,6 +267,14 @@ def main() -> None:
         default=[],
         metavar="PROCS=SPEC",
         help="A2ACC_TOPOLOGY for a process count (repeatable; default 4=alps:1, 4=2x2, 8=dgx-h100:1, 8=alps:2)",
+    )
+    ap.add_argument(
+        "--row-bytes",
+        type=int,
+        default=4096,
+        help="bytes per routed row (default 4096: about 1 MiB per peer; 256 rows per source and peer on "
+        "average); smaller for many processes on one machine (64 processes: 256, 64 KiB per peer, 4 MiB per "
+        "rank, above the JIT's 512 KiB threshold)",
     )
     ap.add_argument("--python-time", action="store_true", help="also the process CPU per served call")
     ap.add_argument(

@@ -43,7 +43,14 @@ import numpy.typing as npt
 from a2acc.analysis.fastsim import DEFAULT_TOLERANCE, run_events
 from a2acc.analysis.incast import IncastModel
 from a2acc.analysis.model import SimModel
-from a2acc.analysis.simulate import Setup, link_capacity, pair_routes, resolve_model, routes_by_pair
+from a2acc.analysis.simulate import (
+    PAIR_TABLE_MAX_RANKS,
+    Setup,
+    link_capacity,
+    pair_routes,
+    resolve_model,
+    routes_by_pair,
+)
 from a2acc.errors import InternalError
 from a2acc.ir import Program
 from a2acc.model.topology import Topology
@@ -80,6 +87,32 @@ def estimate(
     _start, end, _episodes = run_events(st, solo, grp, rate, DEFAULT_TOLERANCE, native=native)
     makespan = float(np.nanmax(end))
     return makespan if makespan <= above else math.inf
+
+
+def link_bound(prog: Program, topo: Topology, model: SimModel | None = None) -> float:
+    """A floor under ``prog``'s simulated time (seconds): its most loaded binding link's bytes over that link's
+    capacity under ``model`` (goodput applied; incast, latencies and step costs only add). The simulator shares
+    every link max-min fairly and never serves more than its capacity, so no run of the Program ends sooner.
+
+    The estimate's processor-sharing queues are per link *and stage*, so an estimate can fall below this floor
+    where two stages' ops share a link at once; a search that skips a candidate whose floor is past its best so
+    far skips only what would have won by that optimism (:func:`a2acc.planners.fast.search.choose`). The floor
+    depends on the ops alone, not on their dependencies: every shape of one plan has the same. 0.0 past the
+    tabulated rank count (:data:`a2acc.analysis.simulate.PAIR_TABLE_MAX_RANKS`): no floor known."""
+    if not len(prog.table) or topo.nranks > PAIR_TABLE_MAX_RANKS:
+        return 0.0
+    if prog.nranks != topo.nranks:
+        routes_by_pair(prog, topo)  # the simulator's refusal, said the same way
+    mdl = resolve_model(topo, model, None)
+    pr = pair_routes(topo)
+    cap = np.append(link_capacity(pr.raw_cap, pr.eff_class, mdl), np.inf)
+    t = prog.table
+    bind = pr.bind[
+        np.asarray(t.src_rank, dtype=np.int64) * pr.nranks + np.asarray(t.dst_rank, dtype=np.int64)
+    ]
+    size = np.asarray(t.cnt, dtype=np.float64) * float(prog.unit_bytes)
+    load = np.bincount(bind.ravel(), weights=np.repeat(size, bind.shape[1]), minlength=len(cap))
+    return float(np.max(load / cap))
 
 
 def _queues(

@@ -35,10 +35,13 @@ class ProgramBuilder:
         traffic: npt.NDArray[np.int64] | None = None,
         *,
         topology: Topology | None = None,
+        layout: ChunkLayout | None = None,
     ) -> None:
+        """``layout``: ``counts``' chunk layout when the caller has it already (a search that builds several
+        Programs of one request computes its offsets once)."""
         self.name = name
         self.algorithm = algorithm
-        self.layout = ChunkLayout.of(counts)
+        self.layout = layout if layout is not None else ChunkLayout.of(counts)
         self.counts = self.layout.counts
         self.nranks = self.layout.nranks
         self.unit_bytes = int(unit_bytes)

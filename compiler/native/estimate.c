@@ -177,9 +177,12 @@ static void advance(est_t *s, i64 g, double *t_ev) {
     if (*t_ev < s->g_t[g]) *t_ev = s->g_t[g];
     if (s->g_n[g]) {
         s->g_v[g] += (*t_ev - s->g_t[g]) * s->g_rate[g] / (double)s->g_n[g];
-        if (s->left) s->left[g] -= *t_ev - s->g_t[g]; /* busy since g_t: that much of its work is served */
+        /* busy since g_t: that much of its work is served, so g_t + left stays (up to rounding, far below
+         * the bound's margin) and its entry in ``most`` with it */
+        if (s->left) s->left[g] -= *t_ev - s->g_t[g];
+    } else if (s->left && *t_ev != s->g_t[g]) {
+        set_key(&s->most, -(*t_ev + s->left[g]), g); /* idle since g_t: its work starts no sooner than now */
     }
-    if (s->left && *t_ev != s->g_t[g]) set_key(&s->most, -(*t_ev + s->left[g]), g);
     s->g_t[g] = *t_ev;
 }
 

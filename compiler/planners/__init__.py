@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from a2acc.defaults import DEFAULT_ALGORITHM as DEFAULT_ALGORITHM
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from a2acc.analysis.model import SimModel
+    from a2acc.ir.layout import ChunkLayout
     from a2acc.ir.program import Program
     from a2acc.model.topology import Topology
 
@@ -53,6 +55,13 @@ class PlanRequest:
     @property
     def nranks(self) -> int:
         return int(self.counts.shape[0])
+
+    @cached_property
+    def layout(self) -> ChunkLayout:
+        """``counts``' chunk layout, computed once per request (a search builds many Programs of one)."""
+        from a2acc.ir.layout import ChunkLayout as Layout
+
+        return Layout.of(self.counts)
 
 
 PlannerFn = Callable[[PlanRequest], "Program"]

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from a2acc import plan
-from a2acc.analysis.estimate import estimate
+from a2acc.analysis.estimate import estimate, link_bound
 from a2acc.analysis.fastsim import simulate_fast
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.analysis.simulate import routes, routes_by_pair
@@ -73,6 +73,39 @@ def test_compiled_estimate_gives_the_reference_floats_on_random_dags(prog, alpha
     full = _both(prog, topo, model)
     bounded = _both(prog, topo, model, above=full * fraction)
     assert bounded == (full if full <= full * fraction else math.inf)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prog=random_programs(),
+    alpha=st.sampled_from([0.0, 10.0]),
+    stage=st.sampled_from([0.0, 100.0]),
+    incast=st.booleans(),
+)
+def test_the_link_floor_is_never_above_the_simulated_time(prog, alpha, stage, incast):
+    """The floor a search skips a plan's shapes by is a floor under the simulator: arbitrary DAGs, with and
+    without incast, per-message and per-stage costs."""
+    gpus = 2 if prog.nranks % 2 == 0 else 1
+    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    model = _model(alpha, stage, 1 * MiB, 0.95, incast, 1 * MiB)
+    floor = link_bound(prog, topo, model)
+    assert 0.0 <= floor <= simulate_fast(prog, topo, model=model).makespan_s * (1 + 1e-9)
+
+
+def test_the_link_floor_is_the_busiest_links_time():
+    """One transfer across servers: the floor is its bytes over its slowest link (the NIC, after goodput), what
+    the simulator takes less the latencies; the ops' dependencies do not change it."""
+    topo = load_topology("dgx-h100", 2)
+    model = default_model(topo)
+    ops = (Op(0, 0, 0, 0, 8, 1, 0, 64, (), 1), Op(1, 0, 0, 64, 8, 1, 64, 64, (0,), 2))
+    prog = Program("pair", "test", 16, 1 << 20, np.ones((16, 16), np.int64), (0,) * 16, ops)
+    alone = Program("pair", "test", 16, 1 << 20, np.ones((16, 16), np.int64), (0,) * 16, ops[:1])
+    sim = simulate_fast(prog, topo, model=model).makespan_s
+    floor = link_bound(prog, topo, model)
+    assert floor == pytest.approx(2 * link_bound(alone, topo, model), rel=1e-12)
+    assert floor <= sim and sim - floor < 1e-3 * sim + 50e-6  # latencies and step costs only
+    unchained = Program("pair", "test", 16, 1 << 20, prog.counts, (0,) * 16, (ops[0], ops[1]._replace(deps=())))
+    assert link_bound(unchained, topo, model) == floor
 
 
 def test_an_op_alone_on_its_links_is_timed_exactly():

@@ -261,7 +261,7 @@ def test_the_search_lets_the_model_decide_intra_server_balancing():
     cands = prog.meta["candidates_us"]
     flips = {k.split("+balance=")[1].split("+")[0] for k in cands if "+balance=" in k}
     assert flips and flips <= {"always", "never"}
-    assert cands[prog.meta["shape"]] == min(cands.values())
+    assert cands[prog.meta["shape"]] == min(t for t in cands.values() if t is not None)
     for flip in flips:  # the other choice's shapes, every one
         assert f"grouped:1+balance={flip}" in cands and f"staged+balance={flip}" in cands
     fixed = plan(topo, m, "fast", balance="always")  # a fixed choice is the user's: no other
@@ -329,3 +329,34 @@ def test_how_the_search_ranks_follows_the_fabric():
     assert set(sim) == {k for k, t in est.items() if t is not None and t <= best * (1 + CONFIRM)}
     assert sim[prog.meta["shape"]] == min(sim.values()) == prog.meta["ranked_us"]
     assert simulate_fast(prog, topo).time_s * 1e6 == pytest.approx(prog.meta["ranked_us"], rel=1e-6)
+
+
+@pytest.mark.parametrize(("preset", "servers", "kind"), [("dgx-h100", 4, "zipf"), ("mi300x", 2, "moe")])
+def test_a_plan_whose_link_floor_is_past_the_best_is_not_built(preset, servers, kind, monkeypatch):
+    """Every shape of one plan has the same ops, so the same floor under the simulator (its busiest link's
+    time); once the best so far is below it, none of the plan's other shapes is built or ranked. Ranked by
+    the simulator that is exact: the same pick, at the same time, as ranking every shape."""
+    from a2acc.planners import forget
+    from a2acc.planners.fast import search
+
+    topo = load_topology(preset, servers)
+    m = generate(kind, topo.nranks, 256 << 20, 2, skew=0.8)
+    forget()
+    built: list[str] = []
+    shape = search.emit.shape
+    monkeypatch.setattr(search.emit, "shape", lambda *a, **k: built.append("x") or shape(*a, **k))
+    floored = plan(topo, m, "fast", rank="simulate")
+    n_floored = len(built)
+    cands = floored.meta["candidates_us"]
+    skipped = [k for k, t in cands.items() if t is None]
+    assert skipped, cands  # the direct step and the other balancing choice's plan are past the floor here
+    monkeypatch.setattr(search, "link_bound", lambda *a, **k: 0.0)  # no floor: every shape ranked
+    forget()  # planned again, not remembered
+    built.clear()
+    every = plan(topo, m, "fast", rank="simulate")
+    assert len(built) > n_floored
+    assert all(t is not None for t in every.meta["candidates_us"].values())
+    assert every.meta["shape"] == floored.meta["shape"]
+    assert every.meta["ranked_us"] == floored.meta["ranked_us"]
+    for k in skipped:  # what the floor skipped was slower than the pick
+        assert every.meta["candidates_us"][k] > floored.meta["ranked_us"]

@@ -9,6 +9,7 @@ reference (``native=False``) and build byte-identical Programs (``tests/planners
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -79,6 +80,21 @@ class Prepared:
     steps: list[Step]
     tail: bool
 
+    @cached_property
+    def nic_group(self) -> list[list[int]]:
+        """Per rank, the GPUs stepping with it (:func:`_nic_groups`): once per plan, not per shape."""
+        return _nic_groups(self.req)
+
+    @cached_property
+    def step_arrays(self) -> tuple[_I64, _I64, _I64, _I64]:
+        """The steps' permutations and caps and the NIC groups (CSR) as the compiled core takes them."""
+        perms = np.array([st.perm for st in self.steps], dtype=np.int64).reshape(-1)
+        caps = np.array([st.caps for st in self.steps], dtype=np.int64).reshape(-1)
+        gptr = np.zeros(self.req.nranks + 1, np.int64)
+        np.cumsum([len(g) for g in self.nic_group], out=gptr[1:])
+        groups = np.array([x for g in self.nic_group for x in g], dtype=np.int64)
+        return perms, caps, gptr, groups
+
 
 def prepare(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Prepared:
     """The stage plan, balancing and network steps of ``req`` under ``opts`` (:class:`Prepared`)."""
@@ -115,7 +131,9 @@ def prepare(req: PlanRequest, opts: Options, *, native: bool | None = None) -> P
 def _builder(req: PlanRequest) -> ProgramBuilder:
     topo = req.topology
     name = f"fast-{topo.servers}x{topo.gpus_per_server}"
-    return ProgramBuilder(name, "fast", req.counts, req.unit_bytes, req.traffic, topology=topo)
+    return ProgramBuilder(
+        name, "fast", req.counts, req.unit_bytes, req.traffic, topology=topo, layout=req.layout
+    )
 
 
 def shape(prep: Prepared, groups: int | None = None, split: bool = False) -> Program:
@@ -129,7 +147,7 @@ def shape(prep: Prepared, groups: int | None = None, split: bool = False) -> Pro
         bal = _balance(b, req.counts, prep.balanced, prep.server, n, m, use_native=False, tail=prep.tail)
     # ---- 3. stage transfers + pipelined redistribution, steps grouped as asked
     ends = group_ends(prep.steps, groups)
-    real_stages = _emit_steps(b, bal, prep.steps, ends, _nic_groups(req), n, m, split)
+    real_stages = _emit_steps(b, bal, prep, ends, n, m, split)
     kuhn_stages = None
     if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
         kuhn = opts.birkhoff == "kuhn"
@@ -241,19 +259,18 @@ def _nic_groups(req: PlanRequest) -> list[list[int]]:
 def _emit_steps(
     b: ProgramBuilder,
     bal: _Balanced,
-    steps: list[Step],
+    plan: Prepared,
     ends: list[bool],
-    nic_group: list[list[int]],
     n: int,
     m: int,
     split: bool,
 ) -> int:
-    """Emit the stage transfers and the pipelined redistribution of ``steps`` (grouped where ``ends`` says) with
-    the path :func:`_balance` took; returns the number of communication stages."""
+    """Emit the stage transfers and the pipelined redistribution of the plan's steps (grouped where ``ends``
+    says) with the path :func:`_balance` took; returns the number of communication stages."""
     if bal.prep is not None:
-        real_stages, leftovers = _steps_native(b, bal.prep, steps, ends, nic_group, n, m, split)
+        real_stages, leftovers = _steps_native(b, bal.prep, plan.step_arrays, ends, n, m, split)
     else:
-        real_stages, leftovers = _steps_py(b, bal.bundles, steps, ends, nic_group, n, m, split)
+        real_stages, leftovers = _steps_py(b, bal.bundles, plan.steps, ends, plan.nic_group, n, m, split)
     if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
         raise InternalError(f"fast: {leftovers} pieces were not scheduled")
     return real_stages
@@ -313,22 +330,18 @@ def _prepare_native(
 def _steps_native(
     b: ProgramBuilder,
     prep: _Prepared,
-    steps: list[Step],
+    arrays: tuple[_I64, _I64, _I64, _I64],
     ends: list[bool],
-    nic_group: list[list[int]],
     n: int,
     m: int,
     split: bool,
 ) -> tuple[int, int]:
     """The network steps in C (:func:`_steps_py` is the reference); adds the prepared ops and the steps' ops
-    to ``b`` in one block. Returns (groups that sent data, pieces left unscheduled)."""
+    to ``b`` in one block. ``arrays``: :attr:`Prepared.step_arrays`. Returns (groups that sent data, pieces
+    left unscheduled)."""
     assert _native_emit is not None
     n_ranks = n * m
-    perms = np.array([st.perm for st in steps], dtype=np.int64).reshape(-1)
-    caps = np.array([st.caps for st in steps], dtype=np.int64).reshape(-1)
-    gptr = np.zeros(n_ranks + 1, np.int64)
-    np.cumsum([len(g) for g in nic_group], out=gptr[1:])
-    groups = np.array([x for g in nic_group for x in g], dtype=np.int64)
+    perms, caps, gptr, groups = arrays
     (raw, ndeps, ids), scratch, real, left = _native_emit.fast_steps(
         prep.pieces,
         prep.queue_ptr,

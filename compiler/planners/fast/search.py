@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from a2acc.analysis.estimate import estimate
+from a2acc.analysis.estimate import estimate, link_bound
 from a2acc.analysis.fastsim import simulate_fast
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.ir import Program, ProgramBuilder
@@ -65,6 +65,7 @@ def direct(req: PlanRequest) -> Program:
         req.unit_bytes,
         req.traffic,
         topology=topo,
+        layout=req.layout,
     )
     add_direct(b, req.counts)
     b.meta.update({"stages": 1, "shape": "direct"})
@@ -90,13 +91,24 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     times: dict[str, float] = {}
     progs: dict[str, Program] = {}
     over: dict[str, str] = {}  # candidates past the target's peer limit, and why: never chosen
+    floors: dict[str, float] = {}  # per plan (its shapes share the ops): the simulator's floor, link_bound
     for label, make in todo:
+        plan = _plan_of(label)
+        past = min(times.values(), default=math.inf) * slack * (1.0 + 1e-9)
+        if floors.get(plan, 0.0) > past:  # no shape of this plan can beat the best so far: none is built
+            times[label] = math.inf
+            continue
         prog = make()
         why = over_peer_limit(prog, req.max_peers)
         if why is not None:
             over[label] = why
             continue
         progs[label] = prog
+        if plan not in floors:
+            floors[plan] = link_bound(prog, req.topology, model)
+            if floors[plan] > past:
+                times[label] = math.inf
+                continue
         if by == "simulate":
             times[label] = simulate_fast(prog, req.topology, model=model).time_s
         else:
@@ -116,7 +128,8 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     meta.update(
         {
             "shape": best,
-            # a candidate the bound stopped (slower than the best so far, or past the shortlist) is null
+            # a candidate the bound stopped (slower than the best so far, or past the shortlist) is null, as is
+            # one of a plan whose link floor is past the best so far (not built)
             "candidates_us": {k: round(t * 1e6, 3) if math.isfinite(t) else None for k, t in times.items()},
             "chosen_by": f"fastest of {len(times)} shapes, "
             + {
@@ -227,6 +240,14 @@ def _shapes(
 
 def _grouped(prep: emit.Prepared, groups: int, split: bool) -> Make:
     return lambda: emit.shape(prep, groups, split)
+
+
+def _plan_of(label: str) -> str:
+    """The plan a candidate is a shape of (its shapes have the same ops, so the same link floor): the direct
+    step, or the balancing choice in its label (the request's own: "")."""
+    if label == "direct":
+        return label
+    return next((part for part in label.split("+") if part.startswith("balance=")), "")
 
 
 def _tie_rank(label: str) -> int:
