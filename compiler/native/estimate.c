@@ -317,7 +317,7 @@ static int run(const args_t *A, double *makespan) {
     Py_ssize_t n = A->n, k = A->k, nl = A->nl, m = A->m;
     int status = -1;
     i64 *succ_ptr = calloc((size_t)n + 1, sizeof(i64)), *succ_ids = malloc(sizeof(i64) * (size_t)(m ? m : 1));
-    i64 *owner = malloc(sizeof(i64) * (size_t)(m ? m : 1)), *fillp = malloc(sizeof(i64) * (size_t)n);
+    i64 *slot = malloc(sizeof(i64) * (size_t)n), *fillp = malloc(sizeof(i64) * (size_t)n);
     double *size = malloc(sizeof(double) * (size_t)n), *lat = malloc(sizeof(double) * (size_t)n);
     double *delay = calloc((size_t)(m ? m : 1), sizeof(double)), *msg = calloc((size_t)n, sizeof(double));
     unsigned char *sync = calloc((size_t)n, 1), *solo = malloc((size_t)n);
@@ -330,19 +330,14 @@ static int run(const args_t *A, double *makespan) {
     double *htot = NULL;
     est_t S;
     memset(&S, 0, sizeof(S));
-    if (!succ_ptr || !succ_ids || !owner || !fillp || !size || !lat || !delay || !msg || !sync || !solo || !load ||
+    if (!succ_ptr || !succ_ids || !slot || !fillp || !size || !lat || !delay || !msg || !sync || !solo || !load ||
         !eff || !rate || !solo_time || !qkey || !grp || !ukey)
         goto out;
-    /* 1. successors: a counting sort of the edges by dependency, ops ascending within (a stable sort) */
+    /* 1. successors: a counting sort of the edges by dependency, ops ascending within (a stable sort); counted
+     * here, placed with their delays after step 3 */
     for (Py_ssize_t e = 0; e < m; e++) succ_ptr[A->dep_ids[e] + 1]++;
     for (Py_ssize_t i = 0; i < n; i++) succ_ptr[i + 1] += succ_ptr[i];
-    memcpy(fillp, succ_ptr, sizeof(i64) * (size_t)n);
-    for (Py_ssize_t i = 0; i < n; i++)
-        for (i64 e = A->dep_ptr[i]; e < A->dep_ptr[i + 1]; e++) {
-            i64 d = A->dep_ids[e];
-            succ_ids[fillp[d]] = i;
-            owner[fillp[d]++] = d;
-        }
+    int delays = 0; /* whether the edges carry delays (steps 2-3 found synchronised ops) */
     /* per op: bytes, latency */
     for (Py_ssize_t i = 0; i < n; i++) {
         i64 pair = A->src[i] * A->nranks + A->dst[i];
@@ -378,8 +373,8 @@ static int run(const args_t *A, double *makespan) {
                 if (prev >= 0 && A->src[prev] == A->src[i] && A->dst[prev] == A->dst[i] &&
                     A->dep_ptr[prev + 1] - A->dep_ptr[prev] == nd &&
                     !memcmp(A->dep_ids + A->dep_ptr[prev], A->dep_ids + A->dep_ptr[i], sizeof(i64) * (size_t)nd)) {
-                    htot[fillp[prev]] += (double)A->cnt[i]; /* the same message */
-                    fillp[i] = fillp[prev];
+                    htot[slot[prev]] += (double)A->cnt[i]; /* the same message */
+                    slot[i] = slot[prev];
                     prev = i;
                     continue;
                 }
@@ -402,14 +397,14 @@ static int run(const args_t *A, double *makespan) {
                     h = (h + 1) & (hc - 1);
                 }
                 htot[h] += (double)A->cnt[i]; /* in op order, as np.bincount adds */
-                fillp[i] = h;
+                slot[i] = h;
             }
             /* scratch until step 4: solo_time holds each op's fill time, rate its rendezvous */
             for (Py_ssize_t i = 0; i < n; i++) {
                 rate[i] = 0.0;
                 solo_time[i] = 0.0;
                 if (!sync[i]) continue;
-                msg[i] = htot[fillp[i]] * A->unit;
+                msg[i] = htot[slot[i]] * A->unit;
                 if (A->fill_bytes > 0) {
                     const i64 *b = A->pbind + (A->src[i] * A->nranks + A->dst[i]) * k;
                     double r = b[0] < nl ? A->cap[b[0]] : INFINITY;
@@ -421,13 +416,18 @@ static int run(const args_t *A, double *makespan) {
                 }
                 rate[i] = A->stage_s * (msg[i] > A->eager ? 1.0 : 0.0);
             }
-            for (Py_ssize_t e = 0; e < m; e++) {
-                i64 o = owner[e], x = succ_ids[e];
-                int side = A->src[o] == A->src[x] || A->dst[o] == A->src[x];
-                delay[e] = side ? solo_time[x] : rate[x];
-            }
+            delays = 1;
         }
     }
+    /* the successors placed, each edge with its delay (Routes.step_delays: the fill on the sender's side, the
+     * rendezvous on the receiver's), read in op order: one pass over the dependency lists */
+    memcpy(fillp, succ_ptr, sizeof(i64) * (size_t)n);
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (i64 e = A->dep_ptr[i]; e < A->dep_ptr[i + 1]; e++) {
+            i64 d = A->dep_ids[e], at = fillp[d]++;
+            succ_ids[at] = i;
+            if (delays) delay[at] = A->src[d] == A->src[i] || A->dst[d] == A->src[i] ? solo_time[i] : rate[i];
+        }
     /* 4. queues: incast goodput per receive link and stage, then each op's bottleneck link */
     i64 stages = 1;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -624,7 +624,7 @@ static int run(const args_t *A, double *makespan) {
         status = 0;
     }
 out:
-    free(succ_ptr); free(succ_ids); free(owner); free(fillp); free(size); free(lat); free(delay); free(msg);
+    free(succ_ptr); free(succ_ids); free(slot); free(fillp); free(size); free(lat); free(delay); free(msg);
     free(sync); free(solo); free(load); free(eff); free(rate); free(solo_time); free(qkey); free(grp); free(ukey);
     free(hkey); free(hslot); free(htot);
     free(S.missing); free(S.ready); free(S.end); free(S.stack_o); free(S.stack_t); free(S.act.v);
