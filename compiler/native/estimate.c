@@ -96,9 +96,22 @@ static void push(heap_t *h, double t, i64 x) {
     sift_up(h, h->n++, e);
 }
 
+/* the top removed: its hole walks down the smaller children to a leaf, and the last entry climbs from there
+ * (Floyd's variant: the last entry mostly belongs near the bottom, so this spares a comparison per level) */
 static void pop_top(heap_t *h) {
     if (h->pos) h->pos[h->v[0].x] = -1;
-    if (--h->n > 0) sift_down(h, 0, h->v[h->n]);
+    Py_ssize_t n = --h->n, i = 0;
+    if (n <= 0) return;
+    for (;;) {
+        Py_ssize_t c = ARITY * i + 1, end = c + ARITY < n ? c + ARITY : n;
+        if (c >= n) break;
+        for (Py_ssize_t d = c + 1; d < end; d++)
+            if (LESS(h->v[d], h->v[c])) c = d;
+        h->v[i] = h->v[c];
+        if (h->pos) h->pos[h->v[i].x] = i;
+        i = c;
+    }
+    sift_up(h, i, h->v[n]);
 }
 
 /* an indexed heap: x's entry set to t (inserted, or moved up or down) */
