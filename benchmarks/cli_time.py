@@ -3,7 +3,9 @@
 Run: ``.venv/bin/python benchmarks/cli_time.py [--runs 7] [--servers 4] [--algorithms fast,auto]``
 
 - ``a2acc --version`` (and ``a2acc --help``) in a fresh process: the interpreter's start and the parser, built
-  from the registries' lines and a2acc.defaults without numpy or a planner;
+  from the registries' lines and a2acc.defaults without numpy or a planner; with byte-code (an installed
+  package's case: a cache of the run's own, ``PYTHONPYCACHEPREFIX``) and without (every a2acc module compiled
+  at each start, as with ``PYTHONDONTWRITEBYTECODE=1`` and an editable install);
 - ``a2acc compile -t dgx-h100 -n N -m M -a ALG -o DIR`` (RCCL XML, the padding ladder, the written file checked)
   beyond start-up: in one process whose imports are done (a first compile of another matrix), the CPU of the
   command on a new matrix (nothing of it remembered: every plan and simulation is new); and in a fresh process
@@ -29,9 +31,9 @@ import numpy as np
 from a2acc.model.traffic import generate
 
 
-def _child_cpu(argv: list[str], cwd: str) -> float:
+def _child_cpu(argv: list[str], cwd: str, env: dict[str, str] | None = None) -> float:
     t0 = os.times()
-    subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     t1 = os.times()
     return (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system)
 
@@ -54,9 +56,17 @@ def main() -> None:
         f"# load average {os.getloadavg()[0]:.2f}; {args.runs} runs; dgx-h100 {args.servers}x8, Zipf(0.8) 256 MiB/GPU"
     )
     with tempfile.TemporaryDirectory() as d:
+        # with byte-code (what an installed package has: its modules compiled once, kept in a cache of this
+        # run's own) and without it (every a2acc module compiled from source at each start: how this machine's
+        # environment runs, PYTHONDONTWRITEBYTECODE=1, with an editable install)
+        cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        cached["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")
+        uncached = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         for flag in ("--version", "--help"):
-            xs = [_child_cpu([exe, flag], d) for _ in range(args.runs)]
-            print(f"a2acc {flag:9s} (fresh process)        : {_fmt(xs)}")
+            _child_cpu([exe, flag], d, cached)  # the byte-code written
+            for label, env in (("byte-code", cached), ("no byte-code", uncached)):
+                xs = [_child_cpu([exe, flag], d, env) for _ in range(args.runs)]
+                print(f"a2acc {flag:9s} (fresh process, {label:12s}): {_fmt(xs)}")
         for r in range(args.runs + 1):
             np.save(Path(d) / f"m{r}.npy", generate("zipf", n, 256 << 20, r + 1, skew=0.8))
         for alg in args.algorithms.split(","):
