@@ -104,7 +104,9 @@ def test_the_link_floor_is_the_busiest_links_time():
     floor = link_bound(prog, topo, model)
     assert floor == pytest.approx(2 * link_bound(alone, topo, model), rel=1e-12)
     assert floor <= sim and sim - floor < 1e-3 * sim + 50e-6  # latencies and step costs only
-    unchained = Program("pair", "test", 16, 1 << 20, prog.counts, (0,) * 16, (ops[0], ops[1]._replace(deps=())))
+    unchained = Program(
+        "pair", "test", 16, 1 << 20, prog.counts, (0,) * 16, (ops[0], ops[1]._replace(deps=()))
+    )
     assert link_bound(unchained, topo, model) == floor
 
 

@@ -20,6 +20,9 @@ within it; the shapes left out are named in ``meta``.
 **Ranking** (``rank``): ``estimate`` ranks every candidate by :func:`a2acc.analysis.estimate.estimate` - the
 simulator's model with each op served by its bottleneck link in processor sharing, O(ops log ops) - and stops a
 candidate as soon as a bound shows it cannot beat the best so far (``candidates_us`` then holds null for it);
+before that, every shape of one plan has the same ops and so the same floor under the simulator (its busiest
+link's time, :func:`a2acc.analysis.estimate.link_bound`): once a plan's floor is past the best so far, none of
+its other shapes is built (null too; exact when ranked by the simulator);
 ``simulate`` ranks by the simulator itself (:func:`a2acc.analysis.fastsim.simulate_fast`: exact under the model,
 a tenth to half a second a candidate at 8 x 8); ``auto`` (default) is the estimate, but the simulator under a
 model without per-message or per-stage costs (:func:`ranking`). Equal times go to the shape with the fewest
