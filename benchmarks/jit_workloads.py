@@ -285,6 +285,8 @@ def main() -> None:
     )
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
+    if args.row_bytes <= 0 or args.row_bytes % 8:
+        ap.error(f"--row-bytes {args.row_bytes}: a positive multiple of 8 (whole elements of every dtype)")
     chosen: dict[int, list[str]] = {}
     for t in args.topology:
         k, v = t.split("=", 1)

@@ -32,6 +32,11 @@
 #include <string.h>
 
 typedef int64_t i64;
+
+/* dependency edges per op from which ops are grouped into classes (step 1); below it each op is its own */
+#ifndef CLASS_EDGES
+#define CLASS_EDGES 4
+#endif
 typedef uint64_t u64;
 
 /* ------------------------------------------------------------------------------------------- small tools */
@@ -129,11 +134,12 @@ static void set_key(heap_t *h, double t, i64 x) {
 /* ----------------------------------------------------------------------------------------------- state */
 typedef struct {
     Py_ssize_t n;
-    const i64 *grp, *succ_ptr, *succ_ids;
+    const i64 *grp, *succ_ptr, *succ_ids; /* successors per op: classes (below), each edge once */
+    const i64 *cmem_ptr, *cmem;            /* per class its ops, ascending (NULL: each op its own class) */
     const double *size, *lat, *delay, *solo_time;
     const unsigned char *solo;
-    i64 *missing, done;
-    double *ready, *end;
+    i64 *missing, done; /* missing: per class */
+    double *ready, *end; /* ready: per class; end: per op */
     i64 *stack_o;
     double *stack_t;
     heap_t act;              /* activations: (time, op) */
@@ -144,6 +150,21 @@ typedef struct {
     i64 *g_n;
     heap_t *g_fin; /* per queue: (finishing virtual time, op), a plain heap in one shared buffer */
 } est_t;
+
+/* op x's dependencies are done, the last at t_now, the latest with its delay at t_ready: a zero-byte op ends
+ * (its successors next, from the stack), any other is activated */
+static inline void on_ready(est_t *s, i64 x, double t_ready, double t_now, Py_ssize_t *sp) {
+    if (s->solo[x]) {
+        double fin = t_ready + s->lat[x] + s->solo_time[x];
+        s->end[x] = fin;
+        s->done += 1;
+        s->stack_o[*sp] = x;
+        s->stack_t[(*sp)++] = fin;
+    } else {
+        double a = t_ready + s->lat[x];
+        push(&s->act, t_now > a ? t_now : a, x);
+    }
+}
 
 /* reference: fastsim._Dag._finisher */
 static void finish(est_t *s, i64 op, double t_end, double t_now) {
@@ -157,23 +178,15 @@ static void finish(est_t *s, i64 op, double t_end, double t_now) {
         i64 o = s->stack_o[sp];
         double te = s->stack_t[sp];
         for (i64 e = s->succ_ptr[o]; e < s->succ_ptr[o + 1]; e++) {
-            i64 x = s->succ_ids[e];
-            s->missing[x] -= 1;
+            i64 c = s->succ_ids[e];
+            s->missing[c] -= 1;
             double t_e = te + s->delay[e];
-            if (t_e >= s->ready[x]) s->ready[x] = t_e;
-            if (s->missing[x] == 0) {
-                double t_ready = s->ready[x];
-                if (s->solo[x]) {
-                    double fin = t_ready + s->lat[x] + s->solo_time[x];
-                    s->end[x] = fin;
-                    s->done += 1;
-                    s->stack_o[sp] = x;
-                    s->stack_t[sp++] = fin;
-                } else {
-                    double a = t_ready + s->lat[x];
-                    push(&s->act, t_now > a ? t_now : a, x);
-                }
-            }
+            if (t_e >= s->ready[c]) s->ready[c] = t_e;
+            if (s->missing[c] != 0) continue;
+            if (!s->cmem) /* each op its own class */
+                on_ready(s, c, s->ready[c], t_now, &sp);
+            else /* every op of the class: the same dependencies, the same delays */
+                for (i64 j = s->cmem_ptr[c]; j < s->cmem_ptr[c + 1]; j++) on_ready(s, s->cmem[j], s->ready[c], t_now, &sp);
         }
     }
 }
@@ -338,17 +351,77 @@ static int run(const args_t *A, double *makespan) {
     double *rate = malloc(sizeof(double) * (size_t)n), *solo_time = malloc(sizeof(double) * (size_t)n);
     i64 *qkey = malloc(sizeof(i64) * (size_t)n), *grp = malloc(sizeof(i64) * (size_t)n);
     i64 *ukey = malloc(sizeof(i64) * (size_t)n);
+    i64 *cls = malloc(sizeof(i64) * (size_t)n), *crep = malloc(sizeof(i64) * (size_t)n);
+    i64 *cmem_ptr = calloc((size_t)n + 1, sizeof(i64)), *cmem = malloc(sizeof(i64) * (size_t)n);
+    i64 *ctab = NULL;
+    u64 *csig = malloc(sizeof(u64) * (size_t)n); /* per class: its dependencies' signature (below) */
+    Py_ssize_t ncls = 0;
     u64 *hkey = NULL;
     i64 *hslot = NULL;
     double *htot = NULL;
     est_t S;
     memset(&S, 0, sizeof(S));
     if (!succ_ptr || !succ_ids || !slot || !fillp || !size || !lat || !delay || !msg || !sync || !solo || !load ||
-        !eff || !rate || !solo_time || !qkey || !grp || !ukey)
+        !eff || !rate || !solo_time || !qkey || !grp || !ukey || !cls || !crep || !cmem_ptr || !cmem || !csig)
         goto out;
-    /* 1. successors: a counting sort of the edges by dependency, ops ascending within (a stable sort); counted
-     * here, placed with their delays after step 3 */
-    for (Py_ssize_t e = 0; e < m; e++) succ_ptr[A->dep_ids[e] + 1]++;
+    /* 1. classes: the ops of one pair with the same dependency list (the ops of one message, mostly) become
+     * ready at the same time with the same edge delays, so the successors are kept per class, each edge once
+     * (a grouped shape's transfers of one queue all wait for the previous group's sends and receives: at 8 x 8
+     * 170k edges become 57k). Classes are numbered in order of their first op, so a successor list in class
+     * order is in op order too, and the events see the reference's ready times. */
+    if (m < CLASS_EDGES * n) { /* few edges per op: each op its own class (finding classes would cost more) */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            u64 sig = 0;
+            for (i64 e = A->dep_ptr[i]; e < A->dep_ptr[i + 1]; e++) sig += mix64((u64)A->dep_ids[e]);
+            cls[i] = crep[i] = cmem[i] = i;
+            cmem_ptr[i + 1] = i + 1;
+            csig[i] = sig;
+        }
+        ncls = n;
+    } else {
+        Py_ssize_t hc = 16;
+        while (hc < 2 * n) hc *= 2;
+        ctab = malloc(sizeof(i64) * (size_t)hc);
+        if (!ctab) goto out;
+        for (Py_ssize_t h = 0; h < hc; h++) ctab[h] = -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            i64 nd = A->dep_ptr[i + 1] - A->dep_ptr[i];
+            const i64 *di = A->dep_ids + A->dep_ptr[i];
+#define SAME_CLASS(r)                                                                                          \
+    (A->src[r] == A->src[i] && A->dst[r] == A->dst[i] && A->dep_ptr[(r) + 1] - A->dep_ptr[r] == nd &&          \
+     !memcmp(A->dep_ids + A->dep_ptr[r], di, sizeof(i64) * (size_t)nd))
+            if (i > 0 && SAME_CLASS(i - 1)) { /* planners list a queue's ops together */
+                cls[i] = cls[i - 1];
+                continue;
+            }
+            u64 sig = 0;
+            for (i64 e = 0; e < nd; e++) sig += mix64((u64)di[e]);
+            Py_ssize_t h = (Py_ssize_t)(msg_hash(A->src[i], A->dst[i], nd, sig) & (u64)(hc - 1));
+            for (;;) {
+                if (ctab[h] < 0) {
+                    ctab[h] = ncls;
+                    crep[ncls] = i;
+                    csig[ncls] = sig;
+                    cls[i] = ncls++;
+                    break;
+                }
+                if (SAME_CLASS(crep[ctab[h]])) {
+                    cls[i] = ctab[h];
+                    break;
+                }
+                h = (h + 1) & (hc - 1);
+            }
+#undef SAME_CLASS
+        }
+        for (Py_ssize_t i = 0; i < n; i++) cmem_ptr[cls[i] + 1]++;
+        for (Py_ssize_t c = 0; c < ncls; c++) cmem_ptr[c + 1] += cmem_ptr[c];
+        memcpy(fillp, cmem_ptr, sizeof(i64) * (size_t)ncls);
+        for (Py_ssize_t i = 0; i < n; i++) cmem[fillp[cls[i]]++] = i;
+    }
+    /* successors: a counting sort of the classes' edges by dependency, classes ascending within (a stable
+     * sort); counted here, placed with their delays after step 3 */
+    for (Py_ssize_t c = 0; c < ncls; c++)
+        for (i64 e = A->dep_ptr[crep[c]]; e < A->dep_ptr[crep[c] + 1]; e++) succ_ptr[A->dep_ids[e] + 1]++;
     for (Py_ssize_t i = 0; i < n; i++) succ_ptr[i + 1] += succ_ptr[i];
     int delays = 0; /* whether the edges carry delays (steps 2-3 found synchronised ops) */
     /* per op: bytes, latency */
@@ -362,6 +435,11 @@ static int run(const args_t *A, double *makespan) {
         Py_ssize_t nsync = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             if (A->src[i] == A->dst[i]) continue;
+            if (crep[cls[i]] != i) { /* its class's first op decided: the same source, the same dependencies */
+                sync[i] = sync[crep[cls[i]]];
+                nsync += sync[i];
+                continue;
+            }
             for (i64 e = A->dep_ptr[i]; e < A->dep_ptr[i + 1]; e++) {
                 i64 d = A->dep_ids[e];
                 if (!(A->src[d] == A->src[i] || A->dst[d] == A->src[i])) {
@@ -382,18 +460,18 @@ static int run(const args_t *A, double *makespan) {
             Py_ssize_t prev = -1; /* the last synchronised op: planners list a message's ops together */
             for (Py_ssize_t i = 0; i < n; i++) {
                 if (!sync[i]) continue;
-                i64 nd = A->dep_ptr[i + 1] - A->dep_ptr[i];
-                if (prev >= 0 && A->src[prev] == A->src[i] && A->dst[prev] == A->dst[i] &&
+                i64 r = crep[cls[i]], nd = A->dep_ptr[i + 1] - A->dep_ptr[i];
+                if (r == i && prev >= 0 && A->src[prev] == A->src[i] && A->dst[prev] == A->dst[i] &&
                     A->dep_ptr[prev + 1] - A->dep_ptr[prev] == nd &&
-                    !memcmp(A->dep_ids + A->dep_ptr[prev], A->dep_ids + A->dep_ptr[i], sizeof(i64) * (size_t)nd)) {
-                    htot[slot[prev]] += (double)A->cnt[i]; /* the same message */
-                    slot[i] = slot[prev];
-                    prev = i;
+                    !memcmp(A->dep_ids + A->dep_ptr[prev], A->dep_ids + A->dep_ptr[i], sizeof(i64) * (size_t)nd))
+                    r = prev; /* the same message as the op before (each op its own class) */
+                prev = i;
+                if (r != i) { /* its class's (or the op before's) message: the same key */
+                    htot[slot[r]] += (double)A->cnt[i];
+                    slot[i] = slot[r];
                     continue;
                 }
-                prev = i;
-                u64 sig = 0;
-                for (i64 e = A->dep_ptr[i]; e < A->dep_ptr[i + 1]; e++) sig += mix64((u64)A->dep_ids[e]);
+                u64 sig = csig[cls[i]];
                 Py_ssize_t h = (Py_ssize_t)(msg_hash(A->src[i], A->dst[i], nd, sig) & (u64)(hc - 1));
                 for (;;) {
                     if (hslot[h] < 0) {
@@ -433,14 +511,17 @@ static int run(const args_t *A, double *makespan) {
         }
     }
     /* the successors placed, each edge with its delay (Routes.step_delays: the fill on the sender's side, the
-     * rendezvous on the receiver's), read in op order: one pass over the dependency lists */
+     * rendezvous on the receiver's; the same for every op of a class: one pair, one message), read in class
+     * order: one pass over the classes' dependency lists */
     memcpy(fillp, succ_ptr, sizeof(i64) * (size_t)n);
-    for (Py_ssize_t i = 0; i < n; i++)
+    for (Py_ssize_t c = 0; c < ncls; c++) {
+        i64 i = crep[c];
         for (i64 e = A->dep_ptr[i]; e < A->dep_ptr[i + 1]; e++) {
             i64 d = A->dep_ids[e], at = fillp[d]++;
-            succ_ids[at] = i;
+            succ_ids[at] = c;
             if (delays) delay[at] = A->src[d] == A->src[i] || A->dst[d] == A->src[i] ? solo_time[i] : rate[i];
         }
+    }
     /* 4. queues: incast goodput per receive link and stage, then each op's bottleneck link */
     i64 stages = 1;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -522,10 +603,10 @@ static int run(const args_t *A, double *makespan) {
         /* and the longest dependency path, every op at its queue's whole rate: no op ends before its
          * dependencies (plus the edge's delay), its latency and its bytes at that rate (ops are in a topological
          * order: one pass) */
-        double *cp = calloc((size_t)n, sizeof(double)), longest = 0.0;
+        double *cp = calloc((size_t)n, sizeof(double)), longest = 0.0; /* per class */
         if (!cp) goto out;
         for (Py_ssize_t o = 0; o < n; o++) {
-            double end = cp[o] + lat[o] + solo_time[o];
+            double end = cp[cls[o]] + lat[o] + solo_time[o];
             if (end > longest) longest = end;
             for (i64 e = succ_ptr[o]; e < succ_ptr[o + 1]; e++) {
                 double t_e = end + delay[e];
@@ -544,12 +625,14 @@ static int run(const args_t *A, double *makespan) {
     S.grp = grp;
     S.succ_ptr = succ_ptr;
     S.succ_ids = succ_ids;
+    S.cmem_ptr = cmem_ptr;
+    S.cmem = ncls < n ? cmem : NULL;
     S.size = size;
     S.lat = lat;
     S.delay = delay;
     S.solo = solo;
     S.solo_time = solo_time;
-    S.missing = malloc(sizeof(i64) * (size_t)n);
+    S.missing = malloc(sizeof(i64) * (size_t)(ncls ? ncls : 1));
     S.ready = calloc((size_t)n, sizeof(double));
     S.end = malloc(sizeof(double) * (size_t)n);
     S.stack_o = malloc(sizeof(i64) * (size_t)n);
@@ -583,10 +666,8 @@ static int run(const args_t *A, double *makespan) {
         }
     }
     for (Py_ssize_t g = 0; g <= ng; g++) S.dep.pos[g] = -1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        S.missing[i] = A->dep_ptr[i + 1] - A->dep_ptr[i];
-        S.end[i] = NAN;
-    }
+    for (Py_ssize_t i = 0; i < n; i++) S.end[i] = NAN;
+    for (Py_ssize_t c = 0; c < ncls; c++) S.missing[c] = A->dep_ptr[crep[c] + 1] - A->dep_ptr[crep[c]];
     /* reference: _Dag.start_roots */
     for (Py_ssize_t x = 0; x < n; x++) {
         if (A->dep_ptr[x + 1] != A->dep_ptr[x]) continue;
@@ -637,6 +718,7 @@ static int run(const args_t *A, double *makespan) {
         status = 0;
     }
 out:
+    free(cls); free(crep); free(cmem_ptr); free(cmem); free(ctab); free(csig);
     free(succ_ptr); free(succ_ids); free(slot); free(fillp); free(size); free(lat); free(delay); free(msg);
     free(sync); free(solo); free(load); free(eff); free(rate); free(solo_time); free(qkey); free(grp); free(ukey);
     free(hkey); free(hslot); free(htot);

@@ -75,6 +75,47 @@ def test_compiled_estimate_gives_the_reference_floats_on_random_dags(prog, alpha
     assert bounded == (full if full <= full * fraction else math.inf)
 
 
+@st.composite
+def grouped_programs(draw):
+    """DAGs like fast's grouped shapes: ops wait for one of a few shared lists of earlier ops (at least ten
+    each: four or more edges per op, where the compiled core groups ops with the same pair and list into
+    classes), some with one more."""
+    n = draw(st.integers(2, 5))
+    ops: list[Op] = []
+    for i in range(draw(st.integers(10, 12))):  # the first group: no dependencies
+        ops.append(Op(i, i % n, 0, 0, (i + 1) % n, 1, 0, draw(st.integers(0, 64)), (), 1))
+    waits = [tuple(sorted(draw(st.sets(st.integers(0, len(ops) - 1), min_size=10)))) for _ in range(2)]
+    for _ in range(draw(st.integers(30, 50))):  # >= 10 x 30 edges over <= 62 ops: past the class threshold
+        i = len(ops)
+        s, d = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+        deps = set(draw(st.sampled_from(waits)))
+        if draw(st.booleans()):
+            deps.add(draw(st.integers(0, i - 1)))
+        ops.append(Op(i, s, 0, 0, d, 1, 0, draw(st.integers(0, 64)), tuple(sorted(deps)), 2))
+    return Program("grouped", "random", n, 256 << 10, np.ones((n, n), dtype=np.int64), (0,) * n, tuple(ops))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prog=grouped_programs(),
+    alpha=st.sampled_from([0.0, 10.0]),
+    stage=st.sampled_from([0.0, 100.0]),
+    incast=st.booleans(),
+    fraction=st.sampled_from([0.5, 1.0, 2.0]),
+)
+def test_compiled_estimate_gives_the_reference_floats_when_ops_share_their_dependencies(
+    prog, alpha, stage, incast, fraction
+):
+    """Many ops with one pair and one dependency list (the compiled core keeps their successors once per class
+    of them): the reference's floats, and the bound's, still."""
+    gpus = 2 if prog.nranks % 2 == 0 else 1
+    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    model = _model(alpha, stage, 1 * MiB, 0.95, incast, 1 * MiB)
+    assert len(prog.table.dep_ids) >= 4 * len(prog.table)
+    full = _both(prog, topo, model)
+    assert _both(prog, topo, model, above=full * fraction) == (full if full <= full * fraction else math.inf)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prog=random_programs(),
