@@ -204,7 +204,7 @@ class ProgramBuilder:
             return np.where(s_r == d_r, 0, 4).astype(np.uint8)
         if self._direct:
             return np.where(s_r == d_r, 0, 3).astype(np.uint8)
-        node = np.asarray(self.machine.node, dtype=np.int64)
+        node = self.machine.node_array
         return np.where(s_r == d_r, 0, np.where(node[s_r] == node[d_r], 1, 2)).astype(np.uint8)
 
     def _flush(self) -> None:

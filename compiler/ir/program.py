@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
@@ -97,14 +97,23 @@ class MachineMap:
 
     @staticmethod
     def of(topology: Topology) -> MachineMap:
-        n = topology.nranks
-        if topology.direct is not None:  # every GPU of a direct-connect graph is its own host
-            return MachineMap(tuple(range(n)), (0,) * n)
-        m = topology.gpus_per_server
-        return MachineMap(tuple(r // m for r in range(n)), tuple(r % m for r in range(n)))
+        direct = topology.direct is not None  # every GPU of a direct-connect graph is its own host
+        return _machine_map(topology.nranks, 1 if direct else topology.gpus_per_server)
+
+    @cached_property
+    def node_array(self) -> npt.NDArray[np.int64]:
+        """``node`` as an array (link classes of many ops at once)."""
+        return np.asarray(self.node, dtype=np.int64)
 
     def same_node(self, a: int, b: int) -> bool:
         return self.node[a] == self.node[b]
+
+
+@lru_cache(maxsize=64)
+def _machine_map(n: int, m: int) -> MachineMap:
+    """The machine map of ``n`` ranks, ``m`` per host (the same object for every Program of a topology: a search
+    builds many)."""
+    return MachineMap(tuple(r // m for r in range(n)), tuple(r % m for r in range(n)))
 
 
 I64 = npt.NDArray[np.int64]

@@ -86,6 +86,11 @@ class Prepared:
         return _nic_groups(self.req)
 
     @cached_property
+    def weights(self) -> list[int]:
+        """Each step's weight, its largest cap (what groups are balanced by, :func:`group_ends`)."""
+        return [max(st.caps) for st in self.steps]
+
+    @cached_property
     def step_arrays(self) -> tuple[_I64, _I64, _I64, _I64]:
         """The steps' permutations and caps and the NIC groups (CSR) as the compiled core takes them."""
         perms = np.array([st.perm for st in self.steps], dtype=np.int64).reshape(-1)
@@ -146,7 +151,7 @@ def shape(prep: Prepared, groups: int | None = None, split: bool = False) -> Pro
     if bal.prep is None:  # the reference emits the intra-server part and balancing into each shape's builder
         bal = _balance(b, req.counts, prep.balanced, prep.server, n, m, use_native=False, tail=prep.tail)
     # ---- 3. stage transfers + pipelined redistribution, steps grouped as asked
-    ends = group_ends(prep.steps, groups)
+    ends = group_ends(prep.steps, groups, prep.weights)
     real_stages = _emit_steps(b, bal, prep, ends, n, m, split)
     kuhn_stages = None
     if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
@@ -160,7 +165,7 @@ def shape(prep: Prepared, groups: int | None = None, split: bool = False) -> Pro
             "birkhoff_stages": len(prep.stages),
             "birkhoff_stages_kuhn": kuhn_stages,
             "stage_bound": stage_bound(n),
-            "stage_weights": [max(st.caps) for st in prep.steps],
+            "stage_weights": list(prep.weights),
             "server_line_sum": prep.line_sum,
             "balanced_tiles": int(prep.balanced.sum()),
             "balance_moved_chunks": bal.moved,

@@ -10,6 +10,7 @@ costs; :mod:`a2acc.planners.fast.search` asks the simulator.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -151,14 +152,14 @@ def _split_tail(steps: list[Step], t_chunk: float, alpha: float, r: float) -> li
     return steps
 
 
-def group_ends(steps: list[Step], groups: int | None) -> list[bool]:
+def group_ends(steps: list[Step], groups: int | None, weights: Sequence[int] | None = None) -> list[bool]:
     """Which steps close a group when the steps run as ``groups`` concurrent groups (None: every step its own,
-    FAST's sequence). Groups are contiguous runs of roughly equal weight (a step's weight is its largest cap),
-    so each carries a similar share of the scale-out time."""
+    FAST's sequence). Groups are contiguous runs of roughly equal weight (a step's weight is its largest cap;
+    ``weights`` when the caller has them), so each carries a similar share of the scale-out time."""
     k = len(steps)
     if groups is None or groups >= k:
         return [True] * k
-    w = np.array([max(st.caps) for st in steps], dtype=np.float64)
+    w = np.array(weights if weights is not None else [max(st.caps) for st in steps], dtype=np.float64)
     before = np.concatenate([[0.0], np.cumsum(w)[:-1]])
     total = float(w.sum())
     gid = (
