@@ -146,7 +146,8 @@ typedef struct {
     heap_t dep;              /* departures: (time, queue), indexed */
     double *g_rate, *g_v, *g_t;
     double *left;  /* per queue: the time its unserved work takes at its rate (the bound below), or NULL */
-    heap_t most;   /* the queues by -(g_t + left): the one that can finish last first */
+    double limit;  /* the bound past which the candidate stops (with left) */
+    int past;      /* a queue's bound passed it */
     i64 *g_n;
     heap_t *g_fin; /* per queue: (finishing virtual time, op), a plain heap in one shared buffer */
 } est_t;
@@ -203,11 +204,13 @@ static void advance(est_t *s, i64 g, double *t_ev) {
     if (*t_ev < s->g_t[g]) *t_ev = s->g_t[g];
     if (s->g_n[g]) {
         s->g_v[g] += (*t_ev - s->g_t[g]) * s->g_rate[g] / (double)s->g_n[g];
-        /* busy since g_t: that much of its work is served, so g_t + left stays (up to rounding, far below
-         * the bound's margin) and its entry in ``most`` with it */
+        /* busy since g_t: that much of its work is served, so its bound g_t + left stays (up to rounding,
+         * far below the bound's margin) */
         if (s->left) s->left[g] -= *t_ev - s->g_t[g];
-    } else if (s->left && *t_ev != s->g_t[g]) {
-        set_key(&s->most, -(*t_ev + s->left[g]), g); /* idle since g_t: its work starts no sooner than now */
+    } else if (s->left && *t_ev + s->left[g] > s->limit) {
+        /* idle since g_t, its work starts no sooner than now: the only way a queue's bound rises, so checking
+         * it here is checking the largest */
+        s->past = 1;
     }
     s->g_t[g] = *t_ev;
 }
@@ -591,15 +594,13 @@ static int run(const args_t *A, double *makespan) {
     double limit = A->above * (1.0 + 1e-9); /* the margin: the bound's own rounding is far below it */
     if (A->above < INFINITY) {
         S.left = calloc((size_t)ng + 1, sizeof(double));
-        S.most.v = malloc(sizeof(ent_t) * (size_t)(ng + 1));
-        S.most.pos = malloc(sizeof(i64) * (size_t)(ng + 1));
-        if (!S.left || !S.most.v || !S.most.pos) goto out;
+        if (!S.left) goto out;
+        S.limit = limit;
         for (Py_ssize_t i = 0; i < n; i++)
             if (grp[i] >= 0) S.left[grp[i]] += size[i] / rate[i];
-        for (Py_ssize_t g = 0; g < ng; g++) {
-            S.most.pos[g] = -1;
-            set_key(&S.most, -S.left[g], g);
-        }
+        double most = 0.0; /* every queue's bound before its first op: its work */
+        for (Py_ssize_t g = 0; g < ng; g++)
+            if (S.left[g] > most) most = S.left[g];
         /* and the longest dependency path, every op at its queue's whole rate: no op ends before its
          * dependencies (plus the edge's delay), its latency and its bytes at that rate (ops are in a topological
          * order: one pass) */
@@ -614,7 +615,7 @@ static int run(const args_t *A, double *makespan) {
             }
         }
         free(cp);
-        if ((ng && -S.most.v[0].t > limit) || longest > limit) {
+        if (most > limit || longest > limit) {
             *makespan = INFINITY;
             status = 0;
             goto out;
@@ -686,7 +687,7 @@ static int run(const args_t *A, double *makespan) {
         /* (time, kind, id): an activation (kind 1) before a departure (kind 2) at the same time */
         int act = have_a && (!have_d || S.act.v[0].t <= S.dep.v[0].t);
         double now = act ? S.act.v[0].t : S.dep.v[0].t;
-        if (now > A->above || (S.left && -S.most.v[0].t > limit)) {
+        if (now > A->above || S.past) {
             pruned = 1;
             break;
         }
@@ -723,7 +724,7 @@ out:
     free(sync); free(solo); free(load); free(eff); free(rate); free(solo_time); free(qkey); free(grp); free(ukey);
     free(hkey); free(hslot); free(htot);
     free(S.missing); free(S.ready); free(S.end); free(S.stack_o); free(S.stack_t); free(S.act.v);
-    free(S.dep.v); free(S.dep.pos); free(S.left); free(S.most.v); free(S.most.pos); free(S.g_rate); free(S.g_v); free(S.g_t); free(S.g_n);
+    free(S.dep.v); free(S.dep.pos); free(S.left); free(S.g_rate); free(S.g_v); free(S.g_t); free(S.g_n);
     free(S.g_fin);
     return status;
 }
