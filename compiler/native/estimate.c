@@ -66,6 +66,11 @@ typedef struct {
 } heap_t;
 
 #define LESS(a, b) ((a).t != (b).t ? (a).t < (b).t : (a).x < (b).x)
+
+static int cmp_ent(const void *a, const void *b) { /* qsort in LESS order */
+    const ent_t *x = a, *y = b;
+    return LESS(*x, *y) ? -1 : LESS(*y, *x);
+}
 #define ARITY 4 /* a 4-ary heap: half the levels of a binary one, its children in one cache line */
 
 static void sift_up(heap_t *h, Py_ssize_t i, ent_t e) {
@@ -234,7 +239,12 @@ static void depart(est_t *s, i64 g, double t_ev) {
         s->g_n[g] -= 1;
         finish(s, op, t_ev, t_ev);
     }
-    next_departure(s, g, t_ev);
+    /* the queue's entry is still the departures' top (nothing above touches that heap): moved to the next
+     * departure in place, or removed with the queue emptied */
+    if (fins->n)
+        next_departure(s, g, t_ev);
+    else
+        pop_top(&s->dep);
 }
 
 /* --------------------------------------------------------------------------------------- preparation */
@@ -669,41 +679,59 @@ static int run(const args_t *A, double *makespan) {
     for (Py_ssize_t g = 0; g <= ng; g++) S.dep.pos[g] = -1;
     for (Py_ssize_t i = 0; i < n; i++) S.end[i] = NAN;
     for (Py_ssize_t c = 0; c < ncls; c++) S.missing[c] = A->dep_ptr[crep[c] + 1] - A->dep_ptr[crep[c]];
-    /* reference: _Dag.start_roots */
+    /* reference: _Dag.start_roots. The roots' activations are known up front: sorted once and read in order
+     * beside the heap, which then holds only the activations the events make (half the ops or more are roots
+     * in fast's one-group shapes) */
+    ent_t *roots = malloc(sizeof(ent_t) * (size_t)n);
+    if (!roots) {
+        free(fin_v); free(gcount);
+        goto out;
+    }
+    Py_ssize_t n_roots = 0, next_root = 0;
     for (Py_ssize_t x = 0; x < n; x++) {
         if (A->dep_ptr[x + 1] != A->dep_ptr[x]) continue;
         if (solo[x])
             finish(&S, x, lat[x] + solo_time[x], 0.0);
         else
-            push(&S.act, lat[x], x);
+            roots[n_roots++] = (ent_t){lat[x], x};
     }
+    qsort(roots, (size_t)n_roots, sizeof(ent_t), cmp_ent);
     int pruned = 0;
     while (S.done < n) {
-        int have_a = S.act.n > 0, have_d = S.dep.n > 0;
+        /* the next activation: the earlier of the next root and the heap's top ((time, op) order) */
+        const ent_t *a = NULL;
+        int is_root = next_root < n_roots && (!S.act.n || LESS(roots[next_root], S.act.v[0]));
+        if (is_root)
+            a = &roots[next_root];
+        else if (S.act.n)
+            a = &S.act.v[0];
+        int have_a = a != NULL, have_d = S.dep.n > 0;
         if (!have_a && !have_d) {
             status = -3;
             break;
         }
         /* (time, kind, id): an activation (kind 1) before a departure (kind 2) at the same time */
-        int act = have_a && (!have_d || S.act.v[0].t <= S.dep.v[0].t);
-        double now = act ? S.act.v[0].t : S.dep.v[0].t;
+        int act = have_a && (!have_d || a->t <= S.dep.v[0].t);
+        double now = act ? a->t : S.dep.v[0].t;
         if (now > A->above || S.past) {
             pruned = 1;
             break;
         }
         if (act) {
-            double t = S.act.v[0].t;
-            i64 x = S.act.v[0].x;
-            pop_top(&S.act);
+            double t = a->t;
+            i64 x = a->x;
+            if (is_root)
+                next_root++;
+            else
+                pop_top(&S.act);
             arrive(&S, x, t);
         } else {
             double t = S.dep.v[0].t;
             i64 g = S.dep.v[0].x;
-            pop_top(&S.dep);
-            depart(&S, g, t);
+            depart(&S, g, t); /* its entry, the top, moved or removed there */
         }
     }
-    free(fin_v); free(gcount);
+    free(fin_v); free(gcount); free(roots);
     if (pruned) {
         *makespan = INFINITY;
         status = 0;
