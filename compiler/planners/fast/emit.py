@@ -90,6 +90,17 @@ class Prepared:
         """Each step's weight, its largest cap (what groups are balanced by, :func:`group_ends`)."""
         return [max(st.caps) for st in self.steps]
 
+    def ends(self, groups: int | None) -> list[bool]:
+        """:func:`group_ends` of the steps for ``groups`` (each grouping once per plan: a search builds it with
+        and without split messages)."""
+        if groups not in self._ends:
+            self._ends[groups] = group_ends(self.steps, groups, self.weights)
+        return self._ends[groups]
+
+    @cached_property
+    def _ends(self) -> dict[int | None, list[bool]]:
+        return {}
+
     @cached_property
     def step_arrays(self) -> tuple[_I64, _I64, _I64, _I64]:
         """The steps' permutations and caps and the NIC groups (CSR) as the compiled core takes them."""
@@ -151,7 +162,7 @@ def shape(prep: Prepared, groups: int | None = None, split: bool = False) -> Pro
     if bal.prep is None:  # the reference emits the intra-server part and balancing into each shape's builder
         bal = _balance(b, req.counts, prep.balanced, prep.server, n, m, use_native=False, tail=prep.tail)
     # ---- 3. stage transfers + pipelined redistribution, steps grouped as asked
-    ends = group_ends(prep.steps, groups, prep.weights)
+    ends = prep.ends(groups)
     real_stages = _emit_steps(b, bal, prep, ends, n, m, split)
     kuhn_stages = None
     if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
