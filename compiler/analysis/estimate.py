@@ -46,20 +46,22 @@ from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import (
     PAIR_TABLE_MAX_RANKS,
     Setup,
+    check_topology,
     link_capacity,
     pair_routes,
     resolve_model,
     routes_by_pair,
 )
-from a2acc.errors import InternalError
+from a2acc.errors import InputError, InternalError
 from a2acc.ir import Program
+from a2acc.ir.program import Priced
 from a2acc.model.topology import Topology
 from a2acc.native import carray
 from a2acc.native import estimate as _native
 
 
 def estimate(
-    prog: Program,
+    prog: Priced,
     topo: Topology,
     model: SimModel | None = None,
     *,
@@ -77,6 +79,8 @@ def estimate(
         raise InternalError("the compiled estimate is not built")
     if _native is not None and native is not False and prog.table.ids is None:
         return _estimate_native(prog, topo, mdl, above)
+    if not isinstance(prog, Program):
+        raise InternalError("the reference estimate prices Programs, not drafts")
     # incast is charged statically below; the events see a lossless fabric (no fluid flows to re-rate), and no
     # incast onset at step boundaries (as the compiled core: on lossy fabrics the simulator confirms the pick)
     st = routes_by_pair(prog, topo).setup(dataclasses.replace(mdl, incast=IncastModel.off(), onset_bytes=0.0))
@@ -89,7 +93,13 @@ def estimate(
     return makespan if makespan <= above else math.inf
 
 
-def link_bound(prog: Program, topo: Topology, model: SimModel | None = None) -> float:
+def prices_drafts() -> bool:
+    """Whether :func:`estimate` can price a search's drafts (op columns, not a Program): with the compiled
+    core; the reference prices Programs."""
+    return _native is not None
+
+
+def link_bound(prog: Priced, topo: Topology, model: SimModel | None = None) -> float:
     """A floor under ``prog``'s simulated time (seconds): its most loaded binding link's bytes over that link's
     capacity under ``model`` (goodput applied; incast, latencies and step costs only add). The simulator shares
     every link max-min fairly and never serves more than its capacity, so no run of the Program ends sooner.
@@ -101,8 +111,7 @@ def link_bound(prog: Program, topo: Topology, model: SimModel | None = None) -> 
     tabulated rank count (:data:`a2acc.analysis.simulate.PAIR_TABLE_MAX_RANKS`): no floor known."""
     if not len(prog.table) or topo.nranks > PAIR_TABLE_MAX_RANKS:
         return 0.0
-    if prog.nranks != topo.nranks:
-        routes_by_pair(prog, topo)  # the simulator's refusal, said the same way
+    _check_ranks(prog, topo)
     mdl = resolve_model(topo, model, None)
     pr = pair_routes(topo)
     cap = np.append(link_capacity(pr.raw_cap, pr.eff_class, mdl), np.inf)
@@ -113,6 +122,17 @@ def link_bound(prog: Program, topo: Topology, model: SimModel | None = None) -> 
     size = np.asarray(t.cnt, dtype=np.float64) * float(prog.unit_bytes)
     load = np.bincount(bind.ravel(), weights=np.repeat(size, bind.shape[1]), minlength=len(cap))
     return float(np.max(load / cap))
+
+
+def _check_ranks(prog: Priced, topo: Topology) -> None:
+    """The simulator's refusal of a plan for another rank count, said the same way."""
+    if prog.nranks == topo.nranks:
+        return
+    if isinstance(prog, Program):
+        check_topology(prog, topo)
+    raise InputError(
+        "", "--topology", topo.name, f"the plan has {prog.nranks} ranks, the topology {topo.nranks}"
+    )
 
 
 def _queues(
@@ -167,12 +187,11 @@ def _incast_efficiency(
     return eff
 
 
-def _estimate_native(prog: Program, topo: Topology, mdl: SimModel, above: float) -> float:
+def _estimate_native(prog: Priced, topo: Topology, mdl: SimModel, above: float) -> float:
     """:func:`estimate` by the compiled core: the op columns and the topology's pair routes in one call."""
     if _native is None:  # pragma: no cover - the caller checked
         raise InternalError("the compiled estimate is not built")
-    if prog.nranks != topo.nranks:
-        routes_by_pair(prog, topo)  # the simulator's refusal, said the same way
+    _check_ranks(prog, topo)
     pr = pair_routes(topo)
     t = prog.table
     inc = mdl.incast

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -418,13 +418,45 @@ def max_peers(src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64], n: int) ->
     return int(deg.max())
 
 
-def program_peers(prog: Program) -> int:
-    """:func:`max_peers` of a Program's ops."""
+class PricedOps(Protocol):
+    """The op columns that pricing a plan reads: an :class:`OpTable`, or a search's draft of one."""
+
+    @property
+    def src_rank(self) -> I64: ...
+    @property
+    def dst_rank(self) -> I64: ...
+    @property
+    def cnt(self) -> I64: ...
+    @property
+    def stage(self) -> I64: ...
+    @property
+    def dep_ptr(self) -> I64: ...
+    @property
+    def dep_ids(self) -> I64: ...
+    @property
+    def ids(self) -> I64 | None: ...
+    def __len__(self) -> int: ...
+
+
+class Priced(Protocol):
+    """What pricing a plan reads - the ranking estimate, the link floor, the peer count: a :class:`Program`, or
+    a search's draft of one (fast's candidates before it keeps one: ``a2acc.planners.fast.emit.Draft``)."""
+
+    @property
+    def nranks(self) -> int: ...
+    @property
+    def unit_bytes(self) -> int: ...
+    @property
+    def table(self) -> PricedOps: ...
+
+
+def program_peers(prog: Priced) -> int:
+    """:func:`max_peers` of a Program's ops (or a draft's)."""
     t = prog.table
     return max_peers(t.src_rank, t.dst_rank, prog.nranks)
 
 
-def over_peer_limit(prog: Program, limit: int | None) -> str | None:
+def over_peer_limit(prog: Priced, limit: int | None) -> str | None:
     """Why a target with a peer limit (``max_peers``) cannot run ``prog``; None when it can (or has no limit)."""
     if limit is None:
         return None

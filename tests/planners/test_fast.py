@@ -343,8 +343,9 @@ def test_a_plan_whose_link_floor_is_past_the_best_is_not_built(preset, servers, 
     m = generate(kind, topo.nranks, 256 << 20, 2, skew=0.8)
     forget()
     built: list[str] = []
-    shape = search.emit.shape
-    monkeypatch.setattr(search.emit, "shape", lambda *a, **k: built.append("x") or shape(*a, **k))
+    for maker in ("shape", "draft"):  # a candidate is built as a Program or as a draft of one
+        made = getattr(search.emit, maker)
+        monkeypatch.setattr(search.emit, maker, lambda *a, made=made, **k: built.append("x") or made(*a, **k))
     floored = plan(topo, m, "fast", rank="simulate")
     n_floored = len(built)
     cands = floored.meta["candidates_us"]

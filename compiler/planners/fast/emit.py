@@ -155,15 +155,123 @@ def _builder(req: PlanRequest) -> ProgramBuilder:
 def shape(prep: Prepared, groups: int | None = None, split: bool = False) -> Program:
     """One shape of a prepared plan: its steps in ``groups`` concurrent groups (None: FAST's sequence), each
     GPU's share to a peer in two messages with ``split`` (:func:`build`)."""
-    req, opts = prep.req, prep.opts
+    if prep.bal.prep is not None:
+        return draft(prep, groups, split).program()
+    req = prep.req
     n, m = req.topology.servers, req.topology.gpus_per_server
     b = _builder(req)
-    bal = prep.bal
-    if bal.prep is None:  # the reference emits the intra-server part and balancing into each shape's builder
-        bal = _balance(b, req.counts, prep.balanced, prep.server, n, m, use_native=False, tail=prep.tail)
+    # the reference emits the intra-server part and balancing into each shape's builder
+    bal = _balance(b, req.counts, prep.balanced, prep.server, n, m, use_native=False, tail=prep.tail)
     # ---- 3. stage transfers + pipelined redistribution, steps grouped as asked
     ends = prep.ends(groups)
-    real_stages = _emit_steps(b, bal, prep, ends, n, m, split)
+    real_stages, leftovers = _steps_py(b, bal.bundles, prep.steps, ends, prep.nic_group, n, m, split)
+    _all_scheduled(leftovers)
+    return _finish(b, prep, ends, real_stages, split, bal.moved)
+
+
+def draft(prep: Prepared, groups: int | None = None, split: bool = False) -> Draft:
+    """:func:`shape`'s ops as the compiled core emits them, before a Program is made of them (a plan prepared
+    with the compiled core: ``prep.bal.prep`` set)."""
+    if prep.bal.prep is None:
+        raise InternalError("fast: a draft needs the compiled core's preparation")
+    req = prep.req
+    ends = prep.ends(groups)
+    steps = _steps_native_raw(
+        prep.bal.prep, prep.step_arrays, ends, req.nranks, req.topology.gpus_per_server, split
+    )
+    _all_scheduled(steps.left)
+    return Draft(prep, groups, split, steps)
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """The network steps' ops as the compiled core returns them: rows of the 8 op fields, dependency counts and
+    ids (int64 bytes), the scratch each rank ends with, the groups that sent data and the pieces left."""
+
+    rows: bytes
+    ndeps: bytes
+    ids: bytes
+    scratch: bytes
+    real: int
+    left: int
+
+
+@dataclass(frozen=True)
+class DraftOps:
+    """The op columns pricing reads (:class:`a2acc.ir.program.PricedOps`)."""
+
+    src_rank: _I64
+    dst_rank: _I64
+    cnt: _I64
+    stage: _I64
+    dep_ptr: _I64
+    dep_ids: _I64
+    ids: _I64 | None = None
+
+    def __len__(self) -> int:
+        return int(self.cnt.shape[0])
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One shape of a prepared plan, emitted by the compiled core, not yet a Program: what fast's search ranks.
+    The estimate, the link floor and the peer count read four op columns and the dependencies (:attr:`table`,
+    gathered from the core's rows); a Program - builder, link classes, every column, metadata - is made only of
+    the shape the search keeps (:meth:`program`), the same Program :func:`shape` makes."""
+
+    prep: Prepared
+    groups: int | None
+    split: bool
+    steps: _Steps
+
+    @property
+    def nranks(self) -> int:
+        return self.prep.req.nranks
+
+    @property
+    def unit_bytes(self) -> int:
+        return int(self.prep.req.unit_bytes)
+
+    @cached_property
+    def table(self) -> DraftOps:
+        core = self.prep.bal.prep
+        assert core is not None  # draft() checked
+        head = np.frombuffer(core.ops[0], np.int64).reshape(-1, 8)
+        tail = np.frombuffer(self.steps.rows, np.int64).reshape(-1, 8)
+        col = [np.concatenate([head[:, j], tail[:, j]]) for j in (0, 3, 6, 7)]
+        nd = np.concatenate([np.frombuffer(core.ops[1], np.int64), np.frombuffer(self.steps.ndeps, np.int64)])
+        ptr = np.zeros(nd.shape[0] + 1, np.int64)
+        np.cumsum(nd, out=ptr[1:])
+        ids = np.concatenate([np.frombuffer(core.ops[2], np.int64), np.frombuffer(self.steps.ids, np.int64)])
+        return DraftOps(col[0], col[1], col[2], col[3], ptr, ids)
+
+    def program(self) -> Program:
+        """The Program of this shape (the prepared ops, then the steps', in one block)."""
+        core = self.prep.bal.prep
+        assert core is not None  # draft() checked
+        b = _builder(self.prep.req)
+        # both halves in one block (bytearrays: the Program's columns stay writable like any other Program's)
+        b.add_rows(
+            np.frombuffer(bytearray(core.ops[0]) + self.steps.rows, np.int64),
+            np.frombuffer(bytearray(core.ops[1]) + self.steps.ndeps, np.int64),
+            np.frombuffer(bytearray(core.ops[2]) + self.steps.ids, np.int64),
+        )
+        b.scratch[:] = np.frombuffer(self.steps.scratch, np.int64).tolist()
+        ends = self.prep.ends(self.groups)
+        return _finish(b, self.prep, ends, self.steps.real, self.split, self.prep.bal.moved)
+
+
+def _all_scheduled(leftovers: int) -> None:
+    if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
+        raise InternalError(f"fast: {leftovers} pieces were not scheduled")
+
+
+def _finish(
+    b: ProgramBuilder, prep: Prepared, ends: list[bool], real_stages: int, split: bool, moved: int
+) -> Program:
+    """The shape's metadata, then its Program (FAST's own phases one after another when asked)."""
+    opts = prep.opts
+    n, m = prep.req.topology.servers, prep.req.topology.gpus_per_server
     kuhn_stages = None
     if opts.compare_kuhn and n > 1:  # FAST's own method, for the stage-count report only
         kuhn = opts.birkhoff == "kuhn"
@@ -179,7 +287,7 @@ def shape(prep: Prepared, groups: int | None = None, split: bool = False) -> Pro
             "stage_weights": list(prep.weights),
             "server_line_sum": prep.line_sum,
             "balanced_tiles": int(prep.balanced.sum()),
-            "balance_moved_chunks": bal.moved,
+            "balance_moved_chunks": moved,
             "server_matrix": prep.server.tolist(),
         }
     )
@@ -272,26 +380,6 @@ def _nic_groups(req: PlanRequest) -> list[list[int]]:
     return [[r] for r in range(req.nranks)]
 
 
-def _emit_steps(
-    b: ProgramBuilder,
-    bal: _Balanced,
-    plan: Prepared,
-    ends: list[bool],
-    n: int,
-    m: int,
-    split: bool,
-) -> int:
-    """Emit the stage transfers and the pipelined redistribution of the plan's steps (grouped where ``ends``
-    says) with the path :func:`_balance` took; returns the number of communication stages."""
-    if bal.prep is not None:
-        real_stages, leftovers = _steps_native(b, bal.prep, plan.step_arrays, ends, n, m, split)
-    else:
-        real_stages, leftovers = _steps_py(b, bal.bundles, plan.steps, ends, plan.nic_group, n, m, split)
-    if leftovers:  # pragma: no cover - Birkhoff weights always cover every server-matrix entry
-        raise InternalError(f"fast: {leftovers} pieces were not scheduled")
-    return real_stages
-
-
 # ---------------------------------------------------------------------------------------------- compiled path
 _I64 = npt.NDArray[np.int64]
 
@@ -321,7 +409,7 @@ def _prepare_native(
     b: ProgramBuilder, counts: _I64, balanced: npt.NDArray[np.bool_], n: int, m: int
 ) -> _Prepared:
     """Intra-server ops, balancing ops and bundles, in C (:func:`_prepare_py` is the reference); the ops are
-    added to ``b`` by :func:`_steps_native`, together with the steps' ops."""
+    added to a shape's Program with the steps' ops (:meth:`Draft.program`)."""
     assert _native_emit is not None
     c = np.ascontiguousarray(counts, dtype=np.int64)
     in_off = np.ascontiguousarray(b.in_off, dtype=np.int64)
@@ -343,20 +431,17 @@ def _prepare_native(
     )
 
 
-def _steps_native(
-    b: ProgramBuilder,
+def _steps_native_raw(
     prep: _Prepared,
     arrays: tuple[_I64, _I64, _I64, _I64],
     ends: list[bool],
-    n: int,
+    n_ranks: int,
     m: int,
     split: bool,
-) -> tuple[int, int]:
-    """The network steps in C (:func:`_steps_py` is the reference); adds the prepared ops and the steps' ops
-    to ``b`` in one block. ``arrays``: :attr:`Prepared.step_arrays`. Returns (groups that sent data, pieces
-    left unscheduled)."""
+) -> _Steps:
+    """The network steps in C (:func:`_steps_py` is the reference), after the prepared ops (ids from
+    ``prep.nops``). ``arrays``: :attr:`Prepared.step_arrays`."""
     assert _native_emit is not None
-    n_ranks = n * m
     perms, caps, gptr, groups = arrays
     (raw, ndeps, ids), scratch, real, left = _native_emit.fast_steps(
         prep.pieces,
@@ -368,19 +453,12 @@ def _steps_native(
         caps,
         gptr,
         groups,
-        len(b) + prep.nops,
+        prep.nops,
         prep.scratch,
         np.array(ends, dtype=np.int64),
         split,
     )
-    # both halves in one block (bytearrays: the Program's columns stay writable like any other Program's)
-    b.add_rows(
-        np.frombuffer(bytearray(prep.ops[0]) + raw, np.int64),
-        np.frombuffer(bytearray(prep.ops[1]) + ndeps, np.int64),
-        np.frombuffer(bytearray(prep.ops[2]) + ids, np.int64),
-    )
-    b.scratch[:] = np.frombuffer(scratch, np.int64).tolist()
-    return int(real), int(left)
+    return _Steps(raw, ndeps, ids, scratch, int(real), int(left))
 
 
 # ---------------------------------------------------------------------------------------------- reference path

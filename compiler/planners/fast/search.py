@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from a2acc.analysis.estimate import estimate, link_bound
+from a2acc.analysis.estimate import estimate, link_bound, prices_drafts
 from a2acc.analysis.fastsim import simulate_fast
 from a2acc.analysis.model import SimModel, default_model
 from a2acc.ir import Program, ProgramBuilder
@@ -83,16 +83,18 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     """The candidate ranked fastest under the request's model (module docstring), with every ranked candidate's
     time in its meta (``candidates_us``; ``chosen_by`` says by what)."""
     base = emit.prepare(req, opts, native=native)
-    staged = emit.shape(base)  # FAST's sequence: a candidate, the fallback, and the measure of the budget
-    todo = _within_budget(req, opts, base, staged, native)
+    drafts = prices_drafts() and opts.phases == "pipelined"
+    # FAST's sequence: a candidate, the fallback, and the measure of the budget
+    staged = _shape(base, None, False, drafts)
+    todo = _within_budget(req, opts, base, staged, native, drafts)
     if len(todo) < 2:  # no network step, no search, or room for one shape only: FAST's sequence, unranked
-        return staged
+        return _program(staged)
     model = model_of(req)
     by = ranking(opts, model)
     # shortlist: with "confirm" every candidate within CONFIRM of the best estimate is simulated after
     slack = 1.0 + CONFIRM if by == "confirm" else 1.0
     times: dict[str, float] = {}
-    progs: dict[str, Program] = {}
+    progs: dict[str, Program | emit.Draft] = {}
     over: dict[str, str] = {}  # candidates past the target's peer limit, and why: never chosen
     floors: dict[str, float] = {}  # per plan (its shapes share the ops): the simulator's floor, link_bound
     for label, make in todo:
@@ -113,21 +115,25 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
                 times[label] = math.inf
                 continue
         if by == "simulate":
+            progs[label] = prog = _program(prog)
             times[label] = simulate_fast(prog, req.topology, model=model).time_s
         else:
             times[label] = estimate(
                 prog, req.topology, model, above=min(times.values(), default=math.inf) * slack
             )
     if not times:  # every shape past the target's limits: FAST's sequence, which the target then judges
-        return _with_skipped(staged, over)
+        return _with_skipped(_program(staged), over)
     decided = times
     if by == "confirm":
         top = min(times.values()) * slack
         decided = {
-            k: simulate_fast(progs[k], req.topology, model=model).time_s for k in times if times[k] <= top
+            k: simulate_fast(_program(progs[k]), req.topology, model=model).time_s
+            for k in times
+            if times[k] <= top
         }
     best = min(decided, key=lambda k: (decided[k], _tie_rank(k)))
-    meta = dict(progs[best].meta)
+    kept = _program(progs[best])
+    meta = dict(kept.meta)
     meta.update(
         {
             "shape": best,
@@ -146,7 +152,7 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     )
     if by == "confirm":
         meta["simulated_us"] = {k: round(t * 1e6, 3) for k, t in decided.items()}
-    return _with_skipped(replace(progs[best], meta=meta), over)
+    return _with_skipped(replace(kept, meta=meta), over)
 
 
 #: ``rank=auto`` on a lossy fabric: candidates estimated within this of the best estimate are simulated. Chosen
@@ -177,18 +183,44 @@ def ranking(opts: Options, model: SimModel) -> str:
     return "estimate" if costs else "simulate"
 
 
-Make = Callable[[], Program]
+#: a candidate's maker: a Program, or (with the compiled emission and estimate) a draft of one, made a Program
+#: only if kept (:class:`a2acc.planners.fast.emit.Draft`)
+Make = Callable[[], "Program | emit.Draft"]
 
 
-def candidates(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Iterator[tuple[str, Make]]:
-    """Every candidate the search would rank for ``req``, in order, its budget aside (for
+def candidates(
+    req: PlanRequest, opts: Options, *, native: bool | None = None
+) -> Iterator[tuple[str, Callable[[], Program]]]:
+    """Every candidate the search would rank for ``req``, in order, its budget aside, as Programs (for
     ``benchmarks/fast_estimate.py``, which sets the estimate against the simulator on each)."""
     base = emit.prepare(req, opts, native=native)
-    return _candidates(req, opts, base, emit.shape(base), native)
+    for label, make in _candidates(req, opts, base, emit.shape(base), native, False):
+        yield label, _as_program(make)
+
+
+def _as_program(make: Make) -> Callable[[], Program]:
+    return lambda: _program(make())
+
+
+def _shape(prep: emit.Prepared, groups: int | None, split: bool, drafts: bool) -> Program | emit.Draft:
+    """One shape of ``prep``: a draft where the compiled core emitted the plan and ``drafts`` (the compiled
+    estimate prices it), else the Program."""
+    if drafts and prep.bal.prep is not None:
+        return emit.draft(prep, groups, split)
+    return emit.shape(prep, groups, split)
+
+
+def _program(shape: Program | emit.Draft) -> Program:
+    return shape.program() if isinstance(shape, emit.Draft) else shape
 
 
 def _within_budget(
-    req: PlanRequest, opts: Options, base: emit.Prepared, staged: Program, native: bool | None
+    req: PlanRequest,
+    opts: Options,
+    base: emit.Prepared,
+    staged: Program | emit.Draft,
+    native: bool | None,
+    drafts: bool,
 ) -> list[tuple[str, Make]]:
     """The candidates to rank, in order, while their ops total at most ``search_ops`` (the first always). Every
     shape of a plan has the same ops (the grouping and the split change only dependencies), counted as FAST's
@@ -198,7 +230,7 @@ def _within_budget(
     per_shape = len(staged.table)
     left = opts.search_ops
     out: list[tuple[str, Make]] = []
-    for label, make in _candidates(req, opts, base, staged, native):
+    for label, make in _candidates(req, opts, base, staged, native, drafts):
         ops = int(np.count_nonzero(req.counts)) if label == "direct" else per_shape
         if out and ops > left:
             break
@@ -208,13 +240,18 @@ def _within_budget(
 
 
 def _candidates(
-    req: PlanRequest, opts: Options, base: emit.Prepared, staged: Program, native: bool | None
+    req: PlanRequest,
+    opts: Options,
+    base: emit.Prepared,
+    staged: Program | emit.Draft,
+    native: bool | None,
+    drafts: bool,
 ) -> Iterator[tuple[str, Make]]:
     """(label, builder) of every candidate in ranking order (module docstring): the request's plan's shapes, the
     direct step, then the other balancing choices' shapes (prepared only when reached; one that balances the
     tiles of a plan already listed is that plan and is left out)."""
     plans = [base]
-    yield from _shapes(base, "", staged, direct=lambda: direct(req))
+    yield from _shapes(base, "", drafts, staged, direct=lambda: direct(req))
     if opts.balance != "auto":
         return
     for flip in OTHER_BALANCE:
@@ -222,15 +259,19 @@ def _candidates(
         if any(np.array_equal(other.balanced, p.balanced) for p in plans):
             continue
         plans.append(other)
-        yield from _shapes(other, f"+balance={flip}")
+        yield from _shapes(other, f"+balance={flip}", drafts)
 
 
 def _shapes(
-    prep: emit.Prepared, suffix: str, staged: Program | None = None, direct: Make | None = None
+    prep: emit.Prepared,
+    suffix: str,
+    drafts: bool,
+    staged: Program | emit.Draft | None = None,
+    direct: Make | None = None,
 ) -> Iterator[tuple[str, Make]]:
     """One plan's shapes: one concurrent group (with and without split messages), FAST's sequence (``staged``
     when already built), the ``direct`` step when given, then 2 and 4 groups where there are more steps."""
-    sequence: Make = (lambda: staged) if staged is not None else (lambda: emit.shape(prep))
+    sequence: Make = (lambda: staged) if staged is not None else (lambda: _shape(prep, None, False, drafts))
     for g in GROUPS:
         if g == 2:
             yield f"staged{suffix}", sequence
@@ -238,11 +279,11 @@ def _shapes(
                 yield "direct", direct
         if g < len(prep.steps):
             for split in (False, True):
-                yield f"grouped:{g}{suffix}{'+split' if split else ''}", _grouped(prep, g, split)
+                yield f"grouped:{g}{suffix}{'+split' if split else ''}", _grouped(prep, g, split, drafts)
 
 
-def _grouped(prep: emit.Prepared, groups: int, split: bool) -> Make:
-    return lambda: emit.shape(prep, groups, split)
+def _grouped(prep: emit.Prepared, groups: int, split: bool, drafts: bool) -> Make:
+    return lambda: _shape(prep, groups, split, drafts)
 
 
 def _plan_of(label: str) -> str:
