@@ -13,7 +13,9 @@
  *   dt_alpha, retransmit, fanin_loss).
  *
  * The steps, each as the reference computes it (a2acc.analysis.simulate for the first three):
- *   1. the DAG's successors (Routes: a stable sort of the dependency edges by dependency);
+ *   1. the DAG's successors (Routes: a stable sort of the dependency edges by dependency), kept per class of
+ *      ops with one pair and one dependency list when ops have four or more edges each (such ops become ready
+ *      together, with the same delays: the same ready times, each shared edge walked once);
  *   2. synchronised ops and their message bytes (simulate.synchronised: the ops of one pair with the same
  *      dependency set are one message, keyed by a 64-bit sum of splitmix64 over the dependency ids);
  *   3. per successor edge the delay (Routes.step_delays: the pipeline fill on the sender's side, the rendezvous
@@ -23,7 +25,8 @@
  *   5. the events (fastsim._Dag, _route_group_queues, _event_loop with no fluid op): activations (kind 1, by op)
  *      and departures (kind 2, by queue) in (time, kind, id) order. The reference keeps stale departures in its
  *      heap and skips them; here each queue has one departure slot in an indexed heap, which pops the valid ones
- *      in the same order. */
+ *      in the same order; the roots' activations, known up front, are sorted once and read beside the heap.
+ * Nothing above changes a float: maxima and (time, id) orders do not depend on the order they are taken in. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
