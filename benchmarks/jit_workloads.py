@@ -64,7 +64,6 @@ import gloo_job  # starting the local Gloo processes (benchmarks/gloo_job.py)
 from moe_workloads import WORKLOADS, rows_of  # benchmarks/ is on PYTHONPATH (_launch)
 
 stock = torch_patch._STATE["original"]
-BYTES_PER_PEER = 1 << 20
 
 
 results = []
