@@ -46,13 +46,14 @@ from a2acc.analysis.model import SimModel
 from a2acc.analysis.simulate import (
     PAIR_TABLE_MAX_RANKS,
     Setup,
+    check_ranks,
     check_topology,
     link_capacity,
     pair_routes,
     resolve_model,
     routes_by_pair,
 )
-from a2acc.errors import InputError, InternalError
+from a2acc.errors import InternalError
 from a2acc.ir import Program
 from a2acc.ir.program import Priced
 from a2acc.model.topology import Topology
@@ -125,14 +126,12 @@ def link_bound(prog: Priced, topo: Topology, model: SimModel | None = None) -> f
 
 
 def _check_ranks(prog: Priced, topo: Topology) -> None:
-    """The simulator's refusal of a plan for another rank count, said the same way."""
+    """The simulator's refusal of a plan for another rank count (a Program's, for another topology first)."""
     if prog.nranks == topo.nranks:
         return
     if isinstance(prog, Program):
         check_topology(prog, topo)
-    raise InputError(
-        "", "--topology", topo.name, f"the plan has {prog.nranks} ranks, the topology {topo.nranks}"
-    )
+    check_ranks(prog.nranks, topo)
 
 
 def _queues(

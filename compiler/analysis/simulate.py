@@ -159,9 +159,14 @@ def check_topology(prog: Program, topo: Topology) -> None:
     why = topo.plan_mismatch(prog.topology)
     if why is not None:
         raise InputError("", "--topology", topo.name, why)
-    if prog.nranks != topo.nranks:
+    check_ranks(prog.nranks, topo)
+
+
+def check_ranks(nranks: int, topo: Topology) -> None:
+    """Refuse a plan of another rank count than the topology's."""
+    if nranks != topo.nranks:
         raise InputError(
-            "", "--topology", topo.name, f"the plan has {prog.nranks} ranks, the topology {topo.nranks}"
+            "", "--topology", topo.name, f"the plan has {nranks} ranks, the topology {topo.nranks}"
         )
 
 

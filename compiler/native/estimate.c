@@ -370,7 +370,6 @@ static int run(const args_t *A, double *makespan) {
     i64 *cls = malloc(sizeof(i64) * (size_t)n), *crep = malloc(sizeof(i64) * (size_t)n);
     i64 *cmem_ptr = calloc((size_t)n + 1, sizeof(i64)), *cmem = malloc(sizeof(i64) * (size_t)n);
     i64 *ctab = NULL;
-    u64 *csig = malloc(sizeof(u64) * (size_t)n); /* per class: its dependencies' signature (below) */
     Py_ssize_t ncls = 0;
     u64 *hkey = NULL;
     i64 *hslot = NULL;
@@ -378,7 +377,7 @@ static int run(const args_t *A, double *makespan) {
     est_t S;
     memset(&S, 0, sizeof(S));
     if (!succ_ptr || !succ_ids || !slot || !fillp || !size || !lat || !delay || !msg || !sync || !solo || !load ||
-        !eff || !rate || !solo_time || !qkey || !grp || !ukey || !cls || !crep || !cmem_ptr || !cmem || !csig)
+        !eff || !rate || !solo_time || !qkey || !grp || !ukey || !cls || !crep || !cmem_ptr || !cmem)
         goto out;
     /* 1. classes: the ops of one pair with the same dependency list (the ops of one message, mostly) become
      * ready at the same time with the same edge delays, so the successors are kept per class, each edge once
@@ -386,13 +385,7 @@ static int run(const args_t *A, double *makespan) {
      * 170k edges become 57k). Classes are numbered in order of their first op, so a successor list in class
      * order is in op order too, and the events see the reference's ready times. */
     if (m < CLASS_EDGES * n) { /* few edges per op: each op its own class (finding classes would cost more) */
-        for (Py_ssize_t i = 0; i < n; i++) {
-            u64 sig = 0;
-            for (i64 e = A->dep_ptr[i]; e < A->dep_ptr[i + 1]; e++) sig += mix64((u64)A->dep_ids[e]);
-            cls[i] = crep[i] = cmem[i] = i;
-            cmem_ptr[i + 1] = i + 1;
-            csig[i] = sig;
-        }
+        for (Py_ssize_t i = 0; i < n; i++) cls[i] = crep[i] = i;
         ncls = n;
     } else {
         Py_ssize_t hc = 16;
@@ -417,7 +410,6 @@ static int run(const args_t *A, double *makespan) {
                 if (ctab[h] < 0) {
                     ctab[h] = ncls;
                     crep[ncls] = i;
-                    csig[ncls] = sig;
                     cls[i] = ncls++;
                     break;
                 }
@@ -487,7 +479,8 @@ static int run(const args_t *A, double *makespan) {
                     slot[i] = slot[r];
                     continue;
                 }
-                u64 sig = csig[cls[i]];
+                u64 sig = 0;
+                for (i64 e = A->dep_ptr[i]; e < A->dep_ptr[i + 1]; e++) sig += mix64((u64)A->dep_ids[e]);
                 Py_ssize_t h = (Py_ssize_t)(msg_hash(A->src[i], A->dst[i], nd, sig) & (u64)(hc - 1));
                 for (;;) {
                     if (hslot[h] < 0) {
@@ -750,7 +743,7 @@ static int run(const args_t *A, double *makespan) {
         status = 0;
     }
 out:
-    free(cls); free(crep); free(cmem_ptr); free(cmem); free(ctab); free(csig);
+    free(cls); free(crep); free(cmem_ptr); free(cmem); free(ctab);
     free(succ_ptr); free(succ_ids); free(slot); free(fillp); free(size); free(lat); free(delay); free(msg);
     free(sync); free(solo); free(load); free(eff); free(rate); free(solo_time); free(qkey); free(grp); free(ukey);
     free(hkey); free(hslot); free(htot);

@@ -83,14 +83,15 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     """The candidate ranked fastest under the request's model (module docstring), with every ranked candidate's
     time in its meta (``candidates_us``; ``chosen_by`` says by what)."""
     base = emit.prepare(req, opts, native=native)
-    drafts = prices_drafts() and opts.phases == "pipelined"
+    model = model_of(req)
+    by = ranking(opts, model)
+    # candidates the estimate prices stay drafts until one is kept; the simulator takes Programs
+    drafts = by != "simulate" and prices_drafts() and opts.phases == "pipelined"
     # FAST's sequence: a candidate, the fallback, and the measure of the budget
     staged = _shape(base, None, False, drafts)
     todo = _within_budget(req, opts, base, staged, native, drafts)
     if len(todo) < 2:  # no network step, no search, or room for one shape only: FAST's sequence, unranked
         return _program(staged)
-    model = model_of(req)
-    by = ranking(opts, model)
     # shortlist: with "confirm" every candidate within CONFIRM of the best estimate is simulated after
     slack = 1.0 + CONFIRM if by == "confirm" else 1.0
     times: dict[str, float] = {}
@@ -99,7 +100,8 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     floors: dict[str, float] = {}  # per plan (its shapes share the ops): the simulator's floor, link_bound
     for label, make in todo:
         plan = _plan_of(label)
-        past = min(times.values(), default=math.inf) * slack * (1.0 + 1e-9)
+        above = min(times.values(), default=math.inf) * slack  # what a candidate must not be past
+        past = above * (1.0 + 1e-9)
         if floors.get(plan, 0.0) > past:  # no shape of this plan can beat the best so far: none is built
             times[label] = math.inf
             continue
@@ -115,12 +117,9 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
                 times[label] = math.inf
                 continue
         if by == "simulate":
-            progs[label] = prog = _program(prog)
-            times[label] = simulate_fast(prog, req.topology, model=model).time_s
+            times[label] = simulate_fast(_program(prog), req.topology, model=model).time_s
         else:
-            times[label] = estimate(
-                prog, req.topology, model, above=min(times.values(), default=math.inf) * slack
-            )
+            times[label] = estimate(prog, req.topology, model, above=above)
     if not times:  # every shape past the target's limits: FAST's sequence, which the target then judges
         return _with_skipped(_program(staged), over)
     decided = times
