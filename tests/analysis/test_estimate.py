@@ -20,7 +20,7 @@ from a2acc.ir import Op, Program
 from a2acc.model.topology import load_topology
 from a2acc.model.traffic import generate
 from a2acc.native import estimate as native_core
-from tests.analysis.test_fastsim import _model, _topo, random_programs
+from tests.analysis.test_fastsim import _fabric_of, _model, random_programs
 
 MiB = 1 << 20
 compiled = pytest.mark.skipif(native_core is None, reason="the compiled estimate is not built")
@@ -67,8 +67,7 @@ def test_compiled_estimate_gives_the_reference_floats_on_fast_shapes(preset, ser
 def test_compiled_estimate_gives_the_reference_floats_on_random_dags(prog, alpha, stage, incast, fraction):
     """Arbitrary DAGs (copies, zero-byte ops, synchronised steps), with and without incast, and the bound at,
     below and above the estimate: the same float, and inf exactly when the estimate is past the bound."""
-    gpus = 2 if prog.nranks % 2 == 0 else 1
-    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    topo = _fabric_of(prog)
     model = _model(alpha, stage, 1 * MiB, 0.95, incast, 1 * MiB)
     full = _both(prog, topo, model)
     bounded = _both(prog, topo, model, above=full * fraction)
@@ -108,8 +107,7 @@ def test_compiled_estimate_gives_the_reference_floats_when_ops_share_their_depen
 ):
     """Many ops with one pair and one dependency list (the compiled core keeps their successors once per class
     of them): the reference's floats, and the bound's, still."""
-    gpus = 2 if prog.nranks % 2 == 0 else 1
-    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    topo = _fabric_of(prog)
     model = _model(alpha, stage, 1 * MiB, 0.95, incast, 1 * MiB)
     assert len(prog.table.dep_ids) >= 4 * len(prog.table)
     full = _both(prog, topo, model)
@@ -126,8 +124,7 @@ def test_compiled_estimate_gives_the_reference_floats_when_ops_share_their_depen
 def test_the_link_floor_is_never_above_the_simulated_time(prog, alpha, stage, incast):
     """The floor a search skips a plan's shapes by is a floor under the simulator: arbitrary DAGs, with and
     without incast, per-message and per-stage costs."""
-    gpus = 2 if prog.nranks % 2 == 0 else 1
-    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    topo = _fabric_of(prog)
     model = _model(alpha, stage, 1 * MiB, 0.95, incast, 1 * MiB)
     floor = link_bound(prog, topo, model)
     assert 0.0 <= floor <= simulate_fast(prog, topo, model=model).makespan_s * (1 + 1e-9)

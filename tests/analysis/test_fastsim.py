@@ -41,6 +41,12 @@ def _topo(servers: int, gpus: int, fabric: str, wiring: str, transport: str, nic
     return parse_topology(data, "rand")
 
 
+def _fabric_of(prog: Program, wiring: str = "single_switch"):
+    """A RoCE topology for a random program's ranks: two GPUs (and NICs) per server when they pair up."""
+    gpus = 2 if prog.nranks % 2 == 0 else 1
+    return _topo(prog.nranks // gpus, gpus, "switch", wiring, "roce", gpus)
+
+
 def _model(
     alpha: float, stage: float, eager: int, eff: float, incast: bool, buffer: int, onset: int = 0
 ) -> SimModel:
@@ -131,8 +137,7 @@ def random_programs(draw):
     onset=st.sampled_from([0, 1 * MiB]),
 )
 def test_fast_engine_agrees_with_reference_on_random_dags(prog, alpha, stage, incast, onset):
-    gpus = 2 if prog.nranks % 2 == 0 else 1
-    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    topo = _fabric_of(prog)
     _agree(prog, topo, _model(alpha, stage, 1 * MiB, 0.95, incast, 1 * MiB, onset))
 
 
@@ -217,8 +222,7 @@ def _equal_flows_on_one_link() -> Program:
 )
 @example(prog=_equal_flows_on_one_link(), incast=False, wiring="rail_optimized")
 def test_fast_engine_agrees_on_equal_flow_groups(prog, incast, wiring):
-    gpus = 2 if prog.nranks % 2 == 0 else 1
-    topo = _topo(prog.nranks // gpus, gpus, "switch", wiring, "roce", gpus)
+    topo = _fabric_of(prog, wiring)
     _agree(prog, topo, _model(5.0, 0.0, 1 * MiB, 0.95, incast, 1 * MiB))
 
 
@@ -227,8 +231,7 @@ def test_fast_engine_agrees_on_equal_flow_groups(prog, incast, wiring):
 def test_fast_engine_is_exact_without_tolerance(prog, incast):
     """With ``tolerance=0`` every event is taken on time: the skipped solves (bottlenecks still saturated),
     the route groups and the solo ops change nothing."""
-    gpus = 2 if prog.nranks % 2 == 0 else 1
-    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    topo = _fabric_of(prog)
     model = _model(10.0, 100.0, 1 * MiB, 0.95, incast, 1 * MiB)
     ref = simulate(prog, topo, model=model, record_timeline=False)
     fast = simulate_fast(prog, topo, model=model, tolerance=0.0)
@@ -305,8 +308,7 @@ def _both_loops(prog: Program, topo, model: SimModel, tolerance: float) -> None:
 def test_compiled_event_loop_gives_the_reference_floats(prog, alpha, stage, tolerance, incast, buffer, onset):
     """Incast included: the capacities that step with the active set, and the overload episodes; incast onset
     at step boundaries."""
-    gpus = 2 if prog.nranks % 2 == 0 else 1
-    topo = _topo(prog.nranks // gpus, gpus, "switch", "single_switch", "roce", gpus)
+    topo = _fabric_of(prog)
     _both_loops(prog, topo, _model(alpha, stage, 1 * MiB, 0.95, incast, buffer, onset), tolerance)
 
 
