@@ -26,3 +26,6 @@ def estimate(
     above: float,
     /,
 ) -> float: ...
+def link_floor(
+    src: Any, dst: Any, cnt: Any, unit: float, nranks: int, pair_bind: Any, k: int, cap: Any, /
+) -> float: ...

@@ -47,5 +47,8 @@ def fast_steps(
     scratch: Any,
     ends: Any,
     split: bool,
+    head_rows: bytes,
+    head_ndeps: bytes,
+    head_ids: bytes,
     /,
 ) -> tuple[tuple[bytes, bytes, bytes], bytes, int, int]: ...

@@ -100,7 +100,9 @@ def prices_drafts() -> bool:
     return _native is not None
 
 
-def link_bound(prog: Priced, topo: Topology, model: SimModel | None = None) -> float:
+def link_bound(
+    prog: Priced, topo: Topology, model: SimModel | None = None, *, native: bool | None = None
+) -> float:
     """A floor under ``prog``'s simulated time (seconds): its most loaded binding link's bytes over that link's
     capacity under ``model`` (goodput applied; incast, latencies and step costs only add). The simulator shares
     every link max-min fairly and never serves more than its capacity, so no run of the Program ends sooner.
@@ -109,14 +111,26 @@ def link_bound(prog: Priced, topo: Topology, model: SimModel | None = None) -> f
     where two stages' ops share a link at once; a search that skips a candidate whose floor is past its best so
     far skips only what would have won by that optimism (:func:`a2acc.planners.fast.search.choose`). The floor
     depends on the ops alone, not on their dependencies: every shape of one plan has the same. 0.0 past the
-    tabulated rank count (:data:`a2acc.analysis.simulate.PAIR_TABLE_MAX_RANKS`): no floor known."""
+    tabulated rank count (:data:`a2acc.analysis.simulate.PAIR_TABLE_MAX_RANKS`): no floor known. ``native``:
+    None sums the loads in the compiled core when it was built (the same float), False in numpy."""
     if not len(prog.table) or topo.nranks > PAIR_TABLE_MAX_RANKS:
         return 0.0
     _check_ranks(prog, topo)
     mdl = resolve_model(topo, model, None)
     pr = pair_routes(topo)
-    cap = np.append(link_capacity(pr.raw_cap, pr.eff_class, mdl), np.inf)
     t = prog.table
+    if _native is not None and native is not False:  # the same float, summed in the same order
+        return _native.link_floor(
+            carray(t.src_rank, np.int64),
+            carray(t.dst_rank, np.int64),
+            carray(t.cnt, np.int64),
+            float(prog.unit_bytes),
+            pr.nranks,
+            pr.bind,
+            pr.bind.shape[1],
+            link_capacity(pr.raw_cap, pr.eff_class, mdl),
+        )
+    cap = np.append(link_capacity(pr.raw_cap, pr.eff_class, mdl), np.inf)
     bind = pr.bind[
         np.asarray(t.src_rank, dtype=np.int64) * pr.nranks + np.asarray(t.dst_rank, dtype=np.int64)
     ]

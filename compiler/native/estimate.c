@@ -17,7 +17,8 @@
  *      ops with one pair and one dependency list when ops have four or more edges each (such ops become ready
  *      together, with the same delays: the same ready times, each shared edge walked once);
  *   2. synchronised ops and their message bytes (simulate.synchronised: the ops of one pair with the same
- *      dependency set are one message, keyed by a 64-bit sum of splitmix64 over the dependency ids);
+ *      dependency set are one message, keyed by a 64-bit sum of splitmix64 over the dependency ids; with
+ *      classes, a message is a class);
  *   3. per successor edge the delay (Routes.step_delays: the pipeline fill on the sender's side, the rendezvous
  *      on the receiver's);
  *   4. the queues (estimate._queues, _incast_efficiency): per receive link and stage the incast goodput, then
@@ -384,7 +385,8 @@ static int run(const args_t *A, double *makespan) {
      * (a grouped shape's transfers of one queue all wait for the previous group's sends and receives: at 8 x 8
      * 170k edges become 57k). Classes are numbered in order of their first op, so a successor list in class
      * order is in op order too, and the events see the reference's ready times. */
-    if (m < CLASS_EDGES * n) { /* few edges per op: each op its own class (finding classes would cost more) */
+    int classed = m >= CLASS_EDGES * n;
+    if (!classed) { /* few edges per op: each op its own class (finding classes would cost more) */
         for (Py_ssize_t i = 0; i < n; i++) cls[i] = crep[i] = i;
         ncls = n;
     } else {
@@ -403,8 +405,9 @@ static int run(const args_t *A, double *makespan) {
                 cls[i] = cls[i - 1];
                 continue;
             }
-            u64 sig = 0;
-            for (i64 e = 0; e < nd; e++) sig += mix64((u64)di[e]);
+            /* a table slot only (SAME_CLASS decides): one multiply per edge (FNV-1a over the ids) */
+            u64 sig = 0xCBF29CE484222325ULL;
+            for (i64 e = 0; e < nd; e++) sig = (sig ^ (u64)di[e]) * 0x100000001B3ULL;
             Py_ssize_t h = (Py_ssize_t)(msg_hash(A->src[i], A->dst[i], nd, sig) & (u64)(hc - 1));
             for (;;) {
                 if (ctab[h] < 0) {
@@ -458,46 +461,56 @@ static int run(const args_t *A, double *makespan) {
             nsync += sync[i];
         }
         if (nsync) {
-            Py_ssize_t hc = 16;
-            while (hc < 2 * nsync) hc *= 2;
-            hkey = malloc(sizeof(u64) * 4 * (size_t)hc);
-            hslot = malloc(sizeof(i64) * (size_t)hc);
-            htot = calloc((size_t)hc, sizeof(double));
-            if (!hkey || !hslot || !htot) goto out;
-            for (Py_ssize_t h = 0; h < hc; h++) hslot[h] = -1;
-            Py_ssize_t prev = -1; /* the last synchronised op: planners list a message's ops together */
-            for (Py_ssize_t i = 0; i < n; i++) {
-                if (!sync[i]) continue;
-                i64 r = crep[cls[i]], nd = A->dep_ptr[i + 1] - A->dep_ptr[i];
-                if (r == i && prev >= 0 && A->src[prev] == A->src[i] && A->dst[prev] == A->dst[i] &&
-                    A->dep_ptr[prev + 1] - A->dep_ptr[prev] == nd &&
-                    !memcmp(A->dep_ids + A->dep_ptr[prev], A->dep_ids + A->dep_ptr[i], sizeof(i64) * (size_t)nd))
-                    r = prev; /* the same message as the op before (each op its own class) */
-                prev = i;
-                if (r != i) { /* its class's (or the op before's) message: the same key */
-                    htot[slot[r]] += (double)A->cnt[i];
-                    slot[i] = slot[r];
-                    continue;
-                }
-                u64 sig = 0;
-                for (i64 e = A->dep_ptr[i]; e < A->dep_ptr[i + 1]; e++) sig += mix64((u64)A->dep_ids[e]);
-                Py_ssize_t h = (Py_ssize_t)(msg_hash(A->src[i], A->dst[i], nd, sig) & (u64)(hc - 1));
-                for (;;) {
-                    if (hslot[h] < 0) {
-                        hslot[h] = i;
-                        hkey[4 * h] = (u64)A->src[i];
-                        hkey[4 * h + 1] = (u64)A->dst[i];
-                        hkey[4 * h + 2] = (u64)nd;
-                        hkey[4 * h + 3] = sig;
-                        break;
+            if (classed) {
+                /* a message is the ops of one pair with one dependency set: with classes, exactly a class (sorted
+                 * lists: the same set is the same list), its bytes summed in op order */
+                htot = calloc((size_t)ncls, sizeof(double));
+                if (!htot) goto out;
+                for (Py_ssize_t i = 0; i < n; i++)
+                    if (sync[i]) htot[cls[i]] += (double)A->cnt[i];
+                for (Py_ssize_t i = 0; i < n; i++) slot[i] = cls[i];
+            } else {
+                Py_ssize_t hc = 16;
+                while (hc < 2 * nsync) hc *= 2;
+                hkey = malloc(sizeof(u64) * 4 * (size_t)hc);
+                hslot = malloc(sizeof(i64) * (size_t)hc);
+                htot = calloc((size_t)hc, sizeof(double));
+                if (!hkey || !hslot || !htot) goto out;
+                for (Py_ssize_t h = 0; h < hc; h++) hslot[h] = -1;
+                Py_ssize_t prev = -1; /* the last synchronised op: planners list a message's ops together */
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    if (!sync[i]) continue;
+                    i64 r = i, nd = A->dep_ptr[i + 1] - A->dep_ptr[i];
+                    if (r == i && prev >= 0 && A->src[prev] == A->src[i] && A->dst[prev] == A->dst[i] &&
+                        A->dep_ptr[prev + 1] - A->dep_ptr[prev] == nd &&
+                        !memcmp(A->dep_ids + A->dep_ptr[prev], A->dep_ids + A->dep_ptr[i], sizeof(i64) * (size_t)nd))
+                        r = prev; /* the same message as the op before (each op its own class) */
+                    prev = i;
+                    if (r != i) { /* the op before's message: the same key */
+                        htot[slot[r]] += (double)A->cnt[i];
+                        slot[i] = slot[r];
+                        continue;
                     }
-                    if (hkey[4 * h] == (u64)A->src[i] && hkey[4 * h + 1] == (u64)A->dst[i] &&
-                        hkey[4 * h + 2] == (u64)nd && hkey[4 * h + 3] == sig)
-                        break;
-                    h = (h + 1) & (hc - 1);
+                    u64 sig = 0;
+                    for (i64 e = A->dep_ptr[i]; e < A->dep_ptr[i + 1]; e++) sig += mix64((u64)A->dep_ids[e]);
+                    Py_ssize_t h = (Py_ssize_t)(msg_hash(A->src[i], A->dst[i], nd, sig) & (u64)(hc - 1));
+                    for (;;) {
+                        if (hslot[h] < 0) {
+                            hslot[h] = i;
+                            hkey[4 * h] = (u64)A->src[i];
+                            hkey[4 * h + 1] = (u64)A->dst[i];
+                            hkey[4 * h + 2] = (u64)nd;
+                            hkey[4 * h + 3] = sig;
+                            break;
+                        }
+                        if (hkey[4 * h] == (u64)A->src[i] && hkey[4 * h + 1] == (u64)A->dst[i] &&
+                            hkey[4 * h + 2] == (u64)nd && hkey[4 * h + 3] == sig)
+                            break;
+                        h = (h + 1) & (hc - 1);
+                    }
+                    htot[h] += (double)A->cnt[i]; /* in op order, as np.bincount adds */
+                    slot[i] = h;
                 }
-                htot[h] += (double)A->cnt[i]; /* in op order, as np.bincount adds */
-                slot[i] = h;
             }
             /* scratch until step 4: solo_time holds each op's fill time, rate its rendezvous */
             for (Py_ssize_t i = 0; i < n; i++) {
@@ -787,10 +800,15 @@ static PyObject *py_estimate(PyObject *self, PyObject *args) {
              bpb.len == np2 * A.k * (Py_ssize_t)sizeof(i64) && bpa.len == np2 * (Py_ssize_t)sizeof(double) &&
              bprx.len == np2 * (Py_ssize_t)sizeof(i64) && bsw.len == A.nl * (Py_ssize_t)sizeof(i64) &&
              A.dep_ptr[0] == 0 && A.dep_ptr[n] == A.m;
-    for (Py_ssize_t i = 0; ok && i < n; i++) {
+    /* the pointers first (ascending from 0 to m: every list within dep_ids), then the ids without a branch per
+     * edge (an id in [0, i) is below i as an unsigned number; a negative one is not) */
+    for (Py_ssize_t i = 0; ok && i < n; i++)
         ok = A.src[i] >= 0 && A.src[i] < A.nranks && A.dst[i] >= 0 && A.dst[i] < A.nranks && A.cnt[i] >= 0 &&
              A.stage[i] >= 0 && A.dep_ptr[i] <= A.dep_ptr[i + 1];
-        for (i64 e = A.dep_ptr[i]; ok && e < A.dep_ptr[i + 1]; e++) ok = A.dep_ids[e] >= 0 && A.dep_ids[e] < i;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        int bad = 0;
+        for (i64 e = A.dep_ptr[i]; e < A.dep_ptr[i + 1]; e++) bad |= (u64)A.dep_ids[e] >= (u64)i;
+        ok = !bad;
     }
     for (Py_ssize_t x = 0; ok && x < np2 * A.k; x++) ok = A.pbind[x] >= 0 && A.pbind[x] <= A.nl;
     for (Py_ssize_t x = 0; ok && x < np2; x++) ok = A.prx[x] >= -1 && A.prx[x] < A.nl;
@@ -821,8 +839,50 @@ static PyObject *py_estimate(PyObject *self, PyObject *args) {
     return res;
 }
 
+/* link_floor(src, dst, cnt, unit, nranks, pair_bind, k, cap) -> float: a2acc.analysis.estimate.link_bound's
+ * floor (the most loaded binding link's bytes over its capacity), its loads summed in the reference's order (op
+ * by op, each op's links in route order: np.bincount over the ravelled bindings), so the same float */
+static PyObject *py_link_floor(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer bsrc, bdst, bcnt, bpb, bcap;
+    double unit;
+    long long nranks, k;
+    if (!PyArg_ParseTuple(args, "y*y*y*dLy*Ly*", &bsrc, &bdst, &bcnt, &unit, &nranks, &bpb, &k, &bcap)) return NULL;
+    Py_ssize_t n = bsrc.len / (Py_ssize_t)sizeof(i64), nl = bcap.len / (Py_ssize_t)sizeof(double);
+    const i64 *src = bsrc.buf, *dst = bdst.buf, *cnt = bcnt.buf, *pb = bpb.buf;
+    const double *cap = bcap.buf;
+    int ok = nranks > 0 && k > 0 && bsrc.len % 8 == 0 && bdst.len == bsrc.len && bcnt.len == bsrc.len &&
+             bpb.len == (Py_ssize_t)(nranks * nranks * k) * (Py_ssize_t)sizeof(i64) && bcap.len % 8 == 0;
+    for (Py_ssize_t i = 0; ok && i < n; i++) ok = src[i] >= 0 && src[i] < nranks && dst[i] >= 0 && dst[i] < nranks;
+    for (Py_ssize_t x = 0; ok && x < nranks * nranks * k; x++) ok = pb[x] >= 0 && pb[x] <= nl;
+    double *load = ok ? calloc((size_t)nl + 1, sizeof(double)) : NULL;
+    PyObject *res = NULL;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "link_floor: bad arguments");
+    } else if (!load) {
+        PyErr_NoMemory();
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const i64 *b = pb + (src[i] * nranks + dst[i]) * k;
+            double size = (double)cnt[i] * unit;
+            for (i64 j = 0; j < k; j++) load[b[j]] += size;
+        }
+        double most = 0.0; /* the padding slot (nl) has no capacity limit: load / inf = 0 */
+        for (Py_ssize_t l = 0; l < nl; l++) {
+            double v = load[l] / cap[l];
+            if (v > most) most = v;
+        }
+        res = PyFloat_FromDouble(most);
+    }
+    free(load);
+    PyBuffer_Release(&bsrc); PyBuffer_Release(&bdst); PyBuffer_Release(&bcnt); PyBuffer_Release(&bpb);
+    PyBuffer_Release(&bcap);
+    return res;
+}
+
 static PyMethodDef METHODS[] = {
     {"estimate", py_estimate, METH_VARARGS, "the ranking estimate of one Program's op columns (seconds)"},
+    {"link_floor", py_link_floor, METH_VARARGS, "the busiest binding link's time of op columns (seconds)"},
     {NULL, NULL, 0, NULL},
 };
 

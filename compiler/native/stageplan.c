@@ -351,9 +351,12 @@ static PyObject *plan_counts(const i64 *C, int N, int m, int method, int balance
  *   every GPU's bundle in send order, queue q = (A*n + B)*m + i owning pieces[queue_ptr[q]:queue_ptr[q+1]];
  *   biggest: n*n int64, the largest bundle of each server pair (equals the stage plan's server matrix);
  *   own/whole: n*n*m int64 per queue, chunks of the GPU's own input and all chunks.
- * fast_steps(pieces, queue_ptr, out_off, N, m, perms, caps, group_ptr, groups, base, scratch, ends, split)
+ * fast_steps(pieces, queue_ptr, out_off, N, m, perms, caps, group_ptr, groups, base, scratch, ends, split,
+ *            head_rows, head_ndeps, head_ids)
  *   the network steps (perms/caps: S*n int64 each; GPU r's NIC group is groups[group_ptr[r]:group_ptr[r+1]];
- *   ends: S int64, a group's last step; split: forwarded pieces of a queue's share first, aligned ones after).
+ *   ends: S int64, a group's last step; split: forwarded pieces of a queue's share first, aligned ones after),
+ *   after the head: base ops (fast_prepare's, as it returned them) copied first, so the result is the whole
+ *   shape in one block (its columns read in place, no concatenation per shape).
  *   returns (ops, scratch, real_steps, leftover_pieces)
  */
 typedef struct { i64 src, dst, off, cnt, rank, buf, at, dep; } piece_t;
@@ -640,14 +643,14 @@ static int emit_piece(emit_t *e, piece_t p, i64 d_rank, i64 stage_no, const vec_
 }
 
 static PyObject *fast_steps(PyObject *self, PyObject *args) {
-    Py_buffer bp, bq, bo, bperm, bcap, bgp, bg, bs, bend;
+    Py_buffer bp, bq, bo, bperm, bcap, bgp, bg, bs, bend, bhr, bhn, bhi;
     int N, m, split;
     long long base;
     /* ends[st] != 0: step st closes a group; steps of one group run concurrently (they wait only for the sends
      * and receives of the groups before), so a group is one network step of several permutations. split != 0:
      * each queue's share of a step sends the pieces needing a forward first and its aligned pieces after them */
-    if (!PyArg_ParseTuple(args, "y*y*y*iiy*y*y*y*Ly*y*p", &bp, &bq, &bo, &N, &m, &bperm, &bcap, &bgp, &bg, &base, &bs,
-                          &bend, &split))
+    if (!PyArg_ParseTuple(args, "y*y*y*iiy*y*y*y*Ly*y*py*y*y*", &bp, &bq, &bo, &N, &m, &bperm, &bcap, &bgp, &bg, &base,
+                          &bs, &bend, &split, &bhr, &bhn, &bhi))
         return NULL;
     PyObject *res = NULL;
     int n = m >= 1 ? N / m : 0;
@@ -657,11 +660,20 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
              bo.len == (Py_ssize_t)N * N * 8 && bcap.len == bperm.len && (n == 0 || bperm.len % (8 * n) == 0) &&
              bgp.len == (Py_ssize_t)(N + 1) * 8 && bs.len == (Py_ssize_t)N * 8;
     if (ok) ok = qp[Q] * (Py_ssize_t)sizeof(piece_t) == bp.len && gp[N] * 8 == bg.len && bend.len == (Py_ssize_t)S * 8;
+    /* the head: base ops, its dependency counts summing to its ids */
+    const i64 *hn = bhn.buf;
+    Py_ssize_t hops = bhn.len / 8, hids = 0;
+    ok = ok && bhr.len == hops * 64 && bhn.len % 8 == 0 && bhi.len % 8 == 0 && hops == base;
+    for (Py_ssize_t x = 0; ok && x < hops; x++) {
+        ok = hn[x] >= 0;
+        hids += hn[x];
+    }
+    ok = ok && hids * 8 == bhi.len;
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "fast_steps: bad arguments");
         PyBuffer_Release(&bp); PyBuffer_Release(&bq); PyBuffer_Release(&bo); PyBuffer_Release(&bperm);
         PyBuffer_Release(&bcap); PyBuffer_Release(&bgp); PyBuffer_Release(&bg); PyBuffer_Release(&bs);
-        PyBuffer_Release(&bend);
+        PyBuffer_Release(&bend); PyBuffer_Release(&bhr); PyBuffer_Release(&bhn); PyBuffer_Release(&bhi);
         return NULL;
     }
     const i64 *ends = bend.buf;
@@ -677,9 +689,15 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
     i64 real = 0, left = 0;
     int err = !pc || !head || !scratch || !last_send || !last_recv || !sent || !recvd;
     /* room for the usual output (a transfer and a forward per piece, a few dependencies each): no regrowth */
-    err = err || vec_reserve(&e.ops, 16 * npieces + 64) || vec_reserve(&e.ndeps, 2 * npieces + 8) ||
-          vec_reserve(&e.deps, 16 * npieces + 64);
+    err = err || vec_reserve(&e.ops, 16 * npieces + 8 * (size_t)hops + 64) ||
+          vec_reserve(&e.ndeps, 2 * npieces + (size_t)hops + 8) || vec_reserve(&e.deps, 16 * npieces + (size_t)hids + 64);
     if (!err) {
+        memcpy(e.ops.v, bhr.buf, (size_t)bhr.len);
+        e.ops.n = 8 * (size_t)hops;
+        memcpy(e.ndeps.v, bhn.buf, (size_t)bhn.len);
+        e.ndeps.n = (size_t)hops;
+        memcpy(e.deps.v, bhi.buf, (size_t)bhi.len);
+        e.deps.n = (size_t)hids;
         memcpy(pc, bp.buf, (size_t)bp.len);
         for (size_t q = 0; q < Q; q++) head[q] = qp[q];
         memcpy(scratch, bs.buf, (size_t)N * sizeof(i64));
@@ -773,7 +791,7 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
     free(pc); free(head); free(scratch);
     PyBuffer_Release(&bp); PyBuffer_Release(&bq); PyBuffer_Release(&bo); PyBuffer_Release(&bperm);
     PyBuffer_Release(&bcap); PyBuffer_Release(&bgp); PyBuffer_Release(&bg); PyBuffer_Release(&bs);
-    PyBuffer_Release(&bend);
+    PyBuffer_Release(&bend); PyBuffer_Release(&bhr); PyBuffer_Release(&bhn); PyBuffer_Release(&bhi);
     return res;
 }
 

@@ -130,6 +130,17 @@ def test_the_link_floor_is_never_above_the_simulated_time(prog, alpha, stage, in
     assert 0.0 <= floor <= simulate_fast(prog, topo, model=model).makespan_s * (1 + 1e-9)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prog=random_programs(), incast=st.booleans())
+def test_the_compiled_link_floor_is_the_reference_float(prog, incast):
+    """The compiled core sums the links' loads in numpy's order: the same float, bit for bit."""
+    if native_core is None:
+        pytest.skip("the compiled estimate is not built")
+    topo = _fabric_of(prog)
+    model = _model(0.0, 0.0, 1 * MiB, 0.95, incast, 1 * MiB)
+    assert link_bound(prog, topo, model, native=None) == link_bound(prog, topo, model, native=False)
+
+
 def test_the_link_floor_is_the_busiest_links_time():
     """One transfer across servers: the floor is its bytes over its slowest link (the NIC, after goodput), what
     the simulator takes less the latencies; the ops' dependencies do not change it."""

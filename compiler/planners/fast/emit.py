@@ -21,7 +21,7 @@ from a2acc.native import stageplan as _native_emit
 from a2acc.planners import PlanRequest
 from a2acc.planners.birkhoff import Stage, decompose, stage_bound
 from a2acc.planners.fast.steps import Step, _step_costs, group_ends, order_steps
-from a2acc.planners.stageplan import stage_plan, tile_shares
+from a2acc.planners.stageplan import StagePlan, stage_plan, tile_shares
 
 if TYPE_CHECKING:
     from a2acc.planners.fast import Options
@@ -112,18 +112,15 @@ class Prepared:
         return perms, caps, gptr, groups
 
 
-def prepare(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Prepared:
-    """The stage plan, balancing and network steps of ``req`` under ``opts`` (:class:`Prepared`)."""
+def plan_stages(req: PlanRequest, opts: Options) -> StagePlan:
+    """The stage plan of ``req`` under ``opts`` (compiled core when built): balancing decisions, server matrix,
+    Birkhoff stages; what a search compares before it prepares a balancing choice (:func:`prepare`)."""
     topo = req.topology
-    counts = req.counts
-    m = topo.gpus_per_server
-    n = topo.servers
     summary = topo.summary()
     alpha_intra = (topo.intra.latency * 1e-6) if topo.intra is not None else 0.0
-    # ---- 1. stage plan (compiled core when built): balancing decisions, server matrix, Birkhoff stages
-    sp = stage_plan(
-        counts,
-        m,
+    return stage_plan(
+        req.counts,
+        topo.gpus_per_server,
         opts.birkhoff,
         opts.balance,
         req.unit_bytes,
@@ -131,17 +128,30 @@ def prepare(req: PlanRequest, opts: Options, *, native: bool | None = None) -> P
         summary.b_intra_link,
         alpha_intra,
     )
+
+
+def prepare(
+    req: PlanRequest, opts: Options, *, native: bool | None = None, stages: StagePlan | None = None
+) -> Prepared:
+    """The stage plan (``stages`` when given: :func:`plan_stages` of the same request and options), balancing
+    and network steps of ``req`` under ``opts`` (:class:`Prepared`)."""
+    topo = req.topology
+    counts = req.counts
+    m = topo.gpus_per_server
+    n = topo.servers
+    # ---- 1. stage plan: balancing decisions, server matrix, Birkhoff stages
+    sp = stages if stages is not None else plan_stages(req, opts)
     dec = sp.decomposition if n > 1 else None
-    stages = list(dec.stages) if dec is not None else []
+    birkhoff = list(dec.stages) if dec is not None else []
     # direct-connect graphs redistribute nothing and route steps over several hops: FAST's order stays
     # (measured on a 4x4 torus: the tail order moved time / bound by -6 % to +5 %, noise around 7x)
     tail = opts.order == "tail" and topo.direct is None
     use_native = _native_emit is not None if native is None else native and _native_emit is not None
     bal = _balance(_builder(req), counts, sp.balanced, sp.server, n, m, use_native=use_native, tail=tail)
     # ---- 2. Birkhoff stages of the server matrix -> network steps (order, folding, tail split)
-    steps = _network_steps(req, stages, sp.server, bal, tail=tail, descending=opts.order == "descending")
+    steps = _network_steps(req, birkhoff, sp.server, bal, tail=tail, descending=opts.order == "descending")
     line_sum = dec.line_sum if dec is not None else 0
-    return Prepared(req, opts, sp.balanced, sp.server, stages, line_sum, bal, steps, tail)
+    return Prepared(req, opts, sp.balanced, sp.server, birkhoff, line_sum, bal, steps, tail)
 
 
 def _builder(req: PlanRequest) -> ProgramBuilder:
@@ -185,8 +195,9 @@ def draft(prep: Prepared, groups: int | None = None, split: bool = False) -> Dra
 
 @dataclass(frozen=True)
 class _Steps:
-    """The network steps' ops as the compiled core returns them: rows of the 8 op fields, dependency counts and
-    ids (int64 bytes), the scratch each rank ends with, the groups that sent data and the pieces left."""
+    """A shape's ops as the compiled core returns them, the prepared ops first and the network steps' after:
+    rows of the 8 op fields, dependency counts and ids (int64 bytes), the scratch each rank ends with, the groups
+    that sent data and the pieces left."""
 
     rows: bytes
     ndeps: bytes
@@ -234,27 +245,22 @@ class Draft:
 
     @cached_property
     def table(self) -> DraftOps:
-        core = self.prep.bal.prep
-        assert core is not None  # draft() checked
-        head = np.frombuffer(core.ops[0], np.int64).reshape(-1, 8)
-        tail = np.frombuffer(self.steps.rows, np.int64).reshape(-1, 8)
-        col = [np.concatenate([head[:, j], tail[:, j]]) for j in (0, 3, 6, 7)]
-        nd = np.concatenate([np.frombuffer(core.ops[1], np.int64), np.frombuffer(self.steps.ndeps, np.int64)])
+        """The columns, read in place from the core's one block of rows (strided views, no copy)."""
+        rows = np.frombuffer(self.steps.rows, np.int64).reshape(-1, 8)
+        nd = np.frombuffer(self.steps.ndeps, np.int64)
         ptr = np.zeros(nd.shape[0] + 1, np.int64)
         np.cumsum(nd, out=ptr[1:])
-        ids = np.concatenate([np.frombuffer(core.ops[2], np.int64), np.frombuffer(self.steps.ids, np.int64)])
-        return DraftOps(col[0], col[1], col[2], col[3], ptr, ids)
+        ids = np.frombuffer(self.steps.ids, np.int64)
+        return DraftOps(rows[:, 0], rows[:, 3], rows[:, 6], rows[:, 7], ptr, ids)
 
     def program(self) -> Program:
         """The Program of this shape (the prepared ops, then the steps', in one block)."""
-        core = self.prep.bal.prep
-        assert core is not None  # draft() checked
         b = _builder(self.prep.req)
-        # both halves in one block (bytearrays: the Program's columns stay writable like any other Program's)
+        # bytearrays: the Program's columns stay writable like any other Program's
         b.add_rows(
-            np.frombuffer(bytearray(core.ops[0]) + self.steps.rows, np.int64),
-            np.frombuffer(bytearray(core.ops[1]) + self.steps.ndeps, np.int64),
-            np.frombuffer(bytearray(core.ops[2]) + self.steps.ids, np.int64),
+            np.frombuffer(bytearray(self.steps.rows), np.int64),
+            np.frombuffer(bytearray(self.steps.ndeps), np.int64),
+            np.frombuffer(bytearray(self.steps.ids), np.int64),
         )
         b.scratch[:] = np.frombuffer(self.steps.scratch, np.int64).tolist()
         ends = self.prep.ends(self.groups)
@@ -439,8 +445,8 @@ def _steps_native_raw(
     m: int,
     split: bool,
 ) -> _Steps:
-    """The network steps in C (:func:`_steps_py` is the reference), after the prepared ops (ids from
-    ``prep.nops``). ``arrays``: :attr:`Prepared.step_arrays`."""
+    """The prepared ops and the network steps in C (:func:`_steps_py` is the reference), in one block (the
+    steps' ids from ``prep.nops``). ``arrays``: :attr:`Prepared.step_arrays`."""
     assert _native_emit is not None
     perms, caps, gptr, groups = arrays
     (raw, ndeps, ids), scratch, real, left = _native_emit.fast_steps(
@@ -457,6 +463,7 @@ def _steps_native_raw(
         prep.scratch,
         np.array(ends, dtype=np.int64),
         split,
+        *prep.ops,
     )
     return _Steps(raw, ndeps, ids, scratch, int(real), int(left))
 

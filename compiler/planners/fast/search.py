@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -102,6 +102,13 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
         plan = _plan_of(label)
         above = min(times.values(), default=math.inf) * slack  # what a candidate must not be past
         past = above * (1.0 + 1e-9)
+        if plan == "direct" and plan not in floors:  # its peers and floor from the matrix, before its Program
+            cols = _DirectOps.of(req)
+            why = over_peer_limit(cols, req.max_peers)
+            if why is not None:
+                over[label] = why
+                continue
+            floors[plan] = link_bound(cols, req.topology, model)
         if floors.get(plan, 0.0) > past:  # no shape of this plan can beat the best so far: none is built
             times[label] = math.inf
             continue
@@ -254,9 +261,11 @@ def _candidates(
     if opts.balance != "auto":
         return
     for flip in OTHER_BALANCE:
-        other = emit.prepare(req, replace(opts, balance=flip), native=native)
-        if any(np.array_equal(other.balanced, p.balanced) for p in plans):
-            continue
+        flipped = replace(opts, balance=flip)
+        stages = emit.plan_stages(req, flipped)
+        if any(np.array_equal(stages.balanced, p.balanced) for p in plans):
+            continue  # (decided by the stage plan alone: nothing more of it is prepared)
+        other = emit.prepare(req, flipped, native=native, stages=stages)
         plans.append(other)
         yield from _shapes(other, f"+balance={flip}", drafts)
 
@@ -301,6 +310,26 @@ def _tie_rank(label: str) -> int:
     shape = label.split("+", 1)[0]
     order = {"staged": 0, **{f"grouped:{g}": 10 - g for g in GROUPS}, "direct": 20}
     return 2 * order.get(shape, 30) + label.endswith("+split")
+
+
+@dataclass(frozen=True)
+class _DirectOps:
+    """The direct step's priced columns (:class:`a2acc.ir.program.Priced`) read off the matrix: one op per nonzero
+    pair in (source, destination) order, as :func:`a2acc.planners.direct.add_direct` emits them, so its link floor
+    is the direct Program's to the bit, without the Program."""
+
+    nranks: int
+    unit_bytes: int
+    table: emit.DraftOps
+
+    @classmethod
+    def of(cls, req: PlanRequest) -> _DirectOps:
+        src, dst = np.nonzero(req.counts)
+        cnt = np.asarray(req.counts[src, dst], dtype=np.int64)
+        n = len(cnt)
+        none = np.zeros(n + 1, np.int64)
+        ops = emit.DraftOps(src.astype(np.int64), dst.astype(np.int64), cnt, none[:n], none, none[:0])
+        return cls(req.nranks, int(req.unit_bytes), ops)
 
 
 def _with_skipped(prog: Program, over: dict[str, str]) -> Program:
