@@ -357,7 +357,8 @@ static PyObject *plan_counts(const i64 *C, int N, int m, int method, int balance
  *   ends: S int64, a group's last step; split: forwarded pieces of a queue's share first, aligned ones after),
  *   after the head: base ops (fast_prepare's, as it returned them) copied first, so the result is the whole
  *   shape in one block (its columns read in place, no concatenation per shape).
- *   returns (ops, scratch, real_steps, leftover_pieces)
+ *   returns ((columns, ndeps, ids, dep_ptr), scratch, real_steps, leftover_pieces): the ops' fields
+ *   field-major (8 columns of K ops), and their dependency offsets (K + 1 int64) besides the counts
  */
 typedef struct { i64 src, dst, off, cnt, rank, buf, at, dep; } piece_t;
 typedef struct { i64 *v; size_t n, cap; } vec_t;
@@ -416,6 +417,27 @@ static PyObject *emit_result(emit_t *e) {
 }
 
 static void emit_free(emit_t *e) { free(e->ops.v); free(e->ndeps.v); free(e->deps.v); }
+
+/* emit_result with the ops field-major: 8 columns of K (src_rank ... stage), what the Program's table and a
+ * search's pricing read, so neither transposes nor gathers them; and the K + 1 dependency offsets */
+static PyObject *emit_result_columns(emit_t *e) {
+    size_t k = e->ops.n / 8;
+    PyObject *cols = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(e->ops.n * sizeof(i64)));
+    if (!cols) return NULL;
+    i64 *c = (i64 *)PyBytes_AS_STRING(cols);
+    for (size_t i = 0; i < k; i++)
+        for (size_t f = 0; f < 8; f++) c[f * k + i] = e->ops.v[8 * i + f];
+    PyObject *ptr = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((k + 1) * sizeof(i64)));
+    if (!ptr) {
+        Py_DECREF(cols);
+        return NULL;
+    }
+    i64 *p = (i64 *)PyBytes_AS_STRING(ptr);
+    p[0] = 0;
+    for (size_t i = 0; i < k; i++) p[i + 1] = p[i] + e->ndeps.v[i];
+    return Py_BuildValue("(Ny#y#N)", cols, nz(e->ndeps.v), (Py_ssize_t)(e->ndeps.n * sizeof(i64)), nz(e->deps.v),
+                         (Py_ssize_t)(e->deps.n * sizeof(i64)), ptr);
+}
 
 /* bundle order (fast._order_bundle): own input first, data for other GPUs first, then dst, src, off */
 static inline int bundle_before(const piece_t *p, const piece_t *q, i64 aligned) {
@@ -775,7 +797,7 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
         PyErr_SetString(err == 2 ? PyExc_ValueError : PyExc_MemoryError,
                         err == 2 ? "fast_steps: permutation entry out of range" : "fast_steps: out of memory");
     } else {
-        PyObject *ops = emit_result(&e);
+        PyObject *ops = emit_result_columns(&e);
         if (ops)
             res = Py_BuildValue("(Ny#LL)", ops, (const char *)scratch, (Py_ssize_t)(N * sizeof(i64)), real, left);
     }

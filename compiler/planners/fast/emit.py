@@ -196,12 +196,13 @@ def draft(prep: Prepared, groups: int | None = None, split: bool = False) -> Dra
 @dataclass(frozen=True)
 class _Steps:
     """A shape's ops as the compiled core returns them, the prepared ops first and the network steps' after:
-    rows of the 8 op fields, dependency counts and ids (int64 bytes), the scratch each rank ends with, the groups
-    that sent data and the pieces left."""
+    the 8 op fields field-major (8 columns of K ops), dependency counts, ids and offsets (int64 bytes), the
+    scratch each rank ends with, the groups that sent data and the pieces left."""
 
-    rows: bytes
+    columns: bytes
     ndeps: bytes
     ids: bytes
+    dep_ptr: bytes
     scratch: bytes
     real: int
     left: int
@@ -245,20 +246,18 @@ class Draft:
 
     @cached_property
     def table(self) -> DraftOps:
-        """The columns, read in place from the core's one block of rows (strided views, no copy)."""
-        rows = np.frombuffer(self.steps.rows, np.int64).reshape(-1, 8)
-        nd = np.frombuffer(self.steps.ndeps, np.int64)
-        ptr = np.zeros(nd.shape[0] + 1, np.int64)
-        np.cumsum(nd, out=ptr[1:])
-        ids = np.frombuffer(self.steps.ids, np.int64)
-        return DraftOps(rows[:, 0], rows[:, 3], rows[:, 6], rows[:, 7], ptr, ids)
+        """The columns, read in place from the core's one block (no copy)."""
+        cols = np.frombuffer(self.steps.columns, np.int64).reshape(8, -1)
+        ptr = np.frombuffer(self.steps.dep_ptr, np.int64)
+        return DraftOps(cols[0], cols[3], cols[6], cols[7], ptr, np.frombuffer(self.steps.ids, np.int64))
 
     def program(self) -> Program:
         """The Program of this shape (the prepared ops, then the steps', in one block)."""
         b = _builder(self.prep.req)
-        # bytearrays: the Program's columns stay writable like any other Program's
+        # bytearrays: the Program's columns stay writable like any other Program's; rows as the transposed
+        # columns (add_rows' transpose is then the columns themselves, no copy)
         b.add_rows(
-            np.frombuffer(bytearray(self.steps.rows), np.int64),
+            np.frombuffer(bytearray(self.steps.columns), np.int64).reshape(8, -1).T,
             np.frombuffer(bytearray(self.steps.ndeps), np.int64),
             np.frombuffer(bytearray(self.steps.ids), np.int64),
         )
@@ -449,7 +448,7 @@ def _steps_native_raw(
     steps' ids from ``prep.nops``). ``arrays``: :attr:`Prepared.step_arrays`."""
     assert _native_emit is not None
     perms, caps, gptr, groups = arrays
-    (raw, ndeps, ids), scratch, real, left = _native_emit.fast_steps(
+    (cols, ndeps, ids, ptr), scratch, real, left = _native_emit.fast_steps(
         prep.pieces,
         prep.queue_ptr,
         prep.out_off,
@@ -465,7 +464,7 @@ def _steps_native_raw(
         split,
         *prep.ops,
     )
-    return _Steps(raw, ndeps, ids, scratch, int(real), int(left))
+    return _Steps(cols, ndeps, ids, ptr, scratch, int(real), int(left))
 
 
 # ---------------------------------------------------------------------------------------------- reference path
