@@ -425,8 +425,11 @@ static PyObject *emit_result_columns(emit_t *e) {
     PyObject *cols = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(e->ops.n * sizeof(i64)));
     if (!cols) return NULL;
     i64 *c = (i64 *)PyBytes_AS_STRING(cols);
-    for (size_t i = 0; i < k; i++)
-        for (size_t f = 0; f < 8; f++) c[f * k + i] = e->ops.v[8 * i + f];
+    for (size_t i = 0; i < k; i++) {
+        const i64 *r = e->ops.v + 8 * i;
+        c[i] = r[0]; c[k + i] = r[1]; c[2 * k + i] = r[2]; c[3 * k + i] = r[3];
+        c[4 * k + i] = r[4]; c[5 * k + i] = r[5]; c[6 * k + i] = r[6]; c[7 * k + i] = r[7];
+    }
     PyObject *ptr = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((k + 1) * sizeof(i64)));
     if (!ptr) {
         Py_DECREF(cols);
@@ -643,24 +646,36 @@ static int merge_into(vec_t *acc, vec_t *tmp, const i64 *v, size_t k) {
 /* one piece of a queue as a transfer (and, when it lands on the wrong GPU, a forward over the scale-up fabric);
  * its dependencies: wait, the piece's balancing op and, for split queues' aligned pieces, the queue's transfers
  * that need a forward (extra, ascending and above every other id). Returns the transfer's id in *oid. */
-static int emit_piece(emit_t *e, piece_t p, i64 d_rank, i64 stage_no, const vec_t *wait, vec_t *deps,
-                      const vec_t *extra, const i64 *OUT, i64 N, i64 *scratch, i64 *oid) {
-    deps->n = 0;
-    if (vec_reserve(deps, wait->n + 1 + (extra ? extra->n : 0))) return -1;
-    size_t x = 0;
+static int emit_piece(emit_t *e, piece_t p, i64 d_rank, i64 stage_no, const vec_t *wait, const vec_t *extra,
+                      const i64 *OUT, i64 N, i64 *scratch, i64 *oid) {
+    /* the transfer's dependency list merged straight into the output (one copy per edge, not two) */
+    if (vec_reserve(&e->deps, wait->n + 1 + (extra ? extra->n : 0))) return -1;
+    i64 *d = e->deps.v + e->deps.n;
+    size_t nd = 0, x = 0;
     if (p.dep >= 0) {
-        while (x < wait->n && wait->v[x] < p.dep) deps->v[deps->n++] = wait->v[x++];
-        if (x == wait->n || wait->v[x] != p.dep) deps->v[deps->n++] = p.dep;
+        while (x < wait->n && wait->v[x] < p.dep) d[nd++] = wait->v[x++];
+        if (x == wait->n || wait->v[x] != p.dep) d[nd++] = p.dep;
     }
-    while (x < wait->n) deps->v[deps->n++] = wait->v[x++];
-    if (extra)
-        for (size_t k = 0; k < extra->n; k++) deps->v[deps->n++] = extra->v[k];
+    memcpy(d + nd, wait->v + x, sizeof(i64) * (wait->n - x));
+    nd += wait->n - x;
+    if (extra) {
+        memcpy(d + nd, extra->v, sizeof(i64) * extra->n);
+        nd += extra->n;
+    }
     i64 out_at = OUT[(size_t)p.dst * N + (size_t)p.src] + p.off;
     *oid = e->next;
-    if (p.dst == d_rank) return emit_op(e, p.rank, p.buf, p.at, d_rank, 1, out_at, p.cnt, stage_no, deps->v, deps->n);
-    i64 land = scratch[d_rank];
+    int aligned = p.dst == d_rank;
+    i64 land = aligned ? out_at : scratch[d_rank];
+    /* emit_op with its list already in place */
+    if (vec_reserve(&e->ops, 8) || vec_push(&e->ndeps, (i64)nd)) return -1;
+    i64 *o = e->ops.v + e->ops.n;
+    o[0] = p.rank; o[1] = p.buf; o[2] = p.at; o[3] = d_rank; o[4] = aligned ? 1 : 2; o[5] = land; o[6] = p.cnt;
+    o[7] = stage_no;
+    e->ops.n += 8;
+    e->deps.n += nd;
+    e->next++;
+    if (aligned) return 0;
     scratch[d_rank] += p.cnt;
-    if (emit_op(e, p.rank, p.buf, p.at, d_rank, 2, land, p.cnt, stage_no, deps->v, deps->n)) return -1;
     return emit_op(e, d_rank, 2, land, p.dst, 1, out_at, p.cnt, stage_no, oid, 1);
 }
 
@@ -706,7 +721,7 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
     i64 *scratch = malloc(sizeof(i64) * ((size_t)N + 1));
     vec_t *last_send = calloc((size_t)N, sizeof(vec_t)), *last_recv = calloc((size_t)N, sizeof(vec_t));
     vec_t *sent = calloc((size_t)N, sizeof(vec_t)), *recvd = calloc((size_t)N, sizeof(vec_t));
-    vec_t wait = {0}, tmp = {0}, deps = {0}, fwd = {0};
+    vec_t wait = {0}, tmp = {0}, fwd = {0};
     pvec_t took = {0};
     i64 real = 0, left = 0;
     int err = !pc || !head || !scratch || !last_send || !last_recv || !sent || !recvd;
@@ -770,7 +785,7 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
                         int aligned = p.dst == d_rank;
                         if (split && aligned != pass) continue;
                         i64 oid;
-                        err = emit_piece(&e, p, d_rank, stage_no, &wait, &deps, split && pass ? &fwd : NULL, OUT, N,
+                        err = emit_piece(&e, p, d_rank, stage_no, &wait, split && pass ? &fwd : NULL, OUT, N,
                                          scratch, &oid) != 0;
                         if (split && !aligned) err = err || vec_push(&fwd, oid) != 0;
                         err = err || vec_push(&sent[s_rank], oid) != 0 || vec_push(&recvd[d_rank], oid) != 0;
@@ -808,7 +823,7 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
         if (sent) free(sent[r].v);
         if (recvd) free(recvd[r].v);
     }
-    free(last_send); free(last_recv); free(sent); free(recvd); free(wait.v); free(tmp.v); free(deps.v);
+    free(last_send); free(last_recv); free(sent); free(recvd); free(wait.v); free(tmp.v);
     free(fwd.v); free(took.v);
     free(pc); free(head); free(scratch);
     PyBuffer_Release(&bp); PyBuffer_Release(&bq); PyBuffer_Release(&bo); PyBuffer_Release(&bperm);
