@@ -361,3 +361,50 @@ def test_a_plan_whose_link_floor_is_past_the_best_is_not_built(preset, servers, 
     assert every.meta["ranked_us"] == floored.meta["ranked_us"]
     for k in skipped:  # what the floor skipped was slower than the pick
         assert every.meta["candidates_us"][k] > floored.meta["ranked_us"]
+
+
+@pytest.mark.parametrize(("preset", "servers", "kind"), [("dgx-h100", 4, "zipf"), ("mi300x", 2, "moe")])
+def test_the_direct_steps_floor_and_peers_from_the_matrix_are_its_programs(preset, servers, kind):
+    """The search prices the direct step off the matrix before building it: the same link floor, to the bit,
+    and the same peer count as the direct Program it would build."""
+    from a2acc.analysis.estimate import link_bound
+    from a2acc.analysis.model import default_model
+    from a2acc.ir.program import program_peers
+    from a2acc.planners.fast import search
+
+    topo = load_topology(preset, servers)
+    m = generate(kind, topo.nranks, 64 << 20, 3, skew=0.8)
+    m[0, 1] = 0  # a pair with nothing to send: no op
+    req = _request(topo, m)
+    model = default_model(topo)
+    cols, prog = search._DirectOps.of(req), search.direct(req)
+    assert len(cols.table) == len(prog.table)
+    assert link_bound(cols, topo, model) == link_bound(prog, topo, model) > 0
+    assert program_peers(cols) == program_peers(prog)
+
+
+def test_a_balancing_choice_is_compared_by_its_stage_plan_alone():
+    """The search leaves out a balancing choice that balances the tiles of a plan already listed, deciding it
+    from the stage plan before preparing anything else: the stage plan's tiles are the prepared plan's."""
+    from dataclasses import replace
+
+    from a2acc.planners.fast import Options, emit
+
+    topo = load_topology("dgx-h100", 4)
+    req = _request(topo, generate("zipf", topo.nranks, 256 << 20, 1, skew=0.8))
+    for balance in ("auto", "always", "never"):
+        opts = replace(Options(), balance=balance)
+        stages = emit.plan_stages(req, opts)
+        prepared = emit.prepare(req, opts, stages=stages)
+        assert np.array_equal(stages.balanced, prepared.balanced)
+        assert np.array_equal(emit.prepare(req, opts).balanced, prepared.balanced)
+
+
+def _request(topo, traffic):
+    """fast's request for ``traffic`` at its chunk size, with fast's default options."""
+    from a2acc.ir.quantize import choose_unit, quantize
+    from a2acc.planners import PlanRequest
+    from a2acc.planners.fast import Options
+
+    unit = choose_unit(traffic)
+    return PlanRequest(topo, traffic, quantize(traffic, unit), unit, Options())

@@ -228,8 +228,8 @@ class DraftOps:
 class Draft:
     """One shape of a prepared plan, emitted by the compiled core, not yet a Program: what fast's search ranks.
     The estimate, the link floor and the peer count read four op columns and the dependencies (:attr:`table`,
-    gathered from the core's rows); a Program - builder, link classes, every column, metadata - is made only of
-    the shape the search keeps (:meth:`program`), the same Program :func:`shape` makes."""
+    read in place from the core's one block); a Program - builder, link classes, every column, metadata - is
+    made only of the shape the search keeps (:meth:`program`), the same Program :func:`shape` makes."""
 
     prep: Prepared
     groups: int | None
