@@ -327,10 +327,14 @@ def _emit(
     return _robust(req, net, routes, pc, tm, _stages(routes, pc), meta, steps)
 
 
+#: how often the progress thread looks at the clock (it redraws only when the shown second changes)
+TICK_S = 0.1
+
+
 class _Steps:
     """Progress of the planner's long steps (the flow: an exact LP can take minutes; on direct-connect graphs
     the list schedule and the simulations, minutes each at 1024 GPUs): a ``tqdm`` status on standard error when
-    it is a terminal, its elapsed time refreshed every second while a step runs, and a log line
+    it is a terminal, its elapsed time redrawn as each second passes while a step runs, and a log line
     (``a2acc.planners.mcf``, INFO) per step with its wall time. Times go to the log only: a plan's metadata
     stays the same in every run."""
 
@@ -348,8 +352,14 @@ class _Steps:
         return self
 
     def _tick(self) -> None:
-        while not self.done.wait(1.0):
-            self.bar.refresh()
+        """Redraw the clock within a tenth of a second of each new whole second of the step (a step's start
+        resets the clock, so a fixed one-second period, out of phase with it, could show a second late)."""
+        shown = -1
+        while not self.done.wait(TICK_S):
+            second = int(self.bar.format_dict["elapsed"])
+            if second != shown:
+                shown = second
+                self.bar.refresh()
 
     def __exit__(self, *exc: object) -> None:
         self.done.set()
