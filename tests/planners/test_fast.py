@@ -365,9 +365,9 @@ def test_a_plan_whose_link_floor_is_past_the_best_is_not_built(preset, servers, 
 
 @pytest.mark.parametrize(("preset", "servers", "kind"), [("dgx-h100", 4, "zipf"), ("mi300x", 2, "moe")])
 def test_the_direct_steps_floor_and_peers_from_the_matrix_are_its_programs(preset, servers, kind):
-    """The search prices the direct step off the matrix before building it: the same link floor, to the bit,
-    and the same peer count as the direct Program it would build."""
-    from a2acc.analysis.estimate import link_bound
+    """The search prices the direct step off the matrix before building it: the same link floor and estimate,
+    to the bit, and the same peer count as the direct Program it builds if it keeps it."""
+    from a2acc.analysis.estimate import estimate, link_bound, prices_drafts
     from a2acc.analysis.model import default_model
     from a2acc.ir.program import program_peers
     from a2acc.planners.fast import search
@@ -377,10 +377,14 @@ def test_the_direct_steps_floor_and_peers_from_the_matrix_are_its_programs(prese
     m[0, 1] = 0  # a pair with nothing to send: no op
     req = _request(topo, m)
     model = default_model(topo)
-    cols, prog = search._DirectOps.of(req), search.direct(req)
-    assert len(cols.table) == len(prog.table)
-    assert link_bound(cols, topo, model) == link_bound(prog, topo, model) > 0
-    assert program_peers(cols) == program_peers(prog)
+    draft = search.DirectDraft.of(req)
+    prog = draft.program()
+    assert prog.meta["shape"] == "direct"
+    assert len(draft.table) == len(prog.table)
+    assert link_bound(draft, topo, model) == link_bound(prog, topo, model) > 0
+    assert program_peers(draft) == program_peers(prog)
+    if prices_drafts():
+        assert estimate(draft, topo, model) == estimate(prog, topo, model)
 
 
 def test_a_balancing_choice_is_compared_by_its_stage_plan_alone():

@@ -75,6 +75,43 @@ def direct(req: PlanRequest) -> Program:
     return b.build()
 
 
+@dataclass(frozen=True)
+class DirectDraft:
+    """The direct step as a draft (:class:`a2acc.ir.program.Priced`): its op columns read off the matrix - one op
+    per nonzero pair in (source, destination) order, stage 0, no dependencies, as
+    :func:`a2acc.planners.direct.add_direct` emits them - so its peer count, link floor and estimate are its
+    Program's to the bit, and the Program (:func:`direct`) is built only if the search keeps it."""
+
+    req: PlanRequest
+    table: emit.DraftOps
+
+    @classmethod
+    def of(cls, req: PlanRequest) -> DirectDraft:
+        src, dst = np.nonzero(req.counts)
+        cnt = np.asarray(req.counts[src, dst], dtype=np.int64)
+        n = len(cnt)
+        none = np.zeros(n + 1, np.int64)
+        return cls(
+            req, emit.DraftOps(src.astype(np.int64), dst.astype(np.int64), cnt, none[:n], none, none[:0])
+        )
+
+    @property
+    def nranks(self) -> int:
+        return self.req.nranks
+
+    @property
+    def unit_bytes(self) -> int:
+        return int(self.req.unit_bytes)
+
+    def program(self) -> Program:
+        return direct(self.req)
+
+
+#: a candidate as the search holds it: a Program, or a draft of one made a Program only if kept (fast's shapes
+#: with the compiled emission and estimate, :class:`a2acc.planners.fast.emit.Draft`; the direct step always)
+Shape = Program | emit.Draft | DirectDraft
+
+
 def model_of(req: PlanRequest) -> SimModel:
     return req.model if req.model is not None else default_model(req.topology)
 
@@ -95,20 +132,13 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
     # shortlist: with "confirm" every candidate within CONFIRM of the best estimate is simulated after
     slack = 1.0 + CONFIRM if by == "confirm" else 1.0
     times: dict[str, float] = {}
-    progs: dict[str, Program | emit.Draft] = {}
+    progs: dict[str, Shape] = {}
     over: dict[str, str] = {}  # candidates past the target's peer limit, and why: never chosen
     floors: dict[str, float] = {}  # per plan (its shapes share the ops): the simulator's floor, link_bound
     for label, make in todo:
         plan = _plan_of(label)
         above = min(times.values(), default=math.inf) * slack  # what a candidate must not be past
         past = above * (1.0 + 1e-9)
-        if plan == "direct" and plan not in floors:  # its peers and floor from the matrix, before its Program
-            cols = _DirectOps.of(req)
-            why = over_peer_limit(cols, req.max_peers)
-            if why is not None:
-                over[label] = why
-                continue
-            floors[plan] = link_bound(cols, req.topology, model)
         if floors.get(plan, 0.0) > past:  # no shape of this plan can beat the best so far: none is built
             times[label] = math.inf
             continue
@@ -126,7 +156,8 @@ def choose(req: PlanRequest, opts: Options, *, native: bool | None = None) -> Pr
         if by == "simulate":
             times[label] = simulate_fast(_program(prog), req.topology, model=model).time_s
         else:
-            times[label] = estimate(prog, req.topology, model, above=above)
+            # (the reference estimate prices Programs: the direct step's draft is made one where drafts are not)
+            times[label] = estimate(prog if drafts else _program(prog), req.topology, model, above=above)
     if not times:  # every shape past the target's limits: FAST's sequence, which the target then judges
         return _with_skipped(_program(staged), over)
     decided = times
@@ -189,9 +220,8 @@ def ranking(opts: Options, model: SimModel) -> str:
     return "estimate" if costs else "simulate"
 
 
-#: a candidate's maker: a Program, or (with the compiled emission and estimate) a draft of one, made a Program
-#: only if kept (:class:`a2acc.planners.fast.emit.Draft`)
-Make = Callable[[], "Program | emit.Draft"]
+#: a candidate's maker
+Make = Callable[[], Shape]
 
 
 def candidates(
@@ -216,8 +246,8 @@ def _shape(prep: emit.Prepared, groups: int | None, split: bool, drafts: bool) -
     return emit.shape(prep, groups, split)
 
 
-def _program(shape: Program | emit.Draft) -> Program:
-    return shape.program() if isinstance(shape, emit.Draft) else shape
+def _program(shape: Shape) -> Program:
+    return shape if isinstance(shape, Program) else shape.program()
 
 
 def _within_budget(
@@ -257,7 +287,7 @@ def _candidates(
     direct step, then the other balancing choices' shapes (prepared only when reached; one that balances the
     tiles of a plan already listed is that plan and is left out)."""
     plans = [base]
-    yield from _shapes(base, "", drafts, staged, direct=lambda: direct(req))
+    yield from _shapes(base, "", drafts, staged, direct=lambda: DirectDraft.of(req))
     if opts.balance != "auto":
         return
     for flip in OTHER_BALANCE:
@@ -310,26 +340,6 @@ def _tie_rank(label: str) -> int:
     shape = label.split("+", 1)[0]
     order = {"staged": 0, **{f"grouped:{g}": 10 - g for g in GROUPS}, "direct": 20}
     return 2 * order.get(shape, 30) + label.endswith("+split")
-
-
-@dataclass(frozen=True)
-class _DirectOps:
-    """The direct step's priced columns (:class:`a2acc.ir.program.Priced`) read off the matrix: one op per nonzero
-    pair in (source, destination) order, as :func:`a2acc.planners.direct.add_direct` emits them, so its link floor
-    is the direct Program's to the bit, without the Program."""
-
-    nranks: int
-    unit_bytes: int
-    table: emit.DraftOps
-
-    @classmethod
-    def of(cls, req: PlanRequest) -> _DirectOps:
-        src, dst = np.nonzero(req.counts)
-        cnt = np.asarray(req.counts[src, dst], dtype=np.int64)
-        n = len(cnt)
-        none = np.zeros(n + 1, np.int64)
-        ops = emit.DraftOps(src.astype(np.int64), dst.astype(np.int64), cnt, none[:n], none, none[:0])
-        return cls(req.nranks, int(req.unit_bytes), ops)
 
 
 def _with_skipped(prog: Program, over: dict[str, str]) -> Program:
