@@ -43,7 +43,6 @@ def fast_steps(
     caps: Any,
     gptr: Any,
     groups: Any,
-    base: int,
     scratch: Any,
     ends: Any,
     split: bool,
@@ -51,4 +50,4 @@ def fast_steps(
     head_ndeps: bytes,
     head_ids: bytes,
     /,
-) -> tuple[tuple[bytes, bytes, bytes, bytes], bytes, int, int]: ...
+) -> tuple[tuple[bytes, bytes, bytes], bytes, int, int]: ...

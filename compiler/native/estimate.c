@@ -351,6 +351,24 @@ typedef struct {
     incast_t in;
 } args_t;
 
+/* whether a pair table's bindings are links or the padding (0..nl) */
+static int binds_ok(const i64 *pbind, Py_ssize_t count, Py_ssize_t nl) {
+    for (Py_ssize_t x = 0; x < count; x++)
+        if (pbind[x] < 0 || pbind[x] > nl) return 0;
+    return 1;
+}
+
+/* each binding link's bytes (load: nl + 1 slots, the padding last), added op by op and each op's links in route
+ * order: link_bound's np.bincount over the ravelled bindings, so the same floats */
+static void add_loads(Py_ssize_t n, const i64 *src, const i64 *dst, const i64 *cnt, double unit, i64 nranks,
+                      const i64 *pbind, Py_ssize_t k, double *load) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const i64 *b = pbind + (src[i] * nranks + dst[i]) * k;
+        double size = (double)cnt[i] * unit;
+        for (Py_ssize_t j = 0; j < k; j++) load[b[j]] += size;
+    }
+}
+
 /* hash slot of a message key (src, dst, ndeps, sig) */
 static u64 msg_hash(i64 a, i64 b, i64 c, u64 sig) {
     return mix64((u64)a * 0x100000001B3ULL ^ mix64((u64)b ^ ((u64)c << 32)) ^ sig);
@@ -551,10 +569,7 @@ static int run(const args_t *A, double *makespan) {
     for (Py_ssize_t i = 0; i < n; i++)
         if (A->stage[i] + 1 > stages) stages = A->stage[i] + 1;
     for (Py_ssize_t l = 0; l <= nl; l++) load[l] = 0.0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const i64 *b = A->pbind + (A->src[i] * A->nranks + A->dst[i]) * k;
-        for (Py_ssize_t j = 0; j < k; j++) load[b[j]] += size[i];
-    }
+    add_loads(n, A->src, A->dst, A->cnt, A->unit, A->nranks, A->pbind, k, load);
     if (A->incast) {
         i64 *rx = qkey; /* scratch: each op's receive link */
         for (Py_ssize_t i = 0; i < n; i++) rx[i] = A->prx[A->src[i] * A->nranks + A->dst[i]];
@@ -812,7 +827,7 @@ static PyObject *py_estimate(PyObject *self, PyObject *args) {
         for (i64 e = A.dep_ptr[i]; e < A.dep_ptr[i + 1]; e++) bad |= (u64)A.dep_ids[e] >= (u64)i;
         ok = !bad;
     }
-    for (Py_ssize_t x = 0; ok && x < np2 * A.k; x++) ok = A.pbind[x] >= 0 && A.pbind[x] <= A.nl;
+    ok = ok && binds_ok(A.pbind, np2 * A.k, A.nl);
     for (Py_ssize_t x = 0; ok && x < np2; x++) ok = A.prx[x] >= -1 && A.prx[x] < A.nl;
     if (ok && iobj != Py_None) {
         A.incast = 1;
@@ -856,7 +871,7 @@ static PyObject *py_link_floor(PyObject *self, PyObject *args) {
     int ok = nranks > 0 && k > 0 && bsrc.len % 8 == 0 && bdst.len == bsrc.len && bcnt.len == bsrc.len &&
              bpb.len == (Py_ssize_t)(nranks * nranks * k) * (Py_ssize_t)sizeof(i64) && bcap.len % 8 == 0;
     for (Py_ssize_t i = 0; ok && i < n; i++) ok = src[i] >= 0 && src[i] < nranks && dst[i] >= 0 && dst[i] < nranks;
-    for (Py_ssize_t x = 0; ok && x < nranks * nranks * k; x++) ok = pb[x] >= 0 && pb[x] <= nl;
+    ok = ok && binds_ok(pb, (Py_ssize_t)(nranks * nranks * k), nl);
     double *load = ok ? calloc((size_t)nl + 1, sizeof(double)) : NULL;
     PyObject *res = NULL;
     if (!ok) {
@@ -864,11 +879,7 @@ static PyObject *py_link_floor(PyObject *self, PyObject *args) {
     } else if (!load) {
         PyErr_NoMemory();
     } else {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            const i64 *b = pb + (src[i] * nranks + dst[i]) * k;
-            double size = (double)cnt[i] * unit;
-            for (i64 j = 0; j < k; j++) load[b[j]] += size;
-        }
+        add_loads(n, src, dst, cnt, unit, (i64)nranks, pb, (Py_ssize_t)k, load);
         double most = 0.0; /* the padding slot (nl) has no capacity limit: load / inf = 0 */
         for (Py_ssize_t l = 0; l < nl; l++) {
             double v = load[l] / cap[l];

@@ -351,14 +351,14 @@ static PyObject *plan_counts(const i64 *C, int N, int m, int method, int balance
  *   every GPU's bundle in send order, queue q = (A*n + B)*m + i owning pieces[queue_ptr[q]:queue_ptr[q+1]];
  *   biggest: n*n int64, the largest bundle of each server pair (equals the stage plan's server matrix);
  *   own/whole: n*n*m int64 per queue, chunks of the GPU's own input and all chunks.
- * fast_steps(pieces, queue_ptr, out_off, N, m, perms, caps, group_ptr, groups, base, scratch, ends, split,
+ * fast_steps(pieces, queue_ptr, out_off, N, m, perms, caps, group_ptr, groups, scratch, ends, split,
  *            head_rows, head_ndeps, head_ids)
  *   the network steps (perms/caps: S*n int64 each; GPU r's NIC group is groups[group_ptr[r]:group_ptr[r+1]];
  *   ends: S int64, a group's last step; split: forwarded pieces of a queue's share first, aligned ones after),
- *   after the head: base ops (fast_prepare's, as it returned them) copied first, so the result is the whole
- *   shape in one block (its columns read in place, no concatenation per shape).
- *   returns ((columns, ndeps, ids, dep_ptr), scratch, real_steps, leftover_pieces): the ops' fields
- *   field-major (8 columns of K ops), and their dependency offsets (K + 1 int64) besides the counts
+ *   after the head: fast_prepare's ops (with base 0), as it returned them, copied first (the steps' ids follow
+ *   theirs), so the result is the whole shape in one block (its columns read in place, no concatenation).
+ *   returns ((columns, ids, dep_ptr), scratch, real_steps, leftover_pieces): the ops' fields field-major (8
+ *   columns of K ops), their dependency ids and offsets (K + 1 int64)
  */
 typedef struct { i64 src, dst, off, cnt, rank, buf, at, dep; } piece_t;
 typedef struct { i64 *v; size_t n, cap; } vec_t;
@@ -396,16 +396,23 @@ static inline int pvec_push(pvec_t *a, piece_t p) {
 /* the emitted ops: 8 fields per op, per-op dependency counts, concatenated (sorted, unique) dependency ids */
 typedef struct { vec_t ops, ndeps, deps; i64 next; } emit_t;
 
-static inline int emit_op(emit_t *e, i64 sr, i64 sb, i64 so, i64 dr, i64 db, i64 dof, i64 cnt, i64 stage,
-                   const i64 *deps, size_t nd) {
-    if (vec_reserve(&e->ops, 8) || vec_push(&e->ndeps, (i64)nd) || vec_reserve(&e->deps, nd)) return -1;
+/* an op whose nd dependency ids are already written after e->deps' end (room reserved) */
+static inline int emit_row(emit_t *e, i64 sr, i64 sb, i64 so, i64 dr, i64 db, i64 dof, i64 cnt, i64 stage,
+                           size_t nd) {
+    if (vec_reserve(&e->ops, 8) || vec_push(&e->ndeps, (i64)nd)) return -1;
     i64 *o = e->ops.v + e->ops.n;
     o[0] = sr; o[1] = sb; o[2] = so; o[3] = dr; o[4] = db; o[5] = dof; o[6] = cnt; o[7] = stage;
     e->ops.n += 8;
-    for (size_t k = 0; k < nd; k++) e->deps.v[e->deps.n + k] = deps[k];
     e->deps.n += nd;
     e->next++;
     return 0;
+}
+
+static inline int emit_op(emit_t *e, i64 sr, i64 sb, i64 so, i64 dr, i64 db, i64 dof, i64 cnt, i64 stage,
+                   const i64 *deps, size_t nd) {
+    if (vec_reserve(&e->deps, nd)) return -1;
+    for (size_t k = 0; k < nd; k++) e->deps.v[e->deps.n + k] = deps[k];
+    return emit_row(e, sr, sb, so, dr, db, dof, cnt, stage, nd);
 }
 
 /* a buffer for "y#" (a NULL pointer would give None instead of empty bytes) */
@@ -418,8 +425,8 @@ static PyObject *emit_result(emit_t *e) {
 
 static void emit_free(emit_t *e) { free(e->ops.v); free(e->ndeps.v); free(e->deps.v); }
 
-/* emit_result with the ops field-major: 8 columns of K (src_rank ... stage), what the Program's table and a
- * search's pricing read, so neither transposes nor gathers them; and the K + 1 dependency offsets */
+/* the ops field-major: 8 columns of K (src_rank ... stage), what the Program's table and a search's pricing
+ * read, so neither transposes nor gathers them; the dependency ids and their K + 1 offsets */
 static PyObject *emit_result_columns(emit_t *e) {
     size_t k = e->ops.n / 8;
     PyObject *cols = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(e->ops.n * sizeof(i64)));
@@ -438,8 +445,7 @@ static PyObject *emit_result_columns(emit_t *e) {
     i64 *p = (i64 *)PyBytes_AS_STRING(ptr);
     p[0] = 0;
     for (size_t i = 0; i < k; i++) p[i + 1] = p[i] + e->ndeps.v[i];
-    return Py_BuildValue("(Ny#y#N)", cols, nz(e->ndeps.v), (Py_ssize_t)(e->ndeps.n * sizeof(i64)), nz(e->deps.v),
-                         (Py_ssize_t)(e->deps.n * sizeof(i64)), ptr);
+    return Py_BuildValue("(Ny#N)", cols, nz(e->deps.v), (Py_ssize_t)(e->deps.n * sizeof(i64)), ptr);
 }
 
 /* bundle order (fast._order_bundle): own input first, data for other GPUs first, then dst, src, off */
@@ -666,14 +672,7 @@ static int emit_piece(emit_t *e, piece_t p, i64 d_rank, i64 stage_no, const vec_
     *oid = e->next;
     int aligned = p.dst == d_rank;
     i64 land = aligned ? out_at : scratch[d_rank];
-    /* emit_op with its list already in place */
-    if (vec_reserve(&e->ops, 8) || vec_push(&e->ndeps, (i64)nd)) return -1;
-    i64 *o = e->ops.v + e->ops.n;
-    o[0] = p.rank; o[1] = p.buf; o[2] = p.at; o[3] = d_rank; o[4] = aligned ? 1 : 2; o[5] = land; o[6] = p.cnt;
-    o[7] = stage_no;
-    e->ops.n += 8;
-    e->deps.n += nd;
-    e->next++;
+    if (emit_row(e, p.rank, p.buf, p.at, d_rank, aligned ? 1 : 2, land, p.cnt, stage_no, nd)) return -1;
     if (aligned) return 0;
     scratch[d_rank] += p.cnt;
     return emit_op(e, d_rank, 2, land, p.dst, 1, out_at, p.cnt, stage_no, oid, 1);
@@ -682,12 +681,11 @@ static int emit_piece(emit_t *e, piece_t p, i64 d_rank, i64 stage_no, const vec_
 static PyObject *fast_steps(PyObject *self, PyObject *args) {
     Py_buffer bp, bq, bo, bperm, bcap, bgp, bg, bs, bend, bhr, bhn, bhi;
     int N, m, split;
-    long long base;
     /* ends[st] != 0: step st closes a group; steps of one group run concurrently (they wait only for the sends
      * and receives of the groups before), so a group is one network step of several permutations. split != 0:
      * each queue's share of a step sends the pieces needing a forward first and its aligned pieces after them */
-    if (!PyArg_ParseTuple(args, "y*y*y*iiy*y*y*y*Ly*y*py*y*y*", &bp, &bq, &bo, &N, &m, &bperm, &bcap, &bgp, &bg, &base,
-                          &bs, &bend, &split, &bhr, &bhn, &bhi))
+    if (!PyArg_ParseTuple(args, "y*y*y*iiy*y*y*y*y*y*py*y*y*", &bp, &bq, &bo, &N, &m, &bperm, &bcap, &bgp, &bg, &bs,
+                          &bend, &split, &bhr, &bhn, &bhi))
         return NULL;
     PyObject *res = NULL;
     int n = m >= 1 ? N / m : 0;
@@ -697,10 +695,10 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
              bo.len == (Py_ssize_t)N * N * 8 && bcap.len == bperm.len && (n == 0 || bperm.len % (8 * n) == 0) &&
              bgp.len == (Py_ssize_t)(N + 1) * 8 && bs.len == (Py_ssize_t)N * 8;
     if (ok) ok = qp[Q] * (Py_ssize_t)sizeof(piece_t) == bp.len && gp[N] * 8 == bg.len && bend.len == (Py_ssize_t)S * 8;
-    /* the head: base ops, its dependency counts summing to its ids */
+    /* the head: its dependency counts summing to its ids; the steps' ops are numbered after it */
     const i64 *hn = bhn.buf;
     Py_ssize_t hops = bhn.len / 8, hids = 0;
-    ok = ok && bhr.len == hops * 64 && bhn.len % 8 == 0 && bhi.len % 8 == 0 && hops == base;
+    ok = ok && bhr.len == hops * 64 && bhn.len % 8 == 0 && bhi.len % 8 == 0;
     for (Py_ssize_t x = 0; ok && x < hops; x++) {
         ok = hn[x] >= 0;
         hids += hn[x];
@@ -714,7 +712,7 @@ static PyObject *fast_steps(PyObject *self, PyObject *args) {
         return NULL;
     }
     const i64 *ends = bend.buf;
-    emit_t e = {{0}, {0}, {0}, base};
+    emit_t e = {{0}, {0}, {0}, (i64)hops};
     size_t npieces = (size_t)(bp.len / sizeof(piece_t));
     piece_t *pc = malloc(sizeof(piece_t) * (npieces + 1));
     i64 *head = malloc(sizeof(i64) * (Q + 1));

@@ -196,11 +196,10 @@ def draft(prep: Prepared, groups: int | None = None, split: bool = False) -> Dra
 @dataclass(frozen=True)
 class _Steps:
     """A shape's ops as the compiled core returns them, the prepared ops first and the network steps' after:
-    the 8 op fields field-major (8 columns of K ops), dependency counts, ids and offsets (int64 bytes), the
-    scratch each rank ends with, the groups that sent data and the pieces left."""
+    the 8 op fields field-major (8 columns of K ops), dependency ids and offsets (int64 bytes), the scratch each
+    rank ends with, the groups that sent data and the pieces left."""
 
     columns: bytes
-    ndeps: bytes
     ids: bytes
     dep_ptr: bytes
     scratch: bytes
@@ -254,11 +253,12 @@ class Draft:
     def program(self) -> Program:
         """The Program of this shape (the prepared ops, then the steps', in one block)."""
         b = _builder(self.prep.req)
+        ptr = self.table.dep_ptr
         # bytearrays: the Program's columns stay writable like any other Program's; rows as the transposed
         # columns (add_rows' transpose is then the columns themselves, no copy)
         b.add_rows(
             np.frombuffer(bytearray(self.steps.columns), np.int64).reshape(8, -1).T,
-            np.frombuffer(bytearray(self.steps.ndeps), np.int64),
+            ptr[1:] - ptr[:-1],
             np.frombuffer(bytearray(self.steps.ids), np.int64),
         )
         b.scratch[:] = np.frombuffer(self.steps.scratch, np.int64).tolist()
@@ -445,10 +445,10 @@ def _steps_native_raw(
     split: bool,
 ) -> _Steps:
     """The prepared ops and the network steps in C (:func:`_steps_py` is the reference), in one block (the
-    steps' ids from ``prep.nops``). ``arrays``: :attr:`Prepared.step_arrays`."""
+    steps' ids after the prepared ops'). ``arrays``: :attr:`Prepared.step_arrays`."""
     assert _native_emit is not None
     perms, caps, gptr, groups = arrays
-    (cols, ndeps, ids, ptr), scratch, real, left = _native_emit.fast_steps(
+    (cols, ids, ptr), scratch, real, left = _native_emit.fast_steps(
         prep.pieces,
         prep.queue_ptr,
         prep.out_off,
@@ -458,13 +458,12 @@ def _steps_native_raw(
         caps,
         gptr,
         groups,
-        prep.nops,
         prep.scratch,
         np.array(ends, dtype=np.int64),
         split,
         *prep.ops,
     )
-    return _Steps(cols, ndeps, ids, ptr, scratch, int(real), int(left))
+    return _Steps(cols, ids, ptr, scratch, int(real), int(left))
 
 
 # ---------------------------------------------------------------------------------------------- reference path
