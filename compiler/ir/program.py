@@ -234,6 +234,13 @@ class OpTable:
             t = replace(t, ids=_i64(ids))
         return t
 
+    def reorder(self, order: npt.NDArray[np.int64], ndeps: npt.ArrayLike, dep_ids: npt.ArrayLike) -> OpTable:
+        """Row ``order[i]`` of this table as row ``i``, with new dependencies (per-op counts and the
+        concatenated ids, in the new numbering): a pass that renumbers ops (:func:`a2acc.planners.syccl.emit.
+        rounds`)."""
+        cols = np.stack([getattr(self, c)[order] for c in _COLUMNS])
+        return OpTable.from_matrix(cols, self.link[order], ndeps, dep_ids, self.links)
+
     def deps(self, i: int) -> tuple[int, ...]:
         return tuple(self.dep_ids[int(self.dep_ptr[i]) : int(self.dep_ptr[i + 1])].tolist())
 

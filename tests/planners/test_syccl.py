@@ -320,6 +320,81 @@ def test_the_same_counts_at_another_chunk_size_reuse_the_candidates_and_plan_as_
     assert run(1 << 16) == warm and emitted
 
 
+def _rounds_op_by_op(prog, topo):
+    """The NIC rounds chained one :class:`Op` at a time and renumbered by the toposort pass: the reference of
+    the column-wise :func:`a2acc.planners.syccl.emit.rounds`."""
+    from dataclasses import replace
+
+    from a2acc.ir.dag import levels
+    from a2acc.ir.passes import toposort
+    from a2acc.ir.program import replace_ops
+
+    m, n = topo.gpus_per_server, topo.servers
+    nics = max(topo.inter.nics_per_server if topo.inter is not None else 1, 1)
+    depth = levels(prog.ops)
+    inter = [op for op in prog.ops if op.src_rank // m != op.dst_rank // m]
+    inter.sort(
+        key=lambda op: (
+            depth[op.id],
+            (op.dst_rank // m - op.src_rank // m) % n,
+            (topo.nic_of(op.dst_rank) - topo.nic_of(op.src_rank)) % nics,
+            op.src_rank,
+            op.dst_rank,
+            op.id,
+        )
+    )
+    last: dict[tuple[str, int, int], int] = {}
+    extra: dict[int, set[int]] = {}
+    for op in inter:
+        for port in (
+            ("tx", op.src_rank // m, topo.nic_of(op.src_rank)),
+            ("rx", op.dst_rank // m, topo.nic_of(op.dst_rank)),
+        ):
+            if port in last:
+                extra.setdefault(op.id, set()).add(last[port])
+            last[port] = op.id
+    ops = [op._replace(deps=tuple(sorted(set(op.deps) | extra.get(op.id, set())))) for op in prog.ops]
+    out = toposort.run(replace_ops(prog, ops))
+    return replace(out, meta={**out.meta, "order": "rounds"})
+
+
+@pytest.mark.parametrize(("preset", "servers", "kind"), [("dgx-h100", 3, "zipf"), ("mi300x-100g", 2, "moe")])
+def test_nic_rounds_on_the_op_columns_are_the_op_by_op_chaining(preset, servers, kind):
+    from a2acc.planners import syccl
+    from a2acc.planners.syccl.emit import rounds
+
+    t = load_topology(preset, servers)
+    syccl._CHOSEN.clear()
+    a2acc.plan(t, generate(kind, t.nranks, 1 << 24, 4), "syccl")
+    (chosen,) = syccl._CHOSEN.values()
+    for prog, _estimate in chosen.cands:
+        got, want = rounds(prog, t), _rounds_op_by_op(prog, t)
+        assert got.ops == want.ops and got.meta == want.meta
+        assert got.ops != prog.ops and verify_program(got).ok
+
+
+def test_link_floors_spare_simulations_and_keep_the_choice(monkeypatch):
+    """A candidate whose link floor is past the best time so far is not simulated, and the plan is the one
+    simulating every candidate gives (floors of 0 rule nothing out)."""
+    from a2acc.planners import forget, syccl
+
+    t = load_topology("dgx-h100", 4)
+    m = generate("zipf", t.nranks, 1 << 28, 1)
+    timed = []
+    real_simulate, real_bound = syccl._simulate, syccl.link_bound
+    monkeypatch.setattr(syccl, "_simulate", lambda *a: timed.append(1) or real_simulate(*a))
+    digests = []
+    for bound in (real_bound, lambda *a: 0.0):
+        monkeypatch.setattr(syccl, "link_bound", bound)
+        forget()
+        timed.clear()
+        prog = a2acc.plan(t, m, "syccl")
+        digests.append((_digest(prog), prog.meta["evaluated"], len(timed)))
+    (d_floor, n_floor, sims_floor), (d_all, n_all, sims_all) = digests
+    assert d_floor == d_all and n_floor == n_all == sims_all
+    assert sims_floor < sims_all
+
+
 def test_time_limit_returns_a_plan_that_says_so(tmp_path, capsys):
     np.save(tmp_path / "m.npy", generate("zipf", 16, 1 << 22, 1))
     rc = main(

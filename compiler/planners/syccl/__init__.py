@@ -38,9 +38,10 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from a2acc.analysis.estimate import link_bound
 from a2acc.analysis.fastsim import simulate_fast
 from a2acc.analysis.model import SimModel
-from a2acc.errors import InputError, PlannerError
+from a2acc.errors import InputError, InternalError, PlannerError
 from a2acc.flows.parallel import parse_workers, run_all
 from a2acc.ir.builder import ProgramBuilder
 from a2acc.ir.program import Buf, MetaValue, Program
@@ -256,11 +257,22 @@ def plan(req: PlanRequest) -> Program:
 
 @dataclass(frozen=True)
 class _Chosen:
-    """The candidates a layout's evaluation times: (free order, estimate, NIC rounds or None) each, and whether
-    the synthesis they came from was cut short by its search limit."""
+    """The candidates a layout's evaluation times: (free order, estimate) each; whether each is also timed
+    with its NIC transfers chained in rounds (``chain``: more than one server, and the time limit not hit while
+    choosing); and whether the synthesis they came from was cut short by its search limit. A candidate's
+    chained Program is made when it is first timed (:meth:`chained`) and kept with the rest: the evaluation
+    does not time a candidate whose link floor is past the best so far, and then never needs it."""
 
-    cands: tuple[tuple[Program, float, Program | None], ...]
+    cands: tuple[tuple[Program, float], ...]
+    chain: bool
     truncated: bool
+    _rounds: dict[int, Program] = field(default_factory=dict, compare=False, repr=False)
+
+    def chained(self, i: int, topo: Topology) -> Program:
+        """Candidate ``i`` with its scale-out transfers chained per NIC in rounds (:func:`.emit.rounds`)."""
+        if i not in self._rounds:
+            self._rounds[i] = rounds(self.cands[i][0], topo)
+        return self._rounds[i]
 
 
 def _remember(cache: dict[_K, _V], key: _K, value: _V) -> None:
@@ -640,10 +652,7 @@ def _choose(req: PlanRequest, sym: Symmetry, syn: Synthesis, opts: Options, cloc
         (replace(p, meta={**p.meta, **tally}), solved[i].estimate)
         for i, p in _emit_chosen(req, sym, syn, solved, loads, direct, opts, clock)
     ]
-    cands = tuple(
-        (p, est, rounds(p, topo) if topo.servers > 1 and not clock.over() else None) for p, est in free
-    )
-    return _Chosen(cands, syn.truncated)
+    return _Chosen(tuple(free), topo.servers > 1 and not clock.over(), syn.truncated)
 
 
 def _evaluate(req: PlanRequest, sym: Symmetry, chosen: _Chosen, opts: Options, clock: _Clock) -> Program:
@@ -655,19 +664,47 @@ def _evaluate(req: PlanRequest, sym: Symmetry, chosen: _Chosen, opts: Options, c
     concurrent transfers). The direct tree is always timed (at latency-bound sizes the bandwidth ranking
     misleads). Each chosen candidate is timed twice: with free ordering, and with its scale-out transfers
     chained per NIC in rounds (:func:`a2acc.planners.syccl.emit.build`, ``order="rounds"``: no incast on
-    lossy fabrics, and cheap to simulate); ties go to the earlier one."""
+    lossy fabrics, and cheap to simulate); ties go to the earlier one.
+
+    With one worker the candidates are timed in turn, and one whose link floor
+    (:func:`a2acc.analysis.estimate.link_bound`: its busiest link's bytes over that link's capacity, which no
+    run of it beats) is past the best time so far is not timed, nor is its chained form made (both have the
+    same ops, so the same floor): it could not win, and ties go to the earlier candidate, so the choice is the
+    one timing every candidate gives (tested). With several workers every candidate is timed at once."""
     topo = req.topology
     pair_bytes = _pair_bytes(req)
-    progs: list[Program] = []
-    for prog0, estimate, chained in chosen.cands:
-        progs.append(_for_request(prog0, estimate * pair_bytes, req))
-        if chained is not None and not clock.over():
-            progs.append(_for_request(chained, estimate * pair_bytes, req))
-    times: list[float] = []
-    if len(progs) > 1 and not clock.over():
-        times = run_all(_simulate, [(p, topo, req.model) for p in progs], opts.workers, desc="syccl simulate")
-    best = int(np.argmin(times)) if times else 0
-    return _with_outcome(progs[best], sym, chosen.truncated, clock, times, best)
+    todo: list[tuple[int, bool]] = []  # (candidate, chained) in the order ties are broken
+    for i in range(len(chosen.cands)):
+        todo.append((i, False))
+        if chosen.chain and not clock.over():
+            todo.append((i, True))
+
+    def program(i: int, chained: bool) -> Program:
+        prog0, estimate = chosen.cands[i]
+        return _for_request(chosen.chained(i, topo) if chained else prog0, estimate * pair_bytes, req)
+
+    if len(todo) < 2 or clock.over():
+        return _with_outcome(program(*todo[0]), sym, chosen.truncated, clock, [], 0)
+    if parse_workers(opts.workers) != 1:
+        every = [program(i, c) for i, c in todo]
+        times = run_all(_simulate, [(p, topo, req.model) for p in every], opts.workers, desc="syccl simulate")
+        best = int(np.argmin(times))
+        return _with_outcome(every[best], sym, chosen.truncated, clock, times, best)
+    times = [math.inf] * len(todo)  # a candidate the floor rules out keeps inf
+    progs: list[Program | None] = [None] * len(todo)
+    floors: dict[int, float] = {}
+    for k, (i, chained) in enumerate(todo):
+        if i not in floors:  # both forms have the same ops, so the same floor
+            floors[i] = link_bound(program(i, False), topo, req.model)
+        if floors[i] > min(times) * (1.0 + 1e-9):  # past the best so far: cannot win
+            continue
+        progs[k] = prog = program(i, chained)
+        times[k] = _simulate(prog, topo, req.model)
+    best = int(np.argmin(times))
+    kept = progs[best]
+    if kept is None:  # the first candidate is always timed, so the best is one that was
+        raise InternalError("syccl: the evaluation kept a candidate it did not time")
+    return _with_outcome(kept, sym, chosen.truncated, clock, times, best)
 
 
 def _for_request(prog: Program, estimate_s: float, req: PlanRequest) -> Program:
@@ -749,10 +786,16 @@ def _emit_chosen(
 
 
 def _with_outcome(
-    prog: Program, sym: Symmetry, truncated: bool, clock: _Clock, times: list[float], best: int
+    prog: Program,
+    sym: Symmetry,
+    truncated: bool,
+    clock: _Clock,
+    times: list[float],
+    best: int,
 ) -> Program:
-    """The chosen Program with what the evaluation found in its meta: candidates timed, sub-demands and LPs,
-    its simulated time, and a note when a limit was hit or the topology is only partly symmetric."""
+    """The chosen Program with what the evaluation found in its meta: candidates evaluated (timed, or ruled out
+    by their link floor), sub-demands and LPs, its simulated time, and a note when a limit was hit or the
+    topology is only partly symmetric."""
     meta2 = dict(prog.meta)
     meta2["evaluated"] = len(times)
     if times:

@@ -33,6 +33,7 @@ Our design where the slides stop:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -42,6 +43,7 @@ import numpy.typing as npt
 from a2acc.errors import InternalError
 from a2acc.flows.paths import chunk_split
 from a2acc.ir.builder import ProgramBuilder
+from a2acc.ir.dag import table_levels
 from a2acc.ir.program import Buf, MetaValue, Program, replace_ops
 from a2acc.model.topology import Topology
 from a2acc.planners import PlanRequest
@@ -139,38 +141,59 @@ def rounds(prog: Program, topo: Topology) -> Program:
     receiving NIC hears one sender at a time (no incast) and a sending NIC feeds one transfer at a time. The
     chain order is (dependency depth, round, step, sender, receiver), which every original dependency already
     respects, so the result is acyclic; ops are then renumbered in topological order (Kahn, smallest id
-    first: deterministic)."""
-    from a2acc.ir.dag import levels
-    from a2acc.ir.passes import toposort
-
+    first: deterministic). Works on the op columns (the same Program as chaining :class:`Op` objects and
+    running :mod:`a2acc.ir.passes.toposort`, tested)."""
+    t = prog.table
     m, n = topo.gpus_per_server, topo.servers
-    depth = levels(prog.ops)
-    inter = [op for op in prog.ops if op.src_rank // m != op.dst_rank // m]
     nics = max(topo.inter.nics_per_server if topo.inter is not None else 1, 1)
-    inter.sort(
-        key=lambda op: (
-            depth[op.id],
-            (op.dst_rank // m - op.src_rank // m) % n,
-            (topo.nic_of(op.dst_rank) - topo.nic_of(op.src_rank)) % nics,
-            op.src_rank,
-            op.dst_rank,
-            op.id,
-        )
-    )
-    last_tx: dict[tuple[int, int], int] = {}
-    last_rx: dict[tuple[int, int], int] = {}
-    extra: dict[int, set[int]] = {}
-    for op in inter:
-        tx = (op.src_rank // m, topo.nic_of(op.src_rank))
-        rx = (op.dst_rank // m, topo.nic_of(op.dst_rank))
-        for port, last in ((tx, last_tx), (rx, last_rx)):
-            prev = last.get(port)
-            if prev is not None:
-                extra.setdefault(op.id, set()).add(prev)
-            last[port] = op.id
-    ops = [op._replace(deps=tuple(sorted(set(op.deps) | extra.get(op.id, set())))) for op in prog.ops]
-    out = toposort.run(replace_ops(prog, ops))
-    return replace(out, meta={**out.meta, "order": "rounds"})
+    nic = np.array([topo.nic_of(r) for r in range(topo.nranks)], dtype=np.int64)
+    src, dst = t.src_rank, t.dst_rank
+    ss, ds = src // m, dst // m
+    inter = np.flatnonzero(ss != ds)
+    depth = table_levels(t)
+    keys = (inter, dst[inter], src[inter], (nic[dst[inter]] - nic[src[inter]]) % nics)
+    chain = inter[np.lexsort((*keys, (ds[inter] - ss[inter]) % n, depth[inter]))]
+    nops = len(t)
+    op_of = np.repeat(np.arange(nops, dtype=np.int64), np.diff(t.dep_ptr))
+    edges = [op_of * nops + t.dep_ids]  # op * nops + dependency
+    for port in (ss * nics + nic[src], ds * nics + nic[dst]):  # a NIC's sends, then its receives
+        p = port[chain]
+        by_port = chain[np.lexsort((np.arange(len(chain)), p))]  # each port's ops in chain order
+        same = port[by_port[1:]] == port[by_port[:-1]]
+        edges.append(by_port[1:][same] * nops + by_port[:-1][same])  # each on the one before it
+    key = np.unique(np.concatenate(edges))  # sorted by op, then dependency; duplicates merged
+    op, dep = key // nops, key % nops
+    order = kahn_order(nops, op, dep)
+    if not np.array_equal(order, np.arange(nops)):
+        new_id = np.empty(nops, np.int64)
+        new_id[order] = np.arange(nops, dtype=np.int64)
+        key = np.sort(new_id[op] * nops + new_id[dep])
+        op, dep = key // nops, key % nops
+    table = t.reorder(order, np.bincount(op, minlength=nops), dep)
+    return replace(replace_ops(prog, table), meta={**prog.meta, "order": "rounds"})
+
+
+def kahn_order(n: int, op: npt.NDArray[np.int64], dep: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Kahn's order of ``n`` ops with edges ``dep[k] -> op[k]``, the smallest ready id first (as
+    :func:`a2acc.ir.dag.topological_order`); raises :class:`InternalError` on a cycle."""
+    indeg = np.bincount(op, minlength=n).tolist()
+    by_dep = np.argsort(dep, kind="stable")
+    succ = op[by_dep].tolist()
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dep, minlength=n), out=ptr[1:])
+    start = ptr.tolist()
+    heap = [i for i in range(n) if indeg[i] == 0]
+    out: list[int] = []
+    while heap:
+        x = heapq.heappop(heap)
+        out.append(x)
+        for y in succ[start[x] : start[x + 1]]:
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                heapq.heappush(heap, y)
+    if len(out) != n:
+        raise InternalError(f"rounds: the chained dependencies close a cycle ({n - len(out)} ops left)")
+    return np.asarray(out, dtype=np.int64)
 
 
 class _Seg:
