@@ -5,8 +5,11 @@ For a topology, a matrix, its layout and the simulator's model (the request's, o
 hierarchical), then the searching ones (syccl, mcf) while the time budget lasts, each of those with the budget's
 remainder as its own time limit - verifies every Program (a wrong one is an a2acc bug and raises), simulates it
 under the model and keeps the fastest. Ties go to the earlier planner in that order, so the choice is
-deterministic. The plan records every candidate's simulated time and why it won (``meta["auto"]``; ``a2acc
-report`` prints it); its ``algorithm`` is ``auto`` and its ops are the winner's, unchanged.
+deterministic. A Program whose link floor (:func:`a2acc.analysis.estimate.link_bound`: its busiest link's bytes
+over that link's capacity, which no run of it beats) is past the best simulated time so far cannot win and is
+not simulated; the pick is the one simulating every Program gives (tested). The plan records every candidate's
+simulated time (null where the floor spared it) and why it won (``meta["auto"]``; ``a2acc report`` prints
+it); its ``algorithm`` is ``auto`` and its ops are the winner's, unchanged.
 
 Simulations are memoised by content (:func:`a2acc.analysis.fastsim.simulate_fast`), so the candidates fast
 already simulated for its own shape (its direct step is the direct planner's Program) cost nothing again.
@@ -22,9 +25,11 @@ stays short.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 
+from a2acc.analysis.estimate import link_bound
 from a2acc.analysis.fastsim import simulate_fast
 from a2acc.analysis.model import default_model
 from a2acc.errors import InputError, VerificationError
@@ -82,6 +87,7 @@ def plan(req: PlanRequest) -> Program:
     candidates = _candidates(req.topology, opts, skipped)
     if not candidates:
         _nothing_to_try(opts, skipped)
+    best_fit = math.inf  # the fastest simulated plan within the target's peer limit
     for name in candidates:
         left = opts.budget_s - (time.perf_counter() - t0)
         if name in SEARCHING and left <= 0:
@@ -93,13 +99,22 @@ def plan(req: PlanRequest) -> Program:
             raise VerificationError(
                 f"auto: planner '{name}' produced a wrong plan (a2acc bug)", list(rep.errors)
             )
-        results.append((name, simulate_fast(prog, req.topology, model=model).time_s, prog))
+        if link_bound(prog, req.topology, model) > best_fit * (1.0 + 1e-9):  # cannot win: not simulated
+            results.append((name, math.inf, prog))
+            continue
+        t = simulate_fast(prog, req.topology, model=model).time_s
+        results.append((name, t, prog))
+        if over_peer_limit(prog, req.max_peers) is None:
+            best_fit = min(best_fit, t)
     if not results:  # the searching ones only, and the budget spent before the first
         _nothing_to_try(opts, skipped)
     results = _within_peer_limit(results, req.max_peers, skipped)
     name, best_t, best = min(results, key=lambda r: r[1])  # min keeps the first of equal times: ORDER
-    others = sorted((t, n) for n, t, _p in results if n != name)
-    why = f"fastest of {len(results)} planners simulated under model {model.name}"
+    others = sorted((t, n) for n, t, _p in results if n != name and math.isfinite(t))
+    bounded = sum(1 for _n, t, _p in results if not math.isfinite(t))
+    why = f"fastest of {len(results)} planners under model {model.name}"
+    if bounded:
+        why += f" ({bounded} not simulated: link floor past the best)"
     if others and best_t > 0:
         why += f"; next {others[0][1]} at {others[0][0] / best_t:.3f}x"
     elif others:
@@ -108,7 +123,8 @@ def plan(req: PlanRequest) -> Program:
     meta["auto"] = {
         "pick": name,
         "why": why,
-        "candidates_us": {n: round(t * 1e6, 3) for n, t, _p in results},
+        # null: a plan whose link floor was past the best simulated time so far (it cannot win; not simulated)
+        "candidates_us": {n: round(t * 1e6, 3) if math.isfinite(t) else None for n, t, _p in results},
         "skipped": skipped,
         "model": model.name,
     }

@@ -25,11 +25,35 @@ def test_auto_is_at_least_as_fast_as_every_candidate(preset, servers, kind):
     assert prog.algorithm == "auto" and info["pick"] in info["candidates_us"]
     assert set(info["skipped"]) == {"syccl", "mcf"}  # a zero budget runs only the quick planners
     mine = simulate_fast(prog, topo, model=default_model(topo)).time_s * 1e6
-    assert mine == pytest.approx(min(info["candidates_us"].values()), abs=1e-3)  # rounded to ns
+    timed = [t for t in info["candidates_us"].values() if t is not None]  # null: ruled out by its link floor
+    assert mine == pytest.approx(min(timed), abs=1e-3)  # rounded to ns
     for name in ("fast", "direct", "spreadout", "hierarchical"):
         other = simulate_fast(a2acc.plan(topo, m, name), topo).time_s * 1e6
         assert mine <= other * (1 + 1e-9), name
     assert a2acc.verify(prog).ok
+
+
+def test_link_floors_spare_simulations_and_keep_the_pick(monkeypatch):
+    """A plan whose link floor is past the best simulated time so far is not simulated (null in the meta), and
+    auto picks what simulating every plan picks (floors of 0 rule nothing out)."""
+    from a2acc.planners import auto, forget
+
+    topo = load_topology("dgx-h100", 4)
+    m = generate("zipf", topo.nranks, 1 << 28, seed=1)
+    picks = []
+    for bound in (auto.link_bound, lambda *a: 0.0):
+        monkeypatch.setattr(auto, "link_bound", bound)
+        forget()  # plan afresh (the plan of a request is remembered)
+        prog = a2acc.plan(topo, m, "auto", budget_s="0")
+        picks.append((prog.to_json(), prog.meta["auto"]["candidates_us"]))
+    (floored, some), (every, all_) = picks
+    assert json.loads(floored)["ops"] == json.loads(every)["ops"]
+    assert None in some.values() and None not in all_.values()
+    assert {k: v for k, v in some.items() if v is not None} == {
+        k: all_[k] for k, v in some.items() if v is not None
+    }
+    for k, v in some.items():  # what the floor spared was slower than the pick
+        assert v is not None or all_[k] > min(all_.values())
 
 
 def test_auto_prices_under_the_model_it_is_given():
