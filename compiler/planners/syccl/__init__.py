@@ -135,6 +135,7 @@ class Column:
     sketch: int
     replica: comb.Replica
     load: comb.Load
+    index: comb.LoadIndex  # what loads under another matrix reuse
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,12 @@ class Synthesis:
     lp: dict[tuple[object, ...], SubSolution] = field(default_factory=dict)
     nets: dict[tuple[int, int], GroupNet] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)  # sub-demands / distinct LPs of the ranking
+    #: per column, every hop of its images from every source of its orbit: (level, sender, receiver, units)
+    hops: dict[int, npt.NDArray[np.float64]] = field(default_factory=dict)
+    #: per (dimension, class group) with relays: the most GPU-to-GPU hops between two of its GPUs
+    reach: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: a proven LP solution's routes in rank space, per (LP key, the group's ranks by position)
+    mapped: dict[tuple[object, ...], SubRoutes] = field(default_factory=dict)
     truncated: bool = False
     depth_limit: int = 0  # Pruning 3 for the symmetric synthesis; deeper sketches serve skewed matrices only
 
@@ -308,7 +315,8 @@ def _explore(topo: Topology, sym: Symmetry, pruning: Pruning, opts: Options, clo
         g = sym.coord_carry((), rep0, orbit[0])  # the same sketch, rooted at this orbit's representative
         for k, sk in enumerate(sketches):
             rep = comb.replicate(sym, sk.mapped(g), orbit, opts.image_cap)
-            columns.append(Column(oi, k, rep, comb.loads(sym, rsc, rep, unit)))
+            ix = comb.load_index(sym, rsc, rep)
+            columns.append(Column(oi, k, rep, comb.loads(sym, rsc, rep, unit, ix), ix))
     return Synthesis(
         stats=res.stats,
         sketches=tuple(sketches),
@@ -412,26 +420,41 @@ def _demands(
     rows: list[npt.NDArray[np.float64]] = []
     n = sym.nranks
     for ci, w in cand.parts:
-        rep = syn.columns[ci].replica
-        a0, b0, v0 = comb.hop_arrays(rep.trees)
-        lv = np.array([lvl for t in rep.trees for lvl, _p, _c, _s in t.hops()], dtype=np.float64)
-        root = rep.trees[0].root
-        for s in rep.orbit:
-            g = np.array(sym.to_source(root, s), dtype=np.int64)
-            rows.append(np.stack([lv, g[a0].astype(np.float64), g[b0].astype(np.float64), v0 * w], axis=1))
+        hops = _column_hops(sym, syn, ci)
+        rows.append(np.stack([hops[:, 0], hops[:, 1], hops[:, 2], hops[:, 3] * w], axis=1))
     allr = np.concatenate(rows)
     key = (allr[:, 0].astype(np.int64) * n + allr[:, 1].astype(np.int64)) * n + allr[:, 2].astype(np.int64)
     uk, inv = np.unique(key, return_inverse=True)
     vol = np.bincount(inv, weights=allr[:, 3])
+    kept = vol > 1e-12
+    uk, vol = uk[kept], vol[kept]
+    lvl, rest = np.divmod(uk, n * n)
+    a, b = np.divmod(rest, n)
+    dims, groups = sym.hop_tables()
+    dim = dims[a, b]
     out: dict[tuple[int, int, int], dict[tuple[int, int], float]] = {}
-    for k, v in zip(uk.tolist(), vol.tolist()):
-        if v <= 1e-12:
-            continue
-        lvl, rest = divmod(k, n * n)
-        a, b = divmod(rest, n)
-        dim = sym.dim_of(a, b)
-        out.setdefault((lvl, dim, sym.group_of(dim, a)), {})[(a, b)] = v
+    for lv, d, g, x, y, v in zip(
+        lvl.tolist(), dim.tolist(), groups[dim, a].tolist(), a.tolist(), b.tolist(), vol.tolist()
+    ):
+        out.setdefault((lv, d, g), {})[(x, y)] = v
     return out
+
+
+def _column_hops(sym: Symmetry, syn: Synthesis, ci: int) -> npt.NDArray[np.float64]:
+    """Every hop of column ``ci``'s images from every source of its orbit, as rows (level, sender, receiver,
+    units per pair), sources in orbit order; kept in the synthesis (they depend on the topology only)."""
+    hops = syn.hops.get(ci)
+    if hops is None:
+        rep = syn.columns[ci].replica
+        a0, b0, v0 = comb.hop_arrays(rep.trees)
+        lv = np.array([lvl for t in rep.trees for lvl, _p, _c, _s in t.hops()], dtype=np.float64)
+        root = rep.trees[0].root
+        per_source = []
+        for s in rep.orbit:
+            g = np.array(sym.to_source(root, s), dtype=np.int64)
+            per_source.append(np.stack([lv, g[a0].astype(np.float64), g[b0].astype(np.float64), v0], axis=1))
+        hops = syn.hops[ci] = np.concatenate(per_source)
+    return hops
 
 
 def _canonical(sym: Symmetry, dim: int, gi: int) -> tuple[int, tuple[int, ...]]:
@@ -491,7 +514,11 @@ def _subdemand_rows(
         net = syn.nets.get((dim, cls))
         if net is None:
             net = syn.nets[(dim, cls)] = group_net(topo, sym, dim, cls)
-        k = max(1, hop_distance(net)) if net.relays else 1
+        k = 1
+        if net.relays:
+            if (dim, cls) not in syn.reach:
+                syn.reach[(dim, cls)] = hop_distance(net)
+            k = max(1, syn.reach[(dim, cls)])
         if fine and net.relays and net.nnodes == net.ngpus:  # GPU-to-GPU links: relays can pay
             k = min(opts.max_epochs, max(k + 1, math.ceil(k / opts.epoch_ratio)))
         demand = tuple(sorted((pos[a], pos[b], round(u, 9)) for (a, b), u in dem.items()))
@@ -539,14 +566,20 @@ def _solved(
     epochs: dict[int, int] = {}
     statuses: set[str] = set()
     for (lvl, dim, gi), ranks, key in rows:
-        sol = syn.lp[key] if key in syn.lp else fresh[key]
+        proven = key in syn.lp
+        sol = syn.lp[key] if proven else fresh[key]
         statuses.add(sol.status)
-        subs[(lvl, dim, gi)] = {
-            (ranks[i], ranks[j]): tuple(
-                (f, tuple((ranks[u], ranks[v], t) for u, v, t in hops)) for f, hops in paths
-            )
-            for i, j, paths in sol.routes
-        }
+        mapped = syn.mapped.get((key, ranks)) if proven else None
+        if mapped is None:
+            mapped = {
+                (ranks[i], ranks[j]): tuple(
+                    (f, tuple((ranks[u], ranks[v], t) for u, v, t in hops)) for f, hops in paths
+                )
+                for i, j, paths in sol.routes
+            }
+            if proven:
+                syn.mapped[(key, ranks)] = mapped
+        subs[(lvl, dim, gi)] = mapped
         t = sol.time_s if math.isfinite(sol.time_s) else math.inf
         per_level.setdefault(lvl, {})
         per_level[lvl][dim] = max(per_level[lvl].get(dim, 0.0), t)
@@ -621,7 +654,7 @@ def _evaluation_pool(
     off = demand[~np.eye(sym.nranks, dtype=bool)]
     if off.size == 0 or float(off.max()) == float(off.min()) or clock.over():
         return pool, [c.load for c in syn.columns]
-    loads = [comb.loads(sym, syn.resources, c.replica, demand) for c in syn.columns]
+    loads = [comb.loads(sym, syn.resources, c.replica, demand, c.index) for c in syn.columns]
     extra = [_pure(syn, k) for k in _ranked_sketches(syn, loads)[: opts.evaluate]]
     mixed = _mix(syn, loads, "mix for this matrix", clock)
     if mixed is not None:

@@ -137,42 +137,81 @@ def subtree_matrix(t: Sketch) -> npt.NDArray[np.float64]:
     return mat
 
 
-def loads(sym: Symmetry, res: Resources, rep: Replica, demand: npt.NDArray[np.float64]) -> Load:
-    """All-to-all loads of a replica for ``demand`` (bytes, N x N, diagonal ignored): every source of the
-    replica's orbit sends along the images carried to it by verified automorphisms; the hop into x of a tree
-    carries the source's bytes for every destination in x's subtree. Vectorised over images and sources: image
-    k seen from source i is the base tree under ``g_i o perms[k]``."""
+@dataclass(frozen=True, eq=False)
+class LoadIndex:
+    """What :func:`loads` reads of a replica besides the matrix (the topology's part, computed once per column
+    of a synthesis): the sources, every hop's ranks as gather indices, the subtree matrix, and the port every
+    hop loads on each side."""
+
+    orbit: npt.NDArray[np.int64]  # (S, 1, 1): the orbit's sources
+    comp: npt.NDArray[np.int64]  # (S, K, N): comp[i, k, x] = g_i(h_k(x))
+    sub: npt.NDArray[np.float64]  # (N, N): subtree_matrix of the base tree
+    send: npt.NDArray[np.int64]  # per hop: the port it loads on the sending side
+    recv: npt.NDArray[np.int64]  # ... and on the receiving side
+    inter: npt.NDArray[np.bool_]  # per hop: crosses servers
+    heard: npt.NDArray[np.int64]  # per hop: receiving NIC x N + sender
+    xs: npt.NDArray[np.int64]  # the base tree's ranks other than its root
+    share: float  # each image's share
+    ncap: int
+    nnics: int
+    nranks: int
+
+
+def load_index(sym: Symmetry, res: Resources, rep: Replica) -> LoadIndex:
+    """The matrix-free part of :func:`loads` for ``rep``."""
     base = rep.base
     root = base.root
     n = sym.nranks
-    orbit = np.array(rep.orbit, dtype=np.int64)
     gmap = np.array([sym.to_source(root, s) for s in rep.orbit], dtype=np.int64)  # (S, N)
     hmap = np.array(rep.perms, dtype=np.int64)  # (K, N)
-    comp = gmap[:, hmap]  # (S, K, N): comp[i, k, x] = g_i(h_k(x))
-    dem = np.array(demand, dtype=np.float64)
-    np.fill_diagonal(dem, 0.0)
-    dm = dem[orbit[:, None, None], comp]  # dm[i, k, d] = demand[s_i, (g_i o h_k)(d)]
-    sub = subtree_matrix(base)  # its root row is zero: nothing is carried "into" the root
-    carried = dm @ sub.T  # (S, K, N): bytes on the hop into x of image k from source i
+    comp = gmap[:, hmap]
     par = np.array(base.parent, dtype=np.int64)
-    par[root] = root  # the root's "hop" carries nothing (above) and lands nowhere
+    par[root] = root  # the root's "hop" carries nothing (its subtree row is zero) and lands nowhere
     a, b = comp[:, :, par].ravel(), comp.ravel()
-    w = 1.0 / len(rep.perms)  # each image's share
-    v = carried.ravel() * w
     nic_of = np.array([sym.nic_node(r) for r in range(n)], dtype=np.int64)
     na, nb = nic_of[a], nic_of[b]
     intra = a // sym.m == b // sym.m
-    # each hop loads one sending and one receiving port: no boolean-mask copies, one bincount per side (a
-    # port is only ever on one side, so the sums are the per-port sums in hop order)
-    ncap = res.cap.shape[0]
-    vec = np.bincount(np.where(intra, res.intra_out(a), res.nic_out(na)), v, ncap).astype(
-        np.float64, copy=False
+    return LoadIndex(
+        orbit=np.array(rep.orbit, dtype=np.int64)[:, None, None],
+        comp=comp,
+        sub=subtree_matrix(base),
+        send=np.where(intra, res.intra_out(a), res.nic_out(na)),
+        recv=np.where(intra, res.intra_in(b), res.nic_in(nb)),
+        inter=~intra,
+        heard=nb * n + a,
+        xs=np.array([x for x in range(len(par)) if x != root], dtype=np.int64),
+        share=1.0 / len(rep.perms),
+        ncap=res.cap.shape[0],
+        nnics=res.nnics,
+        nranks=n,
     )
-    vec += np.bincount(np.where(intra, res.intra_in(b), res.nic_in(nb)), v, ncap)
-    heard = np.bincount(nb * n + a, ~intra & (v > 0), res.nnics * n).reshape(res.nnics, n) > 0
+
+
+def loads(
+    sym: Symmetry,
+    res: Resources,
+    rep: Replica,
+    demand: npt.NDArray[np.float64],
+    index: LoadIndex | None = None,
+) -> Load:
+    """All-to-all loads of a replica for ``demand`` (bytes, N x N, diagonal ignored): every source of the
+    replica's orbit sends along the images carried to it by verified automorphisms; the hop into x of a tree
+    carries the source's bytes for every destination in x's subtree. Vectorised over images and sources: image
+    k seen from source i is the base tree under ``g_i o perms[k]``. ``index``: :func:`load_index` of ``rep``,
+    when the caller keeps it."""
+    ix = index if index is not None else load_index(sym, res, rep)
+    dem = np.array(demand, dtype=np.float64)
+    np.fill_diagonal(dem, 0.0)
+    dm = dem[ix.orbit, ix.comp]  # dm[i, k, d] = demand[s_i, (g_i o h_k)(d)]
+    carried = dm @ ix.sub.T  # (S, K, N): bytes on the hop into x of image k from source i
+    v = carried.ravel() * ix.share
+    # each hop loads one sending and one receiving port: one bincount per side (a port is only ever on one
+    # side, so the sums are the per-port sums in hop order)
+    vec = np.bincount(ix.send, v, ix.ncap).astype(np.float64, copy=False)
+    vec += np.bincount(ix.recv, v, ix.ncap)
+    heard = np.bincount(ix.heard, ix.inter & (v > 0), ix.nnics * ix.nranks).reshape(ix.nnics, ix.nranks) > 0
     fan = heard.sum(axis=1)  # per NIC, the distinct ranks it hears from
-    xs = np.array([x for x in range(len(par)) if x != root], dtype=np.int64)
-    volume = float((carried[:, :, xs] * w).ravel().sum())
+    volume = float((carried[:, :, ix.xs] * ix.share).ravel().sum())
     return Load(vec, volume, int(fan.max()))
 
 

@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import networkx as nx
+import numpy as np
+import numpy.typing as npt
 from networkx.algorithms.isomorphism import DiGraphMatcher
 
 from a2acc.errors import PlannerError
@@ -102,6 +104,7 @@ class Symmetry:
         self._has_sw = topo.intra is not None and topo.intra.kind == "switch"
         self._local_cache: dict[tuple[tuple[int, ...], int, int], LocalMap | None] = {}
         self._orbit_cache: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
+        self._tables: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
         self._carry_cache: dict[tuple[int, ...], Perm | None] = {}
         self._stab_cache: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
         self._coord_cache: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
@@ -133,6 +136,18 @@ class Symmetry:
                 out.append(Dim(RAIL, rails))
             out.append(Dim(NET, (tuple(range(self.nranks)),)))
         return tuple(out)
+
+    def hop_tables(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(``dim[a, b]``, ``group[d, r]``): :meth:`dim_of` of every hop and :meth:`group_of` of every rank, as
+        arrays (a search looks up thousands of hops at once); computed once."""
+        if self._tables is None:
+            n = self.nranks
+            dims = np.array([[self.dim_of(a, b) for b in range(n)] for a in range(n)], dtype=np.int64)
+            groups = np.array(
+                [[self.group_of(d, r) for r in range(n)] for d in range(len(self.dims))], dtype=np.int64
+            ).reshape(len(self.dims), n)
+            self._tables = (dims, groups)
+        return self._tables
 
     def dim_index(self, name: str) -> int:
         for i, d in enumerate(self.dims):
