@@ -110,27 +110,29 @@ def _source_segments(
     m = topo.gpus_per_server
     weights = [w for w, _r in images]
     segs: list[_Seg] = []
+    row = counts[s].tolist()  # (Python integers: this loop runs per chunk range)
+    in_off, out_off = b.in_off[s].tolist(), b.out_off[:, s].tolist()
+    inp = int(Buf.INPUT)
     for srv in range(topo.servers):
-        dests = [d for d in range(srv * m, (srv + 1) * m) if d != s and counts[s, d] > 0]
+        dests = [d for d in range(srv * m, (srv + 1) * m) if d != s and row[d] > 0]
         if not dests:
             continue
-        split = chunk_split(int(sum(int(counts[s, d]) for d in dests)), weights)
+        split = chunk_split(sum(row[d] for d in dests), weights)
         di, used = 0, 0
         for (_w, rts), k in zip(images, split):
             while k > 0:
                 d = dests[di]
-                take = min(int(counts[s, d]) - used, k)
+                take = min(row[d] - used, k)
                 route = rts[d]
                 pieces = min(pipeline, take) if len(route) > 2 else 1
                 at = used
                 for i in range(pieces):
                     size = take // pieces + (1 if i < take % pieces else 0)
-                    loc = (s, int(Buf.INPUT), int(b.in_off[s, d]) + at)
-                    segs.append(_Seg(route, 0, i, size, loc, (), int(b.out_off[d, s]) + at))
+                    segs.append(_Seg(route, 0, i, size, (s, inp, in_off[d] + at), (), out_off[d] + at))
                     at += size
                 used += take
                 k -= take
-                if used == int(counts[s, d]):
+                if used == row[d]:
                     di, used = di + 1, 0
     return segs
 
@@ -199,7 +201,7 @@ def kahn_order(n: int, op: npt.NDArray[np.int64], dep: npt.NDArray[np.int64]) ->
 class _Seg:
     """A run of chunks of one route at one level: where it is now and which ops delivered it."""
 
-    __slots__ = ("deps", "h", "loc", "out_at", "piece", "route", "size")
+    __slots__ = ("deps", "final", "h", "land", "loc", "out_at", "piece", "route", "size")
 
     def __init__(
         self,
@@ -218,10 +220,8 @@ class _Seg:
         self.loc = loc
         self.deps = deps
         self.out_at = out_at
-
-    @property
-    def final(self) -> bool:
-        return self.h + 2 == len(self.route)
+        self.final = h + 2 == len(route)  # this level's hop ends at the destination
+        self.land: tuple[int, int, int] = (-1, -1, -1)  # where it lands at this level (:func:`_landing`)
 
 
 def _level(
@@ -235,54 +235,56 @@ def _level(
 
     Single direct paths are gathered by (sender, receiver, source buffer, stage) and merged into runs (emitted
     last); paths through relays inside a group are emitted piece by piece as they come."""
-    land = _landing(b, segs)
+    _landing(b, segs)
     nxt: list[_Seg] = []
     top = 0
-    simple: dict[tuple[int, int, int, int], list[tuple[_Seg, int]]] = {}
+    simple: dict[tuple[int, int, int, int], list[_Seg]] = {}
+    dims, groups = (t.tolist() for t in sym.hop_tables())
     for sg in segs:
         a, bb = sg.route[sg.h], sg.route[sg.h + 1]
-        dim = sym.dim_of(a, bb)
-        table = subs.get((sg.h + 1, dim, sym.group_of(dim, a)))
-        paths = table[(a, bb)] if table is not None and (a, bb) in table else ((1.0, ((a, bb, 0),)),)
+        dim = dims[a][bb]
+        table = subs.get((sg.h + 1, dim, groups[dim][a]))
+        paths = table.get((a, bb)) if table is not None else None
+        if paths is None:
+            paths = ((1.0, ((a, bb, 0),)),)
         if len(paths) == 1 and len(paths[0][1]) == 1:
             stage = level_offset[sg.h] + paths[0][1][0][2]
-            simple.setdefault((a, bb, sg.loc[1], stage), []).append((sg, stage))
+            simple.setdefault((a, bb, sg.loc[1], stage), []).append(sg)
             continue
-        top = max(top, _emit_paths(b, sg, paths, land, level_offset[sg.h], nxt))
+        top = max(top, _emit_paths(b, sg, paths, level_offset[sg.h], nxt))
     for (_a, _bb, _buf, stage), items in sorted(simple.items()):
-        nxt += _emit_runs(b, items, land, stage)
+        nxt += _emit_runs(b, items, stage)
         top = max(top, stage)
     return nxt, top
 
 
-def _landing(b: ProgramBuilder, segs: list[_Seg]) -> dict[int, tuple[int, int, int]]:
-    """Where each segment (by ``id``) lands at this level: the output at its destination, or its slot of the
-    bundle at the relay. A bundle is what one relay receives and forwards to the same next GPU (same pipeline
-    piece): one contiguous scratch region, ordered by the rest of the route and the place in the output."""
+def _landing(b: ProgramBuilder, segs: list[_Seg]) -> None:
+    """Set where each segment lands at this level (``land``): the output at its destination, or its slot of
+    the bundle at the relay. A bundle is what one relay receives and forwards to the same next GPU (same
+    pipeline piece): one contiguous scratch region, ordered by the rest of the route and the place in the
+    output."""
     bundles: dict[tuple[int, int, int, int], list[_Seg]] = {}
+    out = int(Buf.OUTPUT)
     for sg in segs:
-        if not sg.final:
+        if sg.final:
+            sg.land = (sg.route[-1], out, sg.out_at)
+        else:
             key = (sg.route[sg.h + 1], sg.route[sg.h + 2], sg.route[sg.h], sg.piece)
             bundles.setdefault(key, []).append(sg)
-    land: dict[int, tuple[int, int, int]] = {}
+    scratch = int(Buf.SCRATCH)
     for key in sorted(bundles):
         rank = key[0]
         members = sorted(bundles[key], key=lambda x: (x.route[x.h + 3 :], x.route[-1], x.out_at))
         off = b.alloc_scratch(rank, sum(x.size for x in members))
         for x in members:
-            land[id(x)] = (rank, int(Buf.SCRATCH), off)
+            x.land = (rank, scratch, off)
             off += x.size
-    for sg in segs:
-        if sg.final:
-            land[id(sg)] = (sg.route[-1], int(Buf.OUTPUT), sg.out_at)
-    return land
 
 
 def _emit_paths(
     b: ProgramBuilder,
     sg: _Seg,
     paths: Sequence[tuple[float, tuple[tuple[int, int, int], ...]]],
-    land: dict[int, tuple[int, int, int]],
     first_epoch: int,
     nxt: list[_Seg],
 ) -> int:
@@ -297,7 +299,7 @@ def _emit_paths(
         if k == 0:
             continue
         here = (sg.loc[0], sg.loc[1], sg.loc[2] + off)
-        dst_end = land[id(sg)]
+        dst_end = sg.land
         deps = sg.deps
         for i, (u, v, t) in enumerate(hops):
             if u != here[0]:
@@ -316,37 +318,32 @@ def _emit_paths(
     return top
 
 
-def _emit_runs(
-    b: ProgramBuilder, items: list[tuple[_Seg, int]], land: dict[int, tuple[int, int, int]], stage: int
-) -> list[_Seg]:
+def _emit_runs(b: ProgramBuilder, items: list[_Seg], stage: int) -> list[_Seg]:
     """The single-hop segments of one (sender, receiver, source buffer, stage), in landing order, as one op per
     run of segments contiguous at both ends; returns the segments that go on."""
     nxt: list[_Seg] = []
-    items.sort(key=lambda it: (land[id(it[0])], it[0].loc))
+    items.sort(key=lambda sg: (sg.land, sg.loc))
     run: list[_Seg] = []
-    for sg, _st in items:
+    for sg in items:
         if run:
             last = run[-1]
-            src_ok = sg.loc[:2] == last.loc[:2] and sg.loc[2] == last.loc[2] + last.size
-            dl, dn = land[id(last)], land[id(sg)]
-            dst_ok = dn[:2] == dl[:2] and dn[2] == dl[2] + last.size
+            sl, dl, dn = last.loc, last.land, sg.land
+            src_ok = sg.loc[0] == sl[0] and sg.loc[1] == sl[1] and sg.loc[2] == sl[2] + last.size
+            dst_ok = dn[0] == dl[0] and dn[1] == dl[1] and dn[2] == dl[2] + last.size
             if not (src_ok and dst_ok):
-                nxt += _emit_run(b, run, land, stage)
+                nxt += _emit_run(b, run, stage)
                 run = []
         run.append(sg)
     if run:
-        nxt += _emit_run(b, run, land, stage)
+        nxt += _emit_run(b, run, stage)
     return nxt
 
 
-def _emit_run(
-    b: ProgramBuilder, run: list[_Seg], land: dict[int, tuple[int, int, int]], stage: int
-) -> list[_Seg]:
+def _emit_run(b: ProgramBuilder, run: list[_Seg], stage: int) -> list[_Seg]:
     """One op for a run of segments contiguous at both ends; the segments that go on, now delivered by it."""
-    deps = sorted({d for sg in run for d in sg.deps})
-    op = b.add(run[0].loc, land[id(run[0])], sum(sg.size for sg in run), deps, stage=stage)
+    first = run[0]
+    deps = first.deps if len(run) == 1 else {d for sg in run for d in sg.deps}
+    op = b.add(first.loc, first.land, sum(sg.size for sg in run), deps, stage=stage)
     return [
-        _Seg(sg.route, sg.h + 1, sg.piece, sg.size, land[id(sg)], (op,), sg.out_at)
-        for sg in run
-        if not sg.final
+        _Seg(sg.route, sg.h + 1, sg.piece, sg.size, sg.land, (op,), sg.out_at) for sg in run if not sg.final
     ]
