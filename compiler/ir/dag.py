@@ -56,22 +56,30 @@ def find_cycle(ops: Sequence[Op]) -> list[int]:
 
 def topological_order(ops: Sequence[Op]) -> list[int] | None:
     """Kahn's order, smallest ready id first (the identity for a well-ordered Program); None on a cycle."""
+    op = np.array([o.id for o in ops for _d in o.deps], dtype=np.int64)
+    dep = np.array([d for o in ops for d in o.deps], dtype=np.int64)
+    return kahn_order(len(ops), op, dep)
+
+
+def kahn_order(n: int, op: npt.NDArray[np.int64], dep: npt.NDArray[np.int64]) -> list[int] | None:
+    """Kahn's order of ops ``0..n-1`` with the edges ``dep[k] -> op[k]``, the smallest ready id first; None on
+    a cycle (:func:`topological_order` of op columns: a pass that adds dependencies renumbers with it)."""
     import heapq
 
-    n = len(ops)
-    indeg = [0] * n
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for op in ops:
-        for d in op.deps:
-            indeg[op.id] += 1
-            succ[d].append(op.id)
+    for ids in (op, dep):
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            raise IndexError(f"an op id or dependency outside 0..{n - 1}")
+    indeg = np.bincount(op, minlength=n).tolist()
+    succ = op[np.argsort(dep, kind="stable")].tolist()
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dep, minlength=n), out=ptr[1:])
+    start = ptr.tolist()
     heap = [i for i in range(n) if indeg[i] == 0]
-    heapq.heapify(heap)
     out: list[int] = []
     while heap:
         x = heapq.heappop(heap)
         out.append(x)
-        for y in succ[x]:
+        for y in succ[start[x] : start[x + 1]]:
             indeg[y] -= 1
             if indeg[y] == 0:
                 heapq.heappush(heap, y)

@@ -77,10 +77,12 @@ def test_symmetry_detection_on_every_preset(preset):
     assert tuple(d.name for d in sym.dims) == EXPECTED_DIMS[preset]
     n, m = topo.nranks, topo.gpus_per_server
     # every ordered pair of GPUs belongs to exactly one dimension, and both ends lie in one of its groups
+    dims, groups = sym.hop_tables()  # the same lookups as arrays (what the emission reads)
     for a, b in itertools.permutations(range(n), 2):
         dim = sym.dim_of(a, b)
         assert sym.group_of(dim, a) == sym.group_of(dim, b)
         assert a in sym.dims[dim].groups[sym.group_of(dim, a)]
+        assert dims[a, b] == dim and groups[dim, a] == sym.group_of(dim, a)
     assert sym.server_symmetric
     # the GPU orbits the planner relies on agree with networkx (VF2 on the whole graph) where that is cheap
     # (VF2 on the larger rail-optimised graphs takes seconds to minutes; the route check below covers them)

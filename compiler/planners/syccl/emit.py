@@ -33,7 +33,6 @@ Our design where the slides stop:
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -43,7 +42,7 @@ import numpy.typing as npt
 from a2acc.errors import InternalError
 from a2acc.flows.paths import chunk_split
 from a2acc.ir.builder import ProgramBuilder
-from a2acc.ir.dag import table_levels
+from a2acc.ir.dag import kahn_order, table_levels
 from a2acc.ir.program import Buf, MetaValue, Program, replace_ops
 from a2acc.model.topology import Topology
 from a2acc.planners import PlanRequest
@@ -165,7 +164,10 @@ def rounds(prog: Program, topo: Topology) -> Program:
         edges.append(by_port[1:][same] * nops + by_port[:-1][same])  # each on the one before it
     key = np.unique(np.concatenate(edges))  # sorted by op, then dependency; duplicates merged
     op, dep = key // nops, key % nops
-    order = kahn_order(nops, op, dep)
+    found = kahn_order(nops, op, dep)
+    if found is None:
+        raise InternalError("syccl: chaining the NIC rounds closed a dependency cycle")
+    order = np.asarray(found, dtype=np.int64)
     if not np.array_equal(order, np.arange(nops)):
         new_id = np.empty(nops, np.int64)
         new_id[order] = np.arange(nops, dtype=np.int64)
@@ -173,29 +175,6 @@ def rounds(prog: Program, topo: Topology) -> Program:
         op, dep = key // nops, key % nops
     table = t.reorder(order, np.bincount(op, minlength=nops), dep)
     return replace(replace_ops(prog, table), meta={**prog.meta, "order": "rounds"})
-
-
-def kahn_order(n: int, op: npt.NDArray[np.int64], dep: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Kahn's order of ``n`` ops with edges ``dep[k] -> op[k]``, the smallest ready id first (as
-    :func:`a2acc.ir.dag.topological_order`); raises :class:`InternalError` on a cycle."""
-    indeg = np.bincount(op, minlength=n).tolist()
-    by_dep = np.argsort(dep, kind="stable")
-    succ = op[by_dep].tolist()
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(dep, minlength=n), out=ptr[1:])
-    start = ptr.tolist()
-    heap = [i for i in range(n) if indeg[i] == 0]
-    out: list[int] = []
-    while heap:
-        x = heapq.heappop(heap)
-        out.append(x)
-        for y in succ[start[x] : start[x + 1]]:
-            indeg[y] -= 1
-            if indeg[y] == 0:
-                heapq.heappush(heap, y)
-    if len(out) != n:
-        raise InternalError(f"rounds: the chained dependencies close a cycle ({n - len(out)} ops left)")
-    return np.asarray(out, dtype=np.int64)
 
 
 class _Seg:
