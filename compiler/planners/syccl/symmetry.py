@@ -138,11 +138,14 @@ class Symmetry:
         return tuple(out)
 
     def hop_tables(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """(``dim[a, b]``, ``group[d, r]``): :meth:`dim_of` of every hop and :meth:`group_of` of every rank, as
-        arrays (a search looks up thousands of hops at once); computed once."""
+        """(``dim[a, b]``, ``group[d, r]``): :meth:`dim_of` of every hop (a != b; -1 on the diagonal, which is
+        no hop) and :meth:`group_of` of every rank, as arrays (a search looks up thousands of hops at once);
+        computed once."""
         if self._tables is None:
             n = self.nranks
-            dims = np.array([[self.dim_of(a, b) for b in range(n)] for a in range(n)], dtype=np.int64)
+            dims = np.array(
+                [[self.dim_of(a, b) if a != b else -1 for b in range(n)] for a in range(n)], dtype=np.int64
+            )
             groups = np.array(
                 [[self.group_of(d, r) for r in range(n)] for d in range(len(self.dims))], dtype=np.int64
             ).reshape(len(self.dims), n)
