@@ -1,7 +1,7 @@
 """The syccl planner: synthesis time and simulated algbw against the lower bound, and against ``fast``.
 
 Run: ``.venv/bin/python benchmarks/syccl.py [--cases a100x2,a100x4,h100x8] [--kinds balanced,zipf]
-[--size 256M] [--workers 1] [--json out.json]``
+[--size 256M] [--workers 1] [--plan-only] [--json out.json]``
 
 Cases: ``dgx-a100`` 2x8 (16 GPUs) and 4x8 (32), ``dgx-h100`` 8x8 (64). Traffic: nccl-tests' balanced matrix and
 FAST's Zipf(0.8) workload (seed 1), ``--size`` bytes per GPU. Each (case, traffic) runs in a fresh process, so
@@ -31,7 +31,7 @@ import time
 CASES = {"a100x2": ("dgx-a100", 2), "a100x4": ("dgx-a100", 4), "h100x8": ("dgx-h100", 8)}
 
 
-def _case(case: str, kind: str, size: int, workers: str) -> dict[str, object]:
+def _case(case: str, kind: str, size: int, workers: str, plan_only: bool = False) -> dict[str, object]:
     import a2acc
     from a2acc.analysis.model import SimModel
     from a2acc.analysis.simulate import simulate
@@ -48,6 +48,8 @@ def _case(case: str, kind: str, size: int, workers: str) -> dict[str, object]:
     for alg, opts in (("syccl", {"workers": workers}), ("fast", None)):
         res = compile(Request(topo, m, alg, planner_options=opts))
         prog = res.program
+        if plan_only:  # the plan phase's time only: no simulation, no fast
+            return {**row, "syccl_plan_s": res.timings["plan"], "syccl_ops": len(prog.table)}
         sim = simulate(prog, topo, record_timeline=False).time_s
         ideal = simulate(prog, topo, model=SimModel(), record_timeline=False).time_s
         row[f"{alg}_plan_s"] = res.timings["plan"]
@@ -68,6 +70,11 @@ def main() -> None:
     ap.add_argument("--size", default="256M", help="bytes per GPU (suffixes K, M, G)")
     ap.add_argument("--workers", default="1", help="syccl's workers option")
     ap.add_argument("--json", default=None, help="also write the rows here")
+    ap.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="time syccl's plan phase only (no reference simulations, no fast: minutes less at 64 GPUs)",
+    )
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     from a2acc.model.units import parse_size
@@ -75,14 +82,14 @@ def main() -> None:
     size = parse_size(args.size, field="--size")
     if args.one:
         case, kind = args.one.split(":")
-        print(json.dumps(_case(case, kind, size, args.workers)))
+        print(json.dumps(_case(case, kind, size, args.workers, args.plan_only)))
         return
     rows = []
     head = (
         f"{'case':16s} {'traffic':8s} {'synth_s':>7s} {'ops':>6s} | {'algbw GB/s: syccl':>17s} {'fast':>6s} "
         f"{'bound':>6s} | {'sim/bound: syccl':>16s} {'fast':>6s} | {'ideal/bound: syccl':>18s} {'fast':>6s}"
     )
-    print(head, flush=True)
+    print(head if not args.plan_only else head.split(" |")[0], flush=True)
     for case in args.cases.split(","):
         for kind in args.kinds.split(","):
             t0 = time.perf_counter()
@@ -96,6 +103,7 @@ def main() -> None:
                     args.size,
                     "--workers",
                     args.workers,
+                    *(["--plan-only"] if args.plan_only else []),
                 ],
                 capture_output=True,
                 text=True,
@@ -106,6 +114,12 @@ def main() -> None:
             r = json.loads(run.stdout.strip().splitlines()[-1])
             r["wall_s"] = time.perf_counter() - t0
             rows.append(r)
+            if args.plan_only:
+                print(
+                    f"{r['case']:16s} {r['traffic']:8s} {r['syccl_plan_s']:7.2f} {r['syccl_ops']:6d}",
+                    flush=True,
+                )
+                continue
             print(
                 f"{r['case']:16s} {r['traffic']:8s} {r['syccl_plan_s']:7.2f} {r['syccl_ops']:6d} | "
                 f"{r['syccl_algbw']:17.2f} {r['fast_algbw']:6.2f} {r['bound_algbw']:6.2f} | "
