@@ -78,6 +78,7 @@ def test_symmetry_detection_on_every_preset(preset):
     n, m = topo.nranks, topo.gpus_per_server
     # every ordered pair of GPUs belongs to exactly one dimension, and both ends lie in one of its groups
     dims, groups = sym.hop_tables()  # the same lookups as arrays (what the emission reads)
+    assert sym.hop_lists() == (dims.tolist(), groups.tolist())
     for a, b in itertools.permutations(range(n), 2):
         dim = sym.dim_of(a, b)
         assert sym.group_of(dim, a) == sym.group_of(dim, b)

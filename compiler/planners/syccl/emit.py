@@ -218,7 +218,7 @@ def _level(
     nxt: list[_Seg] = []
     top = 0
     simple: dict[tuple[int, int, int, int], list[_Seg]] = {}
-    dims, groups = (t.tolist() for t in sym.hop_tables())
+    dims, groups = sym.hop_lists()
     for sg in segs:
         a, bb = sg.route[sg.h], sg.route[sg.h + 1]
         dim = dims[a][bb]

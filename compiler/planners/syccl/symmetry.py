@@ -105,6 +105,7 @@ class Symmetry:
         self._local_cache: dict[tuple[tuple[int, ...], int, int], LocalMap | None] = {}
         self._orbit_cache: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
         self._tables: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
+        self._lists: tuple[list[list[int]], list[list[int]]] | None = None
         self._carry_cache: dict[tuple[int, ...], Perm | None] = {}
         self._stab_cache: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
         self._coord_cache: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
@@ -151,6 +152,13 @@ class Symmetry:
             ).reshape(len(self.dims), n)
             self._tables = (dims, groups)
         return self._tables
+
+    def hop_lists(self) -> tuple[list[list[int]], list[list[int]]]:
+        """:meth:`hop_tables` as nested lists (what a loop over single hops indexes fastest); computed once."""
+        if self._lists is None:
+            dims, groups = self.hop_tables()
+            self._lists = (dims.tolist(), groups.tolist())
+        return self._lists
 
     def dim_index(self, name: str) -> int:
         for i, d in enumerate(self.dims):
