@@ -171,12 +171,11 @@ class Synthesis:
     resources: comb.Resources
     ranked: tuple[Candidate, ...] = ()
     lp: dict[tuple[object, ...], SubSolution] = field(default_factory=dict)
-    nets: dict[tuple[int, int], GroupNet] = field(default_factory=dict)
+    #: per (dimension, class group): its net and, where it relays, the most GPU-to-GPU hops between two of its GPUs
+    nets: dict[tuple[int, int], tuple[GroupNet, int]] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)  # sub-demands / distinct LPs of the ranking
     #: per column, every hop of its images from every source of its orbit: (level, sender, receiver, units)
     hops: dict[int, npt.NDArray[np.float64]] = field(default_factory=dict)
-    #: per (dimension, class group) with relays: the most GPU-to-GPU hops between two of its GPUs
-    reach: dict[tuple[int, int], int] = field(default_factory=dict)
     #: a proven LP solution's routes in rank space, per (LP key, the group's ranks by position)
     mapped: dict[tuple[object, ...], SubRoutes] = field(default_factory=dict)
     truncated: bool = False
@@ -316,7 +315,7 @@ def _explore(topo: Topology, sym: Symmetry, pruning: Pruning, opts: Options, clo
         for k, sk in enumerate(sketches):
             rep = comb.replicate(sym, sk.mapped(g), orbit, opts.image_cap)
             ix = comb.load_index(sym, rsc, rep)
-            columns.append(Column(oi, k, rep, comb.loads(sym, rsc, rep, unit, ix), ix))
+            columns.append(Column(oi, k, rep, comb.loads(ix, unit), ix))
     return Synthesis(
         stats=res.stats,
         sketches=tuple(sketches),
@@ -511,14 +510,10 @@ def _subdemand_rows(
     for (lvl, dim, gi), dem in sorted(_demands(sym, syn, cand).items()):
         cls, ranks = _canonical(sym, dim, gi)
         pos = {r: i for i, r in enumerate(ranks)}
-        net = syn.nets.get((dim, cls))
-        if net is None:
-            net = syn.nets[(dim, cls)] = group_net(topo, sym, dim, cls)
-        k = 1
-        if net.relays:
-            if (dim, cls) not in syn.reach:
-                syn.reach[(dim, cls)] = hop_distance(net)
-            k = max(1, syn.reach[(dim, cls)])
+        if (dim, cls) not in syn.nets:
+            made = group_net(topo, sym, dim, cls)
+            syn.nets[(dim, cls)] = (made, max(1, hop_distance(made)) if made.relays else 1)
+        net, k = syn.nets[(dim, cls)]
         if fine and net.relays and net.nnodes == net.ngpus:  # GPU-to-GPU links: relays can pay
             k = min(opts.max_epochs, max(k + 1, math.ceil(k / opts.epoch_ratio)))
         demand = tuple(sorted((pos[a], pos[b], round(u, 9)) for (a, b), u in dem.items()))
@@ -654,7 +649,7 @@ def _evaluation_pool(
     off = demand[~np.eye(sym.nranks, dtype=bool)]
     if off.size == 0 or float(off.max()) == float(off.min()) or clock.over():
         return pool, [c.load for c in syn.columns]
-    loads = [comb.loads(sym, syn.resources, c.replica, demand, c.index) for c in syn.columns]
+    loads = [comb.loads(c.index, demand) for c in syn.columns]
     extra = [_pure(syn, k) for k in _ranked_sketches(syn, loads)[: opts.evaluate]]
     mixed = _mix(syn, loads, "mix for this matrix", clock)
     if mixed is not None:
@@ -819,12 +814,7 @@ def _emit_chosen(
 
 
 def _with_outcome(
-    prog: Program,
-    sym: Symmetry,
-    truncated: bool,
-    clock: _Clock,
-    times: list[float],
-    best: int,
+    prog: Program, sym: Symmetry, truncated: bool, clock: _Clock, times: list[float], best: int
 ) -> Program:
     """The chosen Program with what the evaluation found in its meta: candidates evaluated (timed, or ruled out
     by their link floor), sub-demands and LPs, its simulated time, and a note when a limit was hit or the

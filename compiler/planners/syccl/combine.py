@@ -187,19 +187,11 @@ def load_index(sym: Symmetry, res: Resources, rep: Replica) -> LoadIndex:
     )
 
 
-def loads(
-    sym: Symmetry,
-    res: Resources,
-    rep: Replica,
-    demand: npt.NDArray[np.float64],
-    index: LoadIndex | None = None,
-) -> Load:
-    """All-to-all loads of a replica for ``demand`` (bytes, N x N, diagonal ignored): every source of the
-    replica's orbit sends along the images carried to it by verified automorphisms; the hop into x of a tree
-    carries the source's bytes for every destination in x's subtree. Vectorised over images and sources: image
-    k seen from source i is the base tree under ``g_i o perms[k]``. ``index``: :func:`load_index` of ``rep``,
-    when the caller keeps it."""
-    ix = index if index is not None else load_index(sym, res, rep)
+def loads(ix: LoadIndex, demand: npt.NDArray[np.float64]) -> Load:
+    """All-to-all loads of a replica (its :func:`load_index`) for ``demand`` (bytes, N x N, diagonal ignored):
+    every source of the replica's orbit sends along the images carried to it by verified automorphisms; the hop
+    into x of a tree carries the source's bytes for every destination in x's subtree. Vectorised over images and
+    sources: image k seen from source i is the base tree under ``g_i o perms[k]``."""
     dem = np.array(demand, dtype=np.float64)
     np.fill_diagonal(dem, 0.0)
     dm = dem[ix.orbit, ix.comp]  # dm[i, k, d] = demand[s_i, (g_i o h_k)(d)]

@@ -158,8 +158,7 @@ def rounds(prog: Program, topo: Topology) -> Program:
     op_of = np.repeat(np.arange(nops, dtype=np.int64), np.diff(t.dep_ptr))
     edges = [op_of * nops + t.dep_ids]  # op * nops + dependency
     for port in (ss * nics + nic[src], ds * nics + nic[dst]):  # a NIC's sends, then its receives
-        p = port[chain]
-        by_port = chain[np.lexsort((np.arange(len(chain)), p))]  # each port's ops in chain order
+        by_port = chain[np.argsort(port[chain], kind="stable")]  # each port's ops in chain order
         same = port[by_port[1:]] == port[by_port[:-1]]
         edges.append(by_port[1:][same] * nops + by_port[:-1][same])  # each on the one before it
     key = np.unique(np.concatenate(edges))  # sorted by op, then dependency; duplicates merged
