@@ -114,14 +114,12 @@ def main() -> None:
             r = json.loads(run.stdout.strip().splitlines()[-1])
             r["wall_s"] = time.perf_counter() - t0
             rows.append(r)
+            line = f"{r['case']:16s} {r['traffic']:8s} {r['syccl_plan_s']:7.2f} {r['syccl_ops']:6d}"
             if args.plan_only:
-                print(
-                    f"{r['case']:16s} {r['traffic']:8s} {r['syccl_plan_s']:7.2f} {r['syccl_ops']:6d}",
-                    flush=True,
-                )
+                print(line, flush=True)
                 continue
             print(
-                f"{r['case']:16s} {r['traffic']:8s} {r['syccl_plan_s']:7.2f} {r['syccl_ops']:6d} | "
+                f"{line} | "
                 f"{r['syccl_algbw']:17.2f} {r['fast_algbw']:6.2f} {r['bound_algbw']:6.2f} | "
                 f"{r['syccl_sim_bound']:16.3f} {r['fast_sim_bound']:6.3f} | "
                 f"{r['syccl_ideal_bound']:18.3f} {r['fast_ideal_bound']:6.3f}",
