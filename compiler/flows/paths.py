@@ -87,3 +87,24 @@ def chunk_split(count: int, amounts: Sequence[float]) -> list[int]:
     order = np.argsort(-(exact - base), kind="stable")
     base[order[:rest]] += 1
     return base.tolist()
+
+
+def chunk_split_rows(counts: Sequence[int], amounts: Sequence[float]) -> list[list[int]]:
+    """:func:`chunk_split` of each of ``counts`` over the same ``amounts``, in one vectorised pass: the same
+    floats in the same order (the shares are ``amounts / sum``, then times each count), so the same lists."""
+    a = np.asarray(amounts, dtype=np.float64)
+    rows = len(counts)
+    if a.size == 0:
+        return [[] for _ in range(rows)]
+    if a.sum() <= 0:
+        a = np.ones_like(a)
+    c = np.asarray(counts, dtype=np.int64).reshape(rows)
+    exact = (a / a.sum())[None, :] * c.astype(np.float64)[:, None]
+    base = np.floor(exact).astype(np.int64)
+    rest = c - base.sum(axis=1)
+    order = np.argsort(-(exact - base), axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(a.size), order.shape), axis=1)
+    base += rank < rest[:, None]
+    base[c <= 0] = 0
+    return base.tolist()

@@ -179,14 +179,17 @@ def run(name: str, req: PlanRequest) -> Program:
 
 
 def _unlimited_key(name: str, req: PlanRequest, prog: Program) -> tuple[str, ...] | None:
-    """The key of the same request without its time limit, when the limit did not cut the search: a searching
-    planner (syccl, mcf) returns the same plan then, and says in ``meta["note"]`` when it stopped early or is
-    not proven best (a plan with a note is never taken for an unlimited one). None otherwise."""
+    """The key of the same request without its time limit (and time to beat), when neither cut the search: a
+    searching planner (syccl, mcf) returns the same plan then, and says in ``meta["note"]`` when it stopped
+    early or is not proven best (a plan with a note is never taken for an unlimited one). None otherwise."""
     limit = getattr(req.options, "time_limit", None)
     if not isinstance(limit, (int, float)) or limit <= 0 or "note" in prog.meta:
         return None
+    free: dict[str, float] = {"time_limit": 0.0}
+    if isinstance(getattr(req.options, "time_to_beat", None), (int, float)):
+        free["time_to_beat"] = 0.0
     try:
-        unlimited = dataclasses.replace(req, options=dataclasses.replace(req.options, time_limit=0.0))
+        unlimited = dataclasses.replace(req, options=dataclasses.replace(req.options, **free))
     except (TypeError, ValueError):  # pragma: no cover - options that are not a dataclass
         return None
     return _memo_key(name, unlimited)

@@ -7,7 +7,9 @@ remainder as its own time limit - verifies every Program (a wrong one is an a2ac
 under the model and keeps the fastest. Ties go to the earlier planner in that order, so the choice is
 deterministic. A Program whose link floor (:func:`a2acc.analysis.estimate.link_bound`: its busiest link's bytes
 over that link's capacity, which no run of it beats) is past the best simulated time so far cannot win and is
-not simulated; the pick is the one simulating every Program gives (tested). The plan records every candidate's
+not simulated; a searching planner that takes a ``time_to_beat`` (syccl) gets that time and does not simulate
+its own candidates that cannot beat it (when none does, its plan says so and is not simulated either); the pick
+is the one simulating every Program gives (tested). The plan records every candidate's
 simulated time (null where the floor spared it) and why it won (``meta["auto"]``; ``a2acc report`` prints
 it); its ``algorithm`` is ``auto`` and its ops are the winner's, unchanged.
 
@@ -93,13 +95,14 @@ def plan(req: PlanRequest) -> Program:
         if name in SEARCHING and left <= 0:
             skipped[name] = f"budget of {opts.budget_s:g} s spent"
             continue
-        prog = _plan_one(name, req, left if name in SEARCHING else None)
+        prog = _plan_one(name, req, left if name in SEARCHING else None, best_fit)
         rep = verify_program(prog)
         if not rep.ok:
             raise VerificationError(
                 f"auto: planner '{name}' produced a wrong plan (a2acc bug)", list(rep.errors)
             )
-        if link_bound(prog, req.topology, model) > best_fit * (1.0 + 1e-9):  # cannot win: not simulated
+        if "time_to_beat_us" in prog.meta or link_bound(prog, req.topology, model) > best_fit * (1.0 + 1e-9):
+            # cannot win (nothing of the planner's beat the best so far, or the plan's floor is past it)
             results.append((name, math.inf, prog))
             continue
         t = simulate_fast(prog, req.topology, model=model).time_s
@@ -114,7 +117,7 @@ def plan(req: PlanRequest) -> Program:
     bounded = sum(1 for _n, t, _p in results if not math.isfinite(t))
     why = f"fastest of {len(results)} planners under model {model.name}"
     if bounded:
-        why += f" ({bounded} not simulated: link floor past the best)"
+        why += f" ({bounded} not simulated: could not beat the best)"
     if others and best_t > 0:
         why += f"; next {others[0][1]} at {others[0][0] / best_t:.3f}x"
     elif others:
@@ -123,7 +126,8 @@ def plan(req: PlanRequest) -> Program:
     meta["auto"] = {
         "pick": name,
         "why": why,
-        # null: a plan whose link floor was past the best simulated time so far (it cannot win; not simulated)
+        # null: a plan that could not beat the best simulated time so far (its link floor was past it, or none of
+        # its planner's candidates beat it): not simulated
         "candidates_us": {n: round(t * 1e6, 3) if math.isfinite(t) else None for n, t, _p in results},
         "skipped": skipped,
         "model": model.name,
@@ -177,16 +181,19 @@ def _candidates(topo: Topology, opts: Options, skipped: dict[str, str]) -> list[
     return out
 
 
-def _plan_one(name: str, req: PlanRequest, time_limit: float | None) -> Program:
+def _plan_one(name: str, req: PlanRequest, time_limit: float | None, best: float) -> Program:
     """Run planner ``name`` on the same request with its default options; a searching planner gets
-    ``time_limit``, unless this process already planned the request without a limit (a comparison's rows)."""
-    unlimited = dataclasses.replace(req, options=parse_options(PLANNERS.options(name), None))
+    ``time_limit`` and, where its options take one (syccl), the best time so far as its ``time_to_beat``,
+    unless this process already planned the request without either (a comparison's rows)."""
+    kind = PLANNERS.options(name)
+    unlimited = dataclasses.replace(req, options=parse_options(kind, None))
     if time_limit is None:
         return run(name, unlimited)
     done = remembered(name, unlimited)
     if done is not None:
         return done
-    opts: object = parse_options(
-        PLANNERS.options(name), {"time_limit": str(max(time_limit, 1e-3))}, where=f"auto: {name}"
-    )
+    given = {"time_limit": str(max(time_limit, 1e-3))}
+    if math.isfinite(best) and best > 0 and any(f.name == "time_to_beat" for f in dataclasses.fields(kind)):
+        given["time_to_beat"] = repr(best)
+    opts: object = parse_options(kind, given, where=f"auto: {name}")
     return run(name, dataclasses.replace(req, options=opts))

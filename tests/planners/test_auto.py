@@ -56,6 +56,43 @@ def test_link_floors_spare_simulations_and_keep_the_pick(monkeypatch):
         assert v is not None or all_[k] > min(all_.values())
 
 
+def test_a_time_to_beat_for_syccl_keeps_the_pick(monkeypatch):
+    """auto hands syccl the best time so far: where none of syccl's candidates beats it, syccl's entry is null
+    (not simulated) and the pick and its ops are the ones auto makes when syccl times every candidate."""
+    import dataclasses
+
+    from a2acc import planners
+    from a2acc.planners import syccl
+
+    topo = load_topology("dgx-h100", 4)
+    runs = []
+    real = syccl._evaluate
+    for seed in (1, 3):  # fast wins (syccl beaten) / syccl wins
+        m = generate("zipf", topo.nranks, 1 << 28, seed=seed)
+        picks = []
+        for ignore in (False, True):
+            if ignore:  # syccl as if auto had passed no time to beat
+                monkeypatch.setattr(
+                    syccl,
+                    "_evaluate",
+                    lambda req, sym, ch, opts, clock: real(
+                        req, sym, ch, dataclasses.replace(opts, time_to_beat=0.0), clock
+                    ),
+                )
+            planners._MEMO.clear()  # plan again (syccl's and mcf's own caches stay warm: only auto's choice is new)
+            prog = a2acc.plan(topo, m, "auto")
+            picks.append((json.loads(prog.to_json())["ops"], prog.meta["auto"]))
+        monkeypatch.setattr(syccl, "_evaluate", real)
+        (ops_beat, beat), (ops_all, every) = picks
+        assert ops_beat == ops_all and beat["pick"] == every["pick"]
+        runs.append(beat["candidates_us"]["syccl"])
+        if beat["candidates_us"]["syccl"] is None:
+            assert every["candidates_us"]["syccl"] > every["candidates_us"][every["pick"]]
+        else:
+            assert beat["candidates_us"] == every["candidates_us"]
+    assert runs[0] is None and runs[1] is not None  # both cases were met
+
+
 def test_auto_prices_under_the_model_it_is_given():
     topo = load_topology("dgx-h100", 2)
     m = generate("zipf", topo.nranks, 1 << 20, seed=1)

@@ -398,6 +398,38 @@ def test_link_floors_spare_simulations_and_keep_the_choice(monkeypatch):
     assert sims_floor < sims_all
 
 
+def test_a_time_to_beat_spares_simulations_and_keeps_the_plan_when_beaten(monkeypatch):
+    """With ``time_to_beat`` above the best candidate's time the plan is the one without it; below it the plan
+    says no candidate beat it (and is not taken for the unlimited plan), from fewer simulations."""
+    from a2acc import planners
+    from a2acc.planners import forget, syccl
+
+    t = load_topology("dgx-h100", 4)
+    m = generate("zipf", t.nranks, 1 << 28, 1)
+    timed: list[int] = []
+    real_simulate = syccl._simulate
+    monkeypatch.setattr(syccl, "_simulate", lambda *a: timed.append(1) or real_simulate(*a))
+    forget()
+    free = a2acc.plan(t, m, "syccl")
+    best, sims_free = free.meta["sim_us"], len(timed)
+    timed.clear()
+    above = a2acc.plan(t, m, "syccl", time_to_beat=repr(best * 1.05e-6), time_limit="1000")
+    assert _digest(above) == _digest(free) and "time_to_beat_us" not in above.meta
+    assert len(timed) <= sims_free
+    for factor in (0.5, 0.99):  # no floor is below it (nothing timed) / the times are not
+        timed.clear()
+        below = a2acc.plan(t, m, "syccl", time_to_beat=repr(best * factor * 1e-6), time_limit="1000")
+        assert below.meta["time_to_beat_us"] == pytest.approx(best * factor)
+        assert "not proven best" in str(below.meta["note"]) and verify_program(below).ok
+        assert len(timed) < sims_free if factor == 0.5 else len(timed) <= sims_free
+        if "sim_us" in below.meta:
+            assert below.meta["sim_us"] >= best
+    planners._MEMO.clear()  # (syccl's own caches stay: the next plans only evaluate)
+    a2acc.plan(t, m, "syccl", time_to_beat=repr(best * 0.5e-6), time_limit="1000")
+    again = a2acc.plan(t, m, "syccl")  # a beaten plan is never taken for the unlimited one
+    assert _digest(again) == _digest(free)
+
+
 def test_time_limit_returns_a_plan_that_says_so(tmp_path, capsys):
     np.save(tmp_path / "m.npy", generate("zipf", 16, 1 << 22, 1))
     rc = main(
@@ -453,6 +485,8 @@ def test_bad_options_are_refused():
         ({"evaluate": "0"}, "evaluate"),
         ({"epoch_ratio": "1.5"}, "epoch_ratio"),
         ({"time_limit": "-1"}, "time_limit"),
+        ({"time_to_beat": "-1"}, "time_to_beat"),
+        ({"time_to_beat": "inf"}, "time_to_beat"),
     ):
         with pytest.raises(InputError, match=frag):
             a2acc.plan(t, m, "syccl", **opts)

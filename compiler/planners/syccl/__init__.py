@@ -23,8 +23,11 @@ the symmetric sketches carry the actual per-pair sizes, are re-ranked and re-mix
 and the simulator picks among them.
 
 ``time_limit`` bounds the whole synthesis (search, LPs, simulations): when it runs out the best plan found so
-far is returned and ``meta["note"]`` says it is not proven best. Direct-connect graphs are refused (no server
-dimensions). What came from the slides and what is our design: ``docs/syccl.md``.
+far is returned and ``meta["note"]`` says it is not proven best. ``time_to_beat`` (seconds; ``auto`` passes
+the best time of the planners before syccl) spares the simulation of every candidate whose link floor is past
+it: when the fastest candidate beats it the plan is the one without it (tested); when none does,
+``meta["time_to_beat_us"]`` and ``meta["note"]`` say so and the plan is the best one timed (or the first
+candidate, untimed), not proven syccl's best. Direct-connect graphs are refused (no server dimensions). What came from the slides and what is our design: ``docs/syccl.md``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -70,6 +74,13 @@ class Options:
     workers: str = field(
         default="1",
         metadata={"help": "sub-demand LPs and simulations: 1, N local processes, or dask://HOST:PORT"},
+    )
+    time_to_beat: float = field(
+        default=0.0,
+        metadata={
+            "help": "seconds a plan must beat (0: none): a candidate whose link floor is past it is not "
+            "simulated; auto passes the best time so far"
+        },
     )
     candidates: int = bounded(
         6,
@@ -123,6 +134,8 @@ class Options:
     def check(self) -> None:
         if not self.time_limit >= 0:
             raise InputError("--opt", "time_limit", self.time_limit, "seconds >= 0")
+        if not (self.time_to_beat >= 0 and math.isfinite(self.time_to_beat)):
+            raise InputError("--opt", "time_to_beat", self.time_to_beat, "seconds >= 0 (0: none)")
         parse_workers(self.workers)
 
 
@@ -178,6 +191,8 @@ class Synthesis:
     hops: dict[int, npt.NDArray[np.float64]] = field(default_factory=dict)
     #: a proven LP solution's routes in rank space, per (LP key, the group's ranks by position)
     mapped: dict[tuple[object, ...], SubRoutes] = field(default_factory=dict)
+    #: per column (where small enough: :data:`_ROUTES_KEPT`), its images' routes from every source of its orbit
+    routes: dict[int, tuple[tuple[int, tuple[tuple[Route, ...], ...]], ...]] = field(default_factory=dict)
     truncated: bool = False
     depth_limit: int = 0  # Pruning 3 for the symmetric synthesis; deeper sketches serve skewed matrices only
 
@@ -587,21 +602,44 @@ def _solved(
 
 
 # ---------------------------------------------------------------------- evaluation (the actual matrix)
-def _source_routes(sym: Symmetry, syn: Synthesis, cand: Candidate) -> list[list[tuple[float, list[Route]]]]:
+def _source_routes(
+    sym: Symmetry, syn: Synthesis, cand: Candidate
+) -> list[list[tuple[float, Sequence[Route]]]]:
     """Per source: the combination's images carried to it, as (weight, route to every destination)."""
-    n = sym.nranks
-    out: list[list[tuple[float, list[Route]]]] = [[] for _ in range(n)]
+    out: list[list[tuple[float, Sequence[Route]]]] = [[] for _ in range(sym.nranks)]
     for ci, w in cand.parts:
-        rep = syn.columns[ci].replica
-        root = rep.trees[0].root
-        paths = [[t.path(d) for d in range(n)] for t in rep.trees]
-        share = w / len(rep.trees)
-        for s in rep.orbit:
-            g = sym.to_source(root, s)
-            ginv = invert(g)
-            for tp in paths:
-                out[s].append((share, [tuple(g[x] for x in tp[ginv[d]]) for d in range(n)]))
+        per_source = _column_routes(sym, syn, ci)
+        share = w / len(syn.columns[ci].replica.trees)
+        for s, per_tree in per_source:
+            out[s] += [(share, rts) for rts in per_tree]
     return out
+
+
+#: a column's routes are kept in its synthesis while sources x trees x ranks stays within this (~10 MB)
+_ROUTES_KEPT = 1 << 17
+
+
+def _column_routes(
+    sym: Symmetry, syn: Synthesis, ci: int
+) -> tuple[tuple[int, tuple[tuple[Route, ...], ...]], ...]:
+    """Column ``ci``'s images carried to every source of its orbit, in orbit order: (source, per tree the route
+    to every destination). They depend on the topology only, so they are kept in the synthesis unless large."""
+    got = syn.routes.get(ci)
+    if got is not None:
+        return got
+    n = sym.nranks
+    rep = syn.columns[ci].replica
+    root = rep.trees[0].root
+    paths = [[t.path(d) for d in range(n)] for t in rep.trees]
+    out = []
+    for s in rep.orbit:
+        g = sym.to_source(root, s)
+        ginv = invert(g)
+        out.append((s, tuple(tuple(tuple(g[x] for x in tp[ginv[d]]) for d in range(n)) for tp in paths)))
+    done = tuple(out)
+    if len(rep.orbit) * len(paths) * n <= _ROUTES_KEPT:
+        syn.routes[ci] = done
+    return done
 
 
 def sketch_times(
@@ -698,7 +736,12 @@ def _evaluate(req: PlanRequest, sym: Symmetry, chosen: _Chosen, opts: Options, c
     (:func:`a2acc.analysis.estimate.link_bound`: its busiest link's bytes over that link's capacity, which no
     run of it beats) is past the best time so far is not timed, nor is its chained form made (both have the
     same ops, so the same floor): it could not win, and ties go to the earlier candidate, so the choice is the
-    one timing every candidate gives (tested). With several workers every candidate is timed at once."""
+    one timing every candidate gives (tested). With several workers every candidate is timed at once.
+
+    ``time_to_beat`` lowers that bar from the start. The candidate with the fastest time has its floor below
+    it, so when that time beats ``time_to_beat`` the candidate is timed and kept as without the option: every
+    candidate the option spared is slower. When no time beats it, the plan says so
+    (:func:`_with_outcome`)."""
     topo = req.topology
     pair_bytes = _pair_bytes(req)
     todo: list[tuple[int, bool]] = []  # (candidate, chained) in the order ties are broken
@@ -713,26 +756,29 @@ def _evaluate(req: PlanRequest, sym: Symmetry, chosen: _Chosen, opts: Options, c
 
     if len(todo) < 2 or clock.over():
         return _with_outcome(program(*todo[0]), sym, chosen.truncated, clock, [], 0)
+    beat = opts.time_to_beat if opts.time_to_beat > 0 else math.inf
     if parse_workers(opts.workers) != 1:
         every = [program(i, c) for i, c in todo]
         times = run_all(_simulate, [(p, topo, req.model) for p in every], opts.workers, desc="syccl simulate")
         best = int(np.argmin(times))
-        return _with_outcome(every[best], sym, chosen.truncated, clock, times, best)
+        return _with_outcome(every[best], sym, chosen.truncated, clock, times, best, beat)
     times = [math.inf] * len(todo)  # a candidate the floor rules out keeps inf
     progs: list[Program | None] = [None] * len(todo)
     floors: dict[int, float] = {}
     for k, (i, chained) in enumerate(todo):
         if i not in floors:  # both forms have the same ops, so the same floor
             floors[i] = link_bound(program(i, False), topo, req.model)
-        if floors[i] > min(times) * (1.0 + 1e-9):  # past the best so far: cannot win
+        if floors[i] > min(min(times), beat) * (1.0 + 1e-9):  # past the best so far or the time to beat
             continue
         progs[k] = prog = program(i, chained)
         times[k] = _simulate(prog, topo, req.model)
     best = int(np.argmin(times))
     kept = progs[best]
-    if kept is None:  # the first candidate is always timed, so the best is one that was
+    if kept is None:  # every floor was past the time to beat (without one, the first candidate is timed)
+        if math.isfinite(beat):
+            return _with_outcome(program(*todo[0]), sym, chosen.truncated, clock, times, best, beat)
         raise InternalError("syccl: the evaluation kept a candidate it did not time")
-    return _with_outcome(kept, sym, chosen.truncated, clock, times, best)
+    return _with_outcome(kept, sym, chosen.truncated, clock, times, best, beat)
 
 
 def _for_request(prog: Program, estimate_s: float, req: PlanRequest) -> Program:
@@ -814,16 +860,26 @@ def _emit_chosen(
 
 
 def _with_outcome(
-    prog: Program, sym: Symmetry, truncated: bool, clock: _Clock, times: list[float], best: int
+    prog: Program,
+    sym: Symmetry,
+    truncated: bool,
+    clock: _Clock,
+    times: list[float],
+    best: int,
+    beat: float = math.inf,
 ) -> Program:
     """The chosen Program with what the evaluation found in its meta: candidates evaluated (timed, or ruled out
-    by their link floor), sub-demands and LPs, its simulated time, and a note when a limit was hit or the
-    topology is only partly symmetric."""
+    by their link floor), sub-demands and LPs, its simulated time (when it was timed), and a note when a limit
+    was hit, when no candidate beat the time to beat ``beat`` (``time_to_beat_us``: the plan is then not
+    proven syccl's best) or when the topology is only partly symmetric."""
     meta2 = dict(prog.meta)
     meta2["evaluated"] = len(times)
-    if times:
+    if times and math.isfinite(times[best]):
         meta2["sim_us"] = times[best] * 1e6
     notes = []
+    if times and not times[best] < beat:
+        meta2["time_to_beat_us"] = beat * 1e6
+        notes.append(f"no candidate beats the time to beat ({beat * 1e6:.1f} us): not proven best")
     if truncated or clock.hit:
         notes.append("time/search limit hit: best plan found so far, not proven best")
     if not sym.transitive:

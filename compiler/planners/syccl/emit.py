@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import InternalError
-from a2acc.flows.paths import chunk_split
+from a2acc.flows.paths import chunk_split, chunk_split_rows
 from a2acc.ir.builder import ProgramBuilder
 from a2acc.ir.dag import kahn_order, table_levels
 from a2acc.ir.program import Buf, MetaValue, Program, replace_ops
@@ -112,11 +112,13 @@ def _source_segments(
     row = counts[s].tolist()  # (Python integers: this loop runs per chunk range)
     in_off, out_off = b.in_off[s].tolist(), b.out_off[:, s].tolist()
     inp = int(Buf.INPUT)
-    for srv in range(topo.servers):
-        dests = [d for d in range(srv * m, (srv + 1) * m) if d != s and row[d] > 0]
-        if not dests:
-            continue
-        split = chunk_split(sum(row[d] for d in dests), weights)
+    blocks = [
+        dests
+        for srv in range(topo.servers)
+        if (dests := [d for d in range(srv * m, (srv + 1) * m) if d != s and row[d] > 0])
+    ]
+    splits = chunk_split_rows([sum(row[d] for d in dests) for dests in blocks], weights)
+    for dests, split in zip(blocks, splits):
         di, used = 0, 0
         for (_w, rts), k in zip(images, split):
             while k > 0:
@@ -318,10 +320,21 @@ def _emit_runs(b: ProgramBuilder, items: list[_Seg], stage: int) -> list[_Seg]:
 
 
 def _emit_run(b: ProgramBuilder, run: list[_Seg], stage: int) -> list[_Seg]:
-    """One op for a run of segments contiguous at both ends; the segments that go on, now delivered by it."""
+    """One op for a run of segments contiguous at both ends; the segments that go on, now delivered by it
+    (moved on to their next hop in place: a level's segments are not read again)."""
     first = run[0]
-    deps = first.deps if len(run) == 1 else {d for sg in run for d in sg.deps}
-    op = b.add(first.loc, first.land, sum(sg.size for sg in run), deps, stage=stage)
-    return [
-        _Seg(sg.route, sg.h + 1, sg.piece, sg.size, sg.land, (op,), sg.out_at) for sg in run if not sg.final
-    ]
+    if len(run) == 1:
+        op = b.add(first.loc, first.land, first.size, first.deps, stage=stage)
+    else:
+        deps = {d for sg in run for d in sg.deps}
+        op = b.add(first.loc, first.land, sum(sg.size for sg in run), deps, stage=stage)
+    by = (op,)
+    nxt = []
+    for sg in run:
+        if not sg.final:
+            sg.h += 1
+            sg.loc = sg.land
+            sg.deps = by
+            sg.final = sg.h + 2 == len(sg.route)
+            nxt.append(sg)
+    return nxt
