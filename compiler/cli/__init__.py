@@ -135,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _interruptible(entry=argv is None) as fired:
             parser = build_parser()
             args = parser.parse_args(argv)
+            args.own_process = argv is None  # the process's own command line (cli.common.settle_heap)
             if not getattr(args, "func", None):
                 parser.print_help()
                 return 2

@@ -45,6 +45,19 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
     return load_topology(args.topology, args.servers)
 
 
+def settle_heap(args: argparse.Namespace) -> None:
+    """Move every object alive now (what the command has imported and read) out of the garbage collector's
+    full collections (``gc.freeze``), before a command plans. Planning allocates millions of short-lived
+    objects, and every full collection would walk numpy's, HiGHS's and a2acc's module objects again: ~8-10 % of
+    ``compile -a auto``'s CPU at dgx-h100 4x8 (``benchmarks/cli_time.py``). Only in a process whose own command
+    line this is (the console script, ``python -m a2acc``: ``args.own_process``), which exits after it; a
+    caller of :func:`a2acc.cli.main` with arguments (a test, a notebook) keeps its collector as it was."""
+    if getattr(args, "own_process", False):
+        import gc
+
+        gc.freeze()
+
+
 def add_traffic_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--traffic",

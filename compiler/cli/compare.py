@@ -15,6 +15,7 @@ from a2acc.cli.common import (
     add_topology_args,
     add_workload_args,
     seed,
+    settle_heap,
     topology_from_args,
     workload_from_args,
 )
@@ -208,6 +209,7 @@ def _run(args: argparse.Namespace) -> int:
     _jobs(args.jobs, len(sizes))  # the rest of the input checked before the header is printed
     matrix_for(traffic, topo, sizes[0], args.seed, args.skew)
     print(_header(topo, tdesc, model.describe(), model.source, args.bw), flush=True)
+    settle_heap(args)
     rows = _rows(args, topo, traffic, sizes, algos, model)
     print(f"# bound terms: {', '.join(sorted({r.bound_term for r in rows}))}")
     print("\n".join(summary_lines(rows)))

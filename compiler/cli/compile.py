@@ -13,6 +13,7 @@ from a2acc.cli.common import (
     add_topology_args,
     add_traffic_arg,
     resolve_opts,
+    settle_heap,
     topology_from_args,
     traffic_from_args,
 )
@@ -84,6 +85,7 @@ def _run(args: argparse.Namespace) -> int:
             raise InputError("", "--max-padding", args.max_padding, "a fraction like 0.03, or auto") from None
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
+    settle_heap(args)
     res = compile(
         Request(
             topo,

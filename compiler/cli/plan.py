@@ -11,6 +11,7 @@ from a2acc.cli.common import (
     add_topology_args,
     add_traffic_arg,
     resolve_opts,
+    settle_heap,
     topology_from_args,
     traffic_from_args,
 )
@@ -78,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     _check_output(args)
     topo = topology_from_args(args)
     m = traffic_from_args(args, topo)
+    settle_heap(args)
     unit = _unit(args.unit) if args.unit else None
     res = compile(
         Request(
