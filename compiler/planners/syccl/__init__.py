@@ -27,7 +27,8 @@ far is returned and ``meta["note"]`` says it is not proven best. ``time_to_beat`
 the best time of the planners before syccl) spares the simulation of every candidate whose link floor is past
 it: when the fastest candidate beats it the plan is the one without it (tested); when none does,
 ``meta["time_to_beat_us"]`` and ``meta["note"]`` say so and the plan is the best one timed (or the first
-candidate, untimed), not proven syccl's best. Direct-connect graphs are refused (no server dimensions). What came from the slides and what is our design: ``docs/syccl.md``.
+candidate, untimed), not proven syccl's best. Direct-connect graphs are refused (no server dimensions). What
+came from the slides and what is our design: ``docs/syccl.md``.
 """
 
 from __future__ import annotations
