@@ -18,6 +18,7 @@ Figures are process CPU seconds (user + system; ``os.times`` for the children), 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import statistics
@@ -49,6 +50,7 @@ def _console(cli: Callable[[], int], argv: list[str]) -> int:
     try:
         return cli()
     finally:
+        gc.unfreeze()  # (the command froze this process's heap; the next run starts from a live one again)
         sys.argv = saved[0]
         for sig, handler in saved[1].items():
             signal.signal(sig, handler)

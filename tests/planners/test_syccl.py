@@ -283,6 +283,34 @@ def test_byte_identical_across_hash_seeds_and_workers():
     assert _digest(a2acc.plan(t, m, "syccl", workers="2")) == outs[0][0]
 
 
+LOCAL_MAPS = """
+import hashlib, itertools
+from a2acc.model.topology import load_topology
+from a2acc.planners.syccl.symmetry import Symmetry
+sym = Symmetry(load_topology("dgx2", 2))
+maps = [sym._local_map((), a, b) for a, b in itertools.permutations(range(sym.m), 2)]
+print(hashlib.sha256(repr(maps).encode()).hexdigest(), sum(m is not None for m in maps))
+"""
+
+
+@pytest.mark.slow
+def test_the_automorphisms_found_do_not_follow_the_hash_seed():
+    """dgx2's local automorphisms come from the graph matcher (a GPU swap alone is not one). It orders its
+    candidates through sets of nodes, so it once found another automorphism in each process (and syccl made
+    another plan: dgx2 2x16, uniform 4 MiB, seed 3, pipeline=3); matched on integer node names it does not."""
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", LOCAL_MAPS],
+            env=dict(os.environ, PYTHONHASHSEED=seed),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "2")
+    }
+    assert len(outs) == 1 and int(outs.pop().split()[1]) > 0
+
+
 def test_repeat_calls_are_identical():
     t = load_topology("mi300x", 2)
     m = generate("zipf", t.nranks, 1 << 24, 9)

@@ -192,7 +192,7 @@ class Synthesis:
     hops: dict[int, npt.NDArray[np.float64]] = field(default_factory=dict)
     #: a proven LP solution's routes in rank space, per (LP key, the group's ranks by position)
     mapped: dict[tuple[object, ...], SubRoutes] = field(default_factory=dict)
-    #: per column (where small enough: :data:`_ROUTES_KEPT`), its images' routes from every source of its orbit
+    #: per column (while they stay small: :data:`_ROUTES_KEPT`), its images' routes from every source of its orbit
     routes: dict[int, tuple[tuple[int, tuple[tuple[Route, ...], ...]], ...]] = field(default_factory=dict)
     truncated: bool = False
     depth_limit: int = 0  # Pruning 3 for the symmetric synthesis; deeper sketches serve skewed matrices only
@@ -616,15 +616,16 @@ def _source_routes(
     return out
 
 
-#: a column's routes are kept in its synthesis while sources x trees x ranks stays within this (~10 MB)
-_ROUTES_KEPT = 1 << 17
+#: a synthesis keeps its columns' routes while their sources x trees x ranks total at most this (~12 MB; 8x8
+#: keeps the ~57k its candidates use)
+_ROUTES_KEPT = 1 << 16
 
 
 def _column_routes(
     sym: Symmetry, syn: Synthesis, ci: int
 ) -> tuple[tuple[int, tuple[tuple[Route, ...], ...]], ...]:
     """Column ``ci``'s images carried to every source of its orbit, in orbit order: (source, per tree the route
-    to every destination). They depend on the topology only, so they are kept in the synthesis unless large."""
+    to every destination). They depend on the topology only, so the synthesis keeps them (up to a budget)."""
     got = syn.routes.get(ci)
     if got is not None:
         return got
@@ -638,7 +639,8 @@ def _column_routes(
         ginv = invert(g)
         out.append((s, tuple(tuple(tuple(g[x] for x in tp[ginv[d]]) for d in range(n)) for tp in paths)))
     done = tuple(out)
-    if len(rep.orbit) * len(paths) * n <= _ROUTES_KEPT:
+    kept = sum(len(src) * len(src[0][1]) for src in syn.routes.values() if src) * n  # (orbits are not empty)
+    if kept + len(rep.orbit) * len(paths) * n <= _ROUTES_KEPT:
         syn.routes[ci] = done
     return done
 
@@ -878,7 +880,7 @@ def _with_outcome(
     if times and math.isfinite(times[best]):
         meta2["sim_us"] = times[best] * 1e6
     notes = []
-    if times and not times[best] < beat:
+    if times and math.isfinite(beat) and not times[best] < beat:
         meta2["time_to_beat_us"] = beat * 1e6
         notes.append(f"no candidate beats the time to beat ({beat * 1e6:.1f} us): not proven best")
     if truncated or clock.hit:

@@ -275,14 +275,19 @@ class Symmetry:
             if self._verify(tuple(range(self.n)), cand):
                 res = cand
             else:
+                # matched on integer node names: VF2 orders its candidates through sets of nodes, and a set of
+                # ("g", j) tuples iterates in an order that follows the process's string hash seed, so the
+                # automorphism it finds first (and so the plan) would differ between processes
+                nodes = sorted(self._q.nodes)
+                num = {v: i for i, v in enumerate(nodes)}
                 gm = DiGraphMatcher(
-                    self._labelled(fixed, a),
-                    self._labelled(fixed, b),
+                    nx.relabel_nodes(self._labelled(fixed, a), num),
+                    nx.relabel_nodes(self._labelled(fixed, b), num),
                     node_match=lambda x, y: x["label"] == y["label"],
                     edge_match=lambda x, y: x["key"] == y["key"],
                 )
                 if gm.is_isomorphic():
-                    mp = gm.mapping
+                    mp = {nodes[i]: nodes[j] for i, j in gm.mapping.items()}
                     cand = LocalMap(
                         tuple(mp[("g", j)][1] for j in range(self.m)),
                         tuple(mp[("nic", k)][1] for k in range(self.nics)),
