@@ -13,10 +13,12 @@ import of this module, some 20-40 ms together, come before :func:`main` takes th
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 
@@ -91,9 +93,15 @@ class Interrupted(BaseException):
 def _interruptible(*, entry: bool = False) -> Iterator[list[int]]:
     """SIGINT and SIGTERM raise :class:`Interrupted` once; a second signal while the first unwinds is ignored,
     so cleanup (removing a temporary file) is never cut short. Handlers are restored on exit; off the main
-    thread (where Python cannot install handlers) signals keep their defaults. Yields the signals that fired:
-    an exception raised where Python discards it (a finaliser, a weakref callback) does not unwind, and the
-    caller still owes the user the interrupted exit.
+    thread (where Python cannot install handlers) signals keep their defaults. Yields the signals that fired.
+
+    Some places drop the handler's exception instead of unwinding: a finaliser or a weakref callback (Python
+    hands the exception to ``sys.unraisablehook``), and C code that clears it (CPython 3.11's ``compile()``,
+    which an import of a module with no cached byte code runs, drops about two in three). The work would then
+    run on to its end (a 50 s calibration, in a CI run) before the interrupted exit. So the exception is
+    watched: freed while the work is still running means dropped, and it is raised again. A short thread
+    calls :func:`_thread.interrupt_main` (tripped from the main thread, the handler would run at once, where
+    the exception is being dropped), and the handler runs once more at the main thread's next check.
 
     ``entry``: this is the process's own command line (the console script, ``python -m a2acc``), which exits
     right after: the signals are then ignored from here on instead of restored, so one that arrives after the
@@ -103,18 +111,41 @@ def _interruptible(*, entry: bool = False) -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():
         yield fired
         return
+    again: list[int] = []  # a dropped Interrupted, to raise once more
+    watched: list[weakref.ref[Interrupted]] = []
+    running = [True]
+    tripping = _thread.allocate_lock()
+
+    def trip(signum: int) -> None:  # in a thread of its own
+        with tripping:
+            if running:
+                _thread.interrupt_main(signal.Signals(signum))
+
+    def dropped(_ref: weakref.ref[Interrupted], signum: int) -> None:
+        if running and not again:
+            again.append(signum)
+            _thread.start_new_thread(trip, (signum,))
 
     def handler(signum: int, _frame: FrameType | None) -> None:
-        if fired:
+        if not running:  # a trip that came as the work ended: the caller has the exception already
             return
-        fired.append(signum)
-        raise Interrupted(signum)
+        if again:
+            signum = again.pop()
+        elif fired:
+            return
+        else:
+            fired.append(signum)
+        exc = Interrupted(signum)
+        watched.append(weakref.ref(exc, lambda ref: dropped(ref, signum)))
+        try:
+            raise exc
+        finally:
+            del exc  # else its traceback holds this frame, which holds it: dropped, it would never be freed
 
     hook = sys.unraisablehook
 
     def discarded(unraisable: sys.UnraisableHookArgs) -> None:
-        # the signal landed in a finaliser or a weakref callback (an import's module-lock callback, say), where
-        # Python discards the exception and would print its traceback: main() still reports it, in one line
+        # Python would print the traceback of the exception it drops: the handler raises it again instead
         if not isinstance(unraisable.exc_value, Interrupted):
             hook(unraisable)
 
@@ -123,9 +154,16 @@ def _interruptible(*, entry: bool = False) -> Iterator[list[int]]:
     try:
         yield fired
     finally:
+        running.clear()  # the exception reached the caller (or none was raised): it is theirs from here
+        with tripping:  # a trip under way lands now, on this handler, which lets it pass
+            _let_signals_run()
         sys.unraisablehook = hook
         for sig, old in previous.items():
             signal.signal(sig, signal.SIG_IGN if entry else old)
+
+
+def _let_signals_run() -> None:
+    """Nothing: calling a Python function runs the signal handlers that are due."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
