@@ -99,8 +99,8 @@ def parse_options(cls: type[T], raw: Mapping[str, str] | T | None, *, where: str
     """An instance of the options dataclass ``cls`` from ``KEY=VALUE`` strings (or pass one through)."""
     if raw is None:
         return cls()
-    if isinstance(raw, cls):
-        check_ranges(raw, where)
+    if isinstance(raw, cls):  # built by the caller: judged as the same values given as strings would be
+        _judge(raw, where)
         return raw
     if not isinstance(raw, Mapping):
         raise InputError(where, "", raw, f"options must be KEY=VALUE strings for {cls.__name__}")
@@ -113,11 +113,17 @@ def parse_options(cls: type[T], raw: Mapping[str, str] | T | None, *, where: str
             raise InputError(where, key, value, f"not an option here; known options: {known}")
         values[key] = value if not isinstance(value, str) else _convert(hints[key], key, value, where)
     obj = cls(**values)
+    _judge(obj, where)
+    return obj
+
+
+def _judge(obj: Any, where: str) -> None:
+    """Every option in its declared range, then the options class's own ``check()`` (values that depend on
+    each other, values no range expresses: a NaN, a list's entries)."""
     check_ranges(obj, where)
     check = getattr(obj, "check", None)
     if callable(check):
         check()
-    return obj
 
 
 def split_pairs(pairs: Iterable[str], where: str = "--opt") -> list[tuple[str, str]]:

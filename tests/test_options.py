@@ -35,3 +35,28 @@ def test_an_option_given_twice_is_refused(items):
     """The last value silently won: ``shape=staged,shape=direct`` planned the direct shape."""
     with pytest.raises(InputError, match="given twice"):
         split_pairs(items)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "values"),
+    [
+        ("syccl", {"time_to_beat": float("nan")}),  # the class's check
+        ("syccl", {"time_to_beat": -1.0}),
+        ("mcf", {"k": 0}),
+        ("mcf", {"epochs": 10**9}),  # a limit on work
+        ("syccl", {"candidates": 10**6}),  # a declared range
+    ],
+)
+def test_an_options_object_built_by_the_caller_is_judged_as_its_strings_would_be(algorithm, values):
+    """The library takes an options dataclass as well as ``KEY=VALUE`` strings: both are refused, naming the
+    same option, by its declared range or by the class's own check."""
+    from a2acc.options import parse_options
+    from a2acc.planners import options_type
+
+    cls = options_type(algorithm)
+    with pytest.raises(InputError) as as_strings:
+        parse_options(cls, {k: str(v) for k, v in values.items()})
+    with pytest.raises(InputError) as as_object:
+        parse_options(cls, cls(**values))
+    assert as_object.value.field == as_strings.value.field == next(iter(values))
+    assert parse_options(cls, cls()) == cls()
