@@ -69,7 +69,8 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def load_yaml(text: str) -> Any:
     """``yaml.safe_load`` that refuses a key repeated in one mapping (``yaml.YAMLError`` with its line): YAML
-    itself keeps the last, so ``intra:`` given twice silently replaced a switch by a ring."""
+    itself keeps the last, so ``intra:`` given twice silently replaced a switch by a ring. Nesting deeper than
+    the loader can follow is a ``yaml.YAMLError`` too (each reader's clear error path covers it)."""
     import yaml
 
     class _Loader(yaml.SafeLoader):
@@ -97,6 +98,8 @@ def load_yaml(text: str) -> Any:
         return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError:
         raise
+    except RecursionError:  # nesting deeper than the loader's recursion can follow: malformed like any other
+        raise yaml.YAMLError("nested too deeply to read") from None
     except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
         raise yaml.YAMLError(_too_long(exc)) from None
 

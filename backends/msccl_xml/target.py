@@ -29,6 +29,7 @@ from a2acc.backends.msccl_xml.interp import PROTO_K, InterpResult, run, static_c
 from a2acc.backends.msccl_xml.model import (
     MAX_CHANNELS_NCCL,
     MAX_CHANNELS_RCCL,
+    MAX_NODES,
     MAX_OFFSET,
     MAX_TBS_RCCL,
     Algo,
@@ -278,6 +279,8 @@ def _not_interpretable(algo: Algo, errors: list[str]) -> str:
         return f"not interpreted: the size attribute(s) {', '.join(missing)} are missing"
     if not 1 <= algo.ngpus <= MAX_INTERP_GPUS:
         return f"not interpreted: ngpus={algo.ngpus} outside 1..{MAX_INTERP_GPUS}"
+    if any("XML nodes parsed for this rank" in e for e in errors):  # its memory grows with tbs squared
+        return f"not interpreted: the executor's parser refuses a rank of more than {MAX_NODES} XML nodes"
     sizes = [algo.nchunksperloop] + [x for g in algo.gpus for x in (g.i_chunks, g.o_chunks, g.s_chunks)]
     if max(sizes) > MAX_INTERP_CHUNKS or min(sizes) < 0:
         return (
@@ -411,16 +414,29 @@ class MscclXmlTarget:
         their presence is an error (the executor would load them too); a non-XML file is an error always (the
         executor parses every file there and would fail to initialise)."""
         out = Path(output)
+        if out.is_symlink():  # the set is switched by renaming the directory, which would replace the link
+            raise InputError(
+                str(out), "-o", str(out), "a directory, not a symbolic link: give the directory it points to"
+            )
         if out.exists() and not out.is_dir():
             raise InputError(
                 str(out), "-o", str(out), "exists and is not a directory (msccl-xml writes an MSCCL_ALGO_DIR)"
             )
+        if out.name in ("", ".", ".."):  # renamed aside and back as a set: it needs a name of its own
+            raise InputError(
+                str(out),
+                "-o",
+                str(out),
+                "a directory named by its own path, such as ../algos (not '.' or '..')",
+            )
         dir_manifest = manifest_path is None
         man_path = dir_manifest_path(out) if manifest_path is None else manifest_path
         owned = owned_files(out)
-        present = [p for p in out.iterdir() if p.is_file()] if out.is_dir() else []
+        entries = list(out.iterdir()) if out.is_dir() else []
+        present = [p for p in entries if p.is_file() and not p.is_symlink()]
         foreign = [p.name for p in present if p.name not in owned]
-        _refuse_foreign(out, foreign, man_path, force)
+        odd = sorted(p.name for p in entries if p not in present)  # directories, links, FIFOs: never ours
+        _refuse_foreign(out, foreign, odd, man_path, force)
         clash = sorted(name for name in lowered.files if name in foreign)
         if clash:  # --force writes beside such files, never over them
             raise InputError(
@@ -526,9 +542,18 @@ def _lower_text(
     return to_xml(algo), algo, (algo.nchannels, tbs, steps)
 
 
-def _refuse_foreign(out: Path, foreign: list[str], man_path: Path, force: bool) -> None:
+def _refuse_foreign(out: Path, foreign: list[str], odd: list[str], man_path: Path, force: bool) -> None:
     """Files a2acc did not write in an MSCCL_ALGO_DIR: a non-XML one always refused, XML ones without
-    ``force``; a manifest path holding something else without ``force``."""
+    ``force``; an entry that is not a regular file (a directory, a symbolic link) always refused (a2acc would
+    have to move it aside with the directory); a manifest path holding something else without ``force``."""
+    if odd:
+        raise InputError(
+            str(out),
+            "-o",
+            odd[0],
+            "the directory holds an entry that is not a regular file (a directory or a link): an MSCCL_ALGO_DIR "
+            "holds XML files only; use a new or empty directory",
+        )
     for name in foreign:
         if not name.endswith(".xml"):
             raise InputError(

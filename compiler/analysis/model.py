@@ -278,7 +278,9 @@ def parse_model(data: Any, source: str) -> SimModel:
     src = source
     transport, name, inc_raw = _check_layout(data, src)
     base = transport_defaults(str(transport))
-    incast = _parse_incast(inc_raw, base.incast, str(transport), src)
+    incast = (
+        IncastModel.off() if inc_raw is None else _parse_incast(inc_raw, base.incast, str(transport), src)
+    )
     source_txt = data.get("source", f"model file {source}")
     if not isinstance(source_txt, str):
         raise ModelFileError(src, "source", source_txt, "a string (where the parameters come from)")
@@ -301,9 +303,10 @@ def parse_model(data: Any, source: str) -> SimModel:
     )
 
 
-def _check_layout(data: Any, src: str) -> tuple[object, str, dict[Any, Any]]:
+def _check_layout(data: Any, src: str) -> tuple[object, str, dict[Any, Any] | None]:
     """The file's shape before any value: a mapping of known fields, the version, the transport, the name
-    (default: the file's stem) and the incast mapping (known fields only). Returns (transport, name, incast)."""
+    (default: the file's stem) and the incast mapping (known fields only; None for ``incast: off``). Returns
+    (transport, name, incast)."""
     if not isinstance(data, dict):
         raise ModelFileError(
             src, "", type(data).__name__, "a model file is a YAML mapping (a2acc calibrate -o)"
@@ -323,9 +326,15 @@ def _check_layout(data: Any, src: str) -> tuple[object, str, dict[Any, Any]]:
     name = data.get("name", Path(src).stem)
     if not isinstance(name, str) or not name:
         raise ModelFileError(src, "name", name, "a non-empty string")
-    inc_raw = data.get("incast") or {}
+    inc_raw = data.get("incast", {})
+    if (
+        inc_raw is False
+    ):  # `incast: off` (YAML reads an unquoted off as false): no incast loss, as --incast off
+        return transport, name, None
     if not isinstance(inc_raw, dict):
-        raise ModelFileError(src, "incast", inc_raw, "a mapping with " + ", ".join(_INCAST))
+        raise ModelFileError(
+            src, "incast", inc_raw, "a mapping with " + ", ".join(_INCAST) + "; or off (no incast loss)"
+        )
     for k in inc_raw:
         if k not in _INCAST:
             raise ModelFileError(

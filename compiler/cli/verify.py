@@ -37,10 +37,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _read(path: str) -> str:
-    from a2acc.fileio import read_text
+    """The file's text, refused past the largest plan file read (no executor file a2acc checks is larger)."""
+    from a2acc.fileio import TooLarge, read_text, size_words
+    from a2acc.ir.serial import MAX_PLAN_FILE_BYTES
 
     try:
-        return read_text(path)
+        return read_text(path, MAX_PLAN_FILE_BYTES)
+    except TooLarge:
+        raise PlanFormatError(
+            path,
+            "",
+            path,
+            f"larger than {size_words(MAX_PLAN_FILE_BYTES)}: not a file a2acc writes or checks",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanFormatError(path, "", path, f"cannot read the file ({exc.__class__.__name__})") from exc
 

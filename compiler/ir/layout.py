@@ -497,6 +497,6 @@ def owned_files(out_dir: Path) -> set[str]:
     if not out_dir.is_dir():
         return names
     for p in out_dir.iterdir():
-        if p.is_file() and find_manifest(p) is not None:
+        if p.is_file() and not p.is_symlink() and find_manifest(p) is not None:  # a link is never ours
             names.add(p.name)
     return names

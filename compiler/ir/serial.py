@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from a2acc.errors import PlanFormatError
-from a2acc.fileio import atomic_write_text, loads_json, read_text
+from a2acc.fileio import TooLarge, atomic_write_text, loads_json, read_text, size_words
 from a2acc.ir.layout import MAX_LAYOUT_CHUNKS, MAX_LAYOUT_RANKS
 from a2acc.ir.program import (
     LINK_CLASSES,
@@ -384,10 +384,19 @@ def _ops_by_row(raw_ops: list[Any], want_fields: list[str], version: int, src: s
     return OpTable.from_rows(flat, codes, ndeps, dep_ids)
 
 
+#: the largest plan file read: ten million op rows, far past any plan a2acc writes (a 64-GPU syccl plan is
+#: ~0.5 MB); reading one takes ~12x its size in memory, so the limit is checked while reading, not after
+MAX_PLAN_FILE_BYTES = 1 << 30
+
+
 def load_program(path: str | Path) -> Program:
     p = Path(path)
     try:
-        text = read_text(p)
+        text = read_text(p, MAX_PLAN_FILE_BYTES)
+    except TooLarge:
+        raise PlanFormatError(
+            str(p), "", p.name, f"larger than {size_words(MAX_PLAN_FILE_BYTES)}: not a plan a2acc writes"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror
         raise PlanFormatError(

@@ -70,16 +70,16 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
             source, "matrix", "ragged or non-numeric", f"need an N x N numeric matrix ({exc})"
         ) from exc
     _check_shape(arr, source)
-    _check_entries(arr, source)
-    out = np.ascontiguousarray(arr, dtype=np.int64)
-    _check_rank_sums(out, source)
-    if expect_ranks is not None and out.shape[0] != expect_ranks:
+    if expect_ranks is not None and arr.shape[0] != expect_ranks:  # before any entry is read or converted
         raise TrafficMatrixError(
             source,
             "shape",
-            tuple(out.shape),
+            tuple(arr.shape),
             f"the topology has {expect_ranks} GPUs, so the matrix must be {expect_ranks} x {expect_ranks}",
         )
+    _check_entries(arr, source)
+    out = np.ascontiguousarray(arr, dtype=np.int64)
+    _check_rank_sums(out, source)
     return out
 
 
@@ -182,10 +182,19 @@ def load_matrix(path: str | Path, expect_ranks: int | None = None) -> Matrix:
         if suffix == ".npy":
             try:
                 # memory-mapped: the header's shape is checked (validate_matrix) before the data is read
-                raw: Any = np.load(p, allow_pickle=False, mmap_mode="r")
-            except (ValueError, EOFError) as exc:
+                with np.errstate(all="ignore"):  # a header's shape past int64 overflows while it is sized
+                    raw: Any = np.load(p, allow_pickle=False, mmap_mode="r")
+            except OSError:
+                raise
+            except (
+                Exception
+            ) as exc:  # numpy's header parser: ValueError, EOFError, SyntaxError, TokenError...
+                why = str(exc) or "empty"
                 raise TrafficMatrixError(
-                    src, "", p.name, f"not a valid .npy array file ({exc or 'empty'})"
+                    src,
+                    "",
+                    p.name,
+                    f"not a valid .npy array file ({why[:200]}{'...' if len(why) > 200 else ''})",
                 ) from exc
         elif suffix == ".json":
             try:

@@ -109,6 +109,22 @@ def test_unreadable_and_invalid_yaml_params(tmp_path):
     bad.write_text("version: [1\n", encoding="utf-8")
     with pytest.raises(ModelFileError, match="not valid YAML"):
         load_model(bad)
+    bad.write_text("version: 1\ntransport: ib\nfit: " + "[" * 1000 + "]" * 1000 + "\n", encoding="utf-8")
+    with pytest.raises(ModelFileError, match="nested too deeply"):  # not a RecursionError's traceback
+        load_model(bad)
+
+
+@pytest.mark.parametrize("text", ["off", "false", "no"])
+def test_incast_off_in_a_params_file_turns_incast_off(text):
+    """YAML reads an unquoted ``off`` as false: ``incast: off`` means no incast loss (as ``--incast off``),
+    not the transport's incast model; a value that is neither a mapping nor off is refused."""
+    import yaml
+
+    model = parse_model(yaml.safe_load(f"version: 1\ntransport: roce\nincast: {text}\n"), "p.yaml")
+    assert not model.incast.enabled and parse_model({"version": 1, "transport": "roce"}, "p").incast.enabled
+    for bad in (0, None, []):
+        with pytest.raises(ModelFileError, match="or off"):
+            parse_model({"version": 1, "transport": "roce", "incast": bad}, "p.yaml")
 
 
 def test_incast_physics():

@@ -184,6 +184,25 @@ def test_static_rules_and_limits():
         lower(prog, LowerOptions(dialect="rccl"))
 
 
+def test_a_rank_past_the_parsers_node_limit_is_refused_without_being_interpreted():
+    """20,000 empty thread blocks on one rank (1 MB of XML): the executor's parser holds 4096 nodes per rank,
+    so the file is refused as it is, not run by the interpreter (whose memory grows with tbs squared: 2.8 GB
+    here before)."""
+    import tracemalloc
+
+    text = (GOLDEN / "a2a_2gpu_example.xml").read_text()
+    at = text.index('<tb id="0"')
+    extra = "".join(f'<tb id="{100 + k}" send="-1" recv="-1" chan="0"></tb>' for k in range(20_000))
+    tracemalloc.start()
+    try:
+        report = check_xml_text(text[:at] + extra + text[at:], "x.xml", native=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not report.ok and any("not interpreted" in e and "4096" in e for e in report.errors)
+    assert peak < 400 << 20, peak
+
+
 CASES = [("dgx-h100", 2), ("mi300x", 2), ("ndv2", 2)]
 
 

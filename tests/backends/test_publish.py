@@ -164,3 +164,28 @@ def test_an_interrupted_first_compile_leaves_nothing(tmp_path, monkeypatch):
     assert not out.exists() and not (tmp_path / "algos.manifest.json").exists() and not _hidden(tmp_path)
     assert _compile(a, out) == 0
     _consistent(out)
+
+
+def test_a_directory_or_link_in_the_output_is_never_moved_aside(tmp_path, monkeypatch, capsys):
+    """The switch renames the previous directory aside: a subdirectory, a symbolic link (and what they hold)
+    would go with it, so a directory holding one is refused, as is an output that is itself a link or '.';
+    nothing is moved or written."""
+    a, _b = _matrices(tmp_path)
+    out = tmp_path / "algos"
+    (out / "sub").mkdir(parents=True)
+    (out / "sub" / "keep.txt").write_text("the user's")
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert _compile(a, out) == 2
+    assert "'sub'" in capsys.readouterr().err and (out / "sub" / "keep.txt").read_text() == "the user's"
+    (out / "sub" / "keep.txt").unlink()
+    (out / "sub").rmdir()
+    (out / "sub").symlink_to(real)
+    assert _compile(a, out) == 2 and (out / "sub").is_symlink()
+    assert _compile(a, tmp_path / "link") == 2 and (tmp_path / "link").is_symlink()
+    assert "not a symbolic link" in capsys.readouterr().err
+    monkeypatch.chdir(out)
+    assert _compile(a, Path(".")) == 2 and "'.'" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and list(real.iterdir()) == []

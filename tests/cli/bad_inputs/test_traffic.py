@@ -19,6 +19,24 @@ NPY = {
     "bool.npy": np.ones((16, 16), dtype=bool),
     "float-frac.npy": np.full((16, 16), 1.5),
 }
+
+
+def _npy_header(shape: str, version: int = 1) -> bytes:
+    """A .npy file whose header declares ``shape`` (text as written), with 64 bytes of data."""
+    import struct
+
+    head = ("{'descr': '<i8', 'fortran_order': False, 'shape': " + shape + ", }").encode()
+    size = 10 if version == 1 else 12
+    head += b" " * (64 - (size + len(head) + 1) % 64) + b"\n"
+    length = struct.pack("<H", len(head)) if version == 1 else struct.pack("<I", len(head))
+    return b"\x93NUMPY" + bytes([version, 0]) + length + head + b"\0" * 64
+
+
+RAW = {  # headers numpy's own parser chokes on in other ways than ValueError
+    "unbalanced-header.npy": _npy_header("(16,16"),
+    "overflowing-shape.npy": _npy_header(f"({2**62}, {2**62})"),
+    "five-thousand-digits.npy": _npy_header("(" + "9" * 5000 + ", 2)", version=2),
+}
 TEXT = {
     "strings.json": json.dumps([["1"] * 16] * 16),
     "mixed.json": json.dumps([[1, "x"], [3, 4]]),
@@ -40,10 +58,12 @@ def files(tmp_path):
             np.save(tmp_path / name, arr)
     for name, text in TEXT.items():
         (tmp_path / name).write_text(text)
+    for name, data in RAW.items():
+        (tmp_path / name).write_bytes(data)
     return tmp_path
 
 
-@pytest.mark.parametrize("name", [*NPY, *TEXT])
+@pytest.mark.parametrize("name", [*NPY, *RAW, *TEXT])
 @pytest.mark.parametrize("cmd", ["show", "plan", "compile"])
 def test_bad_matrices(files, capsys, name, cmd):
     before = sorted(p.name for p in files.iterdir())
@@ -56,7 +76,7 @@ def test_bad_matrices(files, capsys, name, cmd):
     rc, err, dt = run(capsys, argv)
     assert rc == 2 and dt < 2.0
     one_clear_line(err)
-    assert name in err
+    assert name in err and len(err) < 600
     assert sorted(p.name for p in files.iterdir()) == before
 
 
@@ -211,4 +231,27 @@ def test_a_matrix_entry_of_more_digits_than_python_reads_is_one_line(tmp_path, c
     p.write_text('{"matrix": [[0, ' + "9" * 5000 + "], [1, 0]]}", encoding="utf-8")
     rc, err, _ = run(capsys, ["traffic", "show", str(p)])
     assert rc == 2 and "more than 4300 digits" in err
+    one_clear_line(err)
+
+
+def test_a_matrix_of_the_wrong_rank_count_is_refused_from_its_header(tmp_path, capsys):
+    """A 8192 x 8192 matrix (512 MiB, a sparse file here) for 16 GPUs: refused by its shape before a byte of
+    its entries is read or converted."""
+    import tracemalloc
+
+    path = tmp_path / "big.npy"
+    with open(path, "wb") as fh:
+        np.lib.format.write_array_header_1_0(
+            fh, {"descr": "<i8", "fortran_order": False, "shape": (8192, 8192)}
+        )
+        fh.truncate(fh.tell() + 8192 * 8192 * 8)
+    tracemalloc.start()
+    try:
+        rc, err, _ = run(
+            capsys, ["plan", "-t", "dgx-h100", "-n", "2", "-m", str(path), "-o", str(tmp_path / "p")]
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rc == 2 and "16 x 16" in err and peak < 64 << 20, peak
     one_clear_line(err)

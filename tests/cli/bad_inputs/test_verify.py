@@ -248,3 +248,17 @@ def test_an_mscclpp_op_field_of_the_wrong_type_fails_verification(compiled, tmp_
     rc = main(["verify", str(bad), "--manifest", str(man)])
     err = capsys.readouterr().err
     assert rc == 1 and f"ops[0].{field}" in err and "must be a string" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("cmd", ["verify", "report"])
+def test_a_file_past_the_largest_plan_is_refused_while_it_is_read(tmp_path, capsys, monkeypatch, cmd):
+    """An endless or huge file (``yes | a2acc verify /dev/stdin``) is refused at the plan file limit, not read
+    whole first (a plan takes ~12x its size in memory to read). The limit is lowered here to 1 MiB."""
+    import a2acc.ir.serial as serial
+
+    monkeypatch.setattr(serial, "MAX_PLAN_FILE_BYTES", 1 << 20)
+    big = tmp_path / "big.json"
+    big.write_text('{"format":"a2acc.program",' + " " * (2 << 20) + "}")
+    rc, err, _ = run(capsys, [cmd, str(big)])
+    assert rc == 2 and "larger than 1 MiB" in err, err
+    one_clear_line(err)
