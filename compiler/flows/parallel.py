@@ -30,22 +30,44 @@ CONNECT_TIMEOUT = 10.0
 MAX_LOCAL_WORKERS = 256
 
 
+#: the largest first message a Dask scheduler's handshake could be (it is ~60 bytes): a larger length prefix is
+#: another service's greeting read as a length (an SSH banner reads as 3 EiB)
+MAX_HANDSHAKE_BYTES = 1 << 20
+
+
 def probe(workers: str | int) -> None:
-    """Fail fast, naming the option and the address, when a ``dask://HOST:PORT`` scheduler does not accept a TCP
-    connection within :data:`PROBE_TIMEOUT` seconds (a Dask client would wait its whole timeout, then report
-    neither); nothing to do for local workers."""
+    """Fail fast, naming the option and the address, when ``dask://HOST:PORT`` is not a Dask scheduler: it does
+    not accept a TCP connection, or does not begin the handshake a scheduler sends as it accepts one (its
+    first 8 bytes: the message's length, little-endian; ``distributed.comm.tcp``), within
+    :data:`PROBE_TIMEOUT` seconds each. A Dask client would wait its whole timeout on a silent port, and read
+    another service's greeting as a length to allocate. Nothing to do for local workers."""
     w = parse_workers(workers)
     if not isinstance(w, str):
         return
     host, _, port = w[len("dask://") :].rpartition(":")
     try:
-        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT):
-            pass
+        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT) as sock:
+            head = b""
+            with suppress(OSError):  # a timeout or a reset: no handshake, said below
+                while len(head) < 8:
+                    got = sock.recv(8 - len(head))
+                    if not got:
+                        break
+                    head += got
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
         raise InputError(
             "--opt", "workers", w, f"no Dask scheduler answers at {host}:{port} ({why})"
         ) from None
+    if len(head) < 8 or not 0 < int.from_bytes(head, "little") <= MAX_HANDSHAKE_BYTES:
+        said = "sent nothing" if not head else f"began with {head!r}"
+        raise InputError(
+            "--opt",
+            "workers",
+            w,
+            f"{host}:{port} accepts connections but is not a Dask scheduler (it {said} within "
+            f"{PROBE_TIMEOUT:g} s, where a scheduler begins its handshake)",
+        )
 
 
 def parse_workers(spec: str | int) -> str | int:
@@ -97,7 +119,7 @@ def executor(workers: str | int) -> Iterator[cf.Executor | None]:
     probe(w)
     try:
         client = Client("tcp://" + w[len("dask://") :], timeout=CONNECT_TIMEOUT)
-    except (OSError, TimeoutError) as exc:
+    except (OSError, TimeoutError, MemoryError) as exc:  # (MemoryError: a reply that is no Dask message)
         raise InputError(
             "--opt", "workers", w, f"cannot connect to the Dask scheduler at {w[len('dask://') :]} ({exc})"
         ) from None
