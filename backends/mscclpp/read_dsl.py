@@ -33,6 +33,10 @@ from a2acc.backends.mscclpp.model import (
     TbTable,
     ThreadBlock,
 )
+from a2acc.model.topology import MAX_RANKS
+
+#: the longest ``range(...)`` the reader unrolls (a2acc's DSL loops over ranks only)
+MAX_RANGE = 4 * MAX_RANKS
 
 # the documented submodules and the names each provides (mscclpp/language at v0.8 through HEAD)
 DOCUMENTED = {
@@ -246,7 +250,12 @@ class _Eval:
 
     def construct(self, name: str, a: list[Any], kw: dict[str, Any], line: int) -> Any:
         if name == "range":
-            return list(range(*a))
+            r = range(*a)
+            if len(r) > MAX_RANGE:  # checked before the list is built: range(10**9) would take 8 GB
+                raise DslError(
+                    f"line {line}: range of {len(r)} values; the DSL reader unrolls at most {MAX_RANGE}"
+                )
+            return list(r)
         if name == "AllToAll":
             return _Coll("alltoall", *a[:3])
         if name in ("JSON",):
@@ -401,6 +410,10 @@ class _Eval:
         if int(p.get("instances", 1)) != 1:
             raise DslError(f"line {st.lineno}: instances > 1 is not read (replication is not evaluated)")
         self.n = int(p["num_ranks"])
+        if not 1 <= self.n <= MAX_RANKS:  # before the per-rank tables are sized by it
+            raise DslError(
+                f"line {st.lineno}: num_ranks={self.n}; the DSL reader holds 1 to {MAX_RANKS} ranks"
+            )
         self.chunks = coll.n * coll.cf
         self.scratch = [0] * self.n
         self.sems = [[] for _ in range(self.n)]

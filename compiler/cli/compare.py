@@ -176,7 +176,7 @@ def _sizes(args: argparse.Namespace, matrix: npt.NDArray[np.int64] | None) -> tu
         return parse_size_range(spec, field="-b/-e/-f"), False
     if args.sizes is None and matrix is not None:
         return [own_size(matrix)], True
-    sizes = parse_size_range(args.sizes or DEFAULT_SIZES)
+    sizes = parse_size_range(DEFAULT_SIZES if args.sizes is None else args.sizes)  # '' is no sizes
     if not sizes:
         raise InputError("", "--sizes", args.sizes, "one or more sizes, e.g. 1M:1G:x4 or 1M,64M")
     if any(s <= 0 for s in sizes):

@@ -231,7 +231,7 @@ def program_from_json(text: str, source: str = "<plan>") -> Program:
 def _plan_doc(text: str, src: str) -> tuple[dict[str, Any], int]:
     """The JSON object of an a2acc plan and its version (one this a2acc reads)."""
     try:
-        doc = loads_json(text)
+        doc = loads_json(text, unique_keys=True)  # "nranks" twice in a hand-edited plan: the last would win
     except json.JSONDecodeError as exc:
         raise PlanFormatError(src, "", "JSON", f"not valid JSON (truncated or corrupt?): {exc}") from exc
     if not isinstance(doc, dict):

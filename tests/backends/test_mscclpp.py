@@ -279,6 +279,14 @@ def test_dsl_target_checks_its_own_text():
     assert read_dsl(text).plan == js.model.plan
     broken = text.replace("print(JSON())", "print(JSON())\n        import os")
     assert not DSL_T.check(dataclasses.replace(lowered, files={name: broken})).ok
+    # sizes the reader would allocate by are refused before it does (NRANKS = 10**9 was an out-of-memory error)
+    for old, new, why in (
+        ("NRANKS = 16\n", "NRANKS = 1000000000\n", "num_ranks=1000000000; the DSL reader holds 1 to 16384"),
+        ("range(NRANKS)", "range(1000000000)", "range of 1000000000 values"),
+    ):
+        assert old in text
+        rep = DSL_T.check(dataclasses.replace(lowered, files={name: text.replace(old, new)}))
+        assert not rep.ok and any(why in e for e in rep.errors), rep.errors
 
 
 @pytest.mark.parametrize("layout", ["split", "combined", "packed"])

@@ -36,6 +36,10 @@ def test_sweeps_are_bounded_before_work(tmp_path, capsys, flags, fragment):
         (["compare", "-t", "dgx-h100", "-n", "1", "--traffic", "zipf", "-a", "", "-j", "1"], "--algorithms"),
         (["compare", "-t", "dgx-h100", "-n", "1", "--traffic", "zipf", "--sizes", "0", "-j", "1"], "--sizes"),
         (["compare", "-t", "dgx-h100", "-n", "1", "--traffic", "zipf", "--sizes", ",,,"], "--sizes"),
+        (
+            ["compare", "-t", "dgx-h100", "-n", "1", "--traffic", "zipf", "--sizes", ""],
+            "--sizes",
+        ),  # not the default
         (["compare", "-t", "dgx-h100", "-n", "1", "--traffic", "zipf", "--skew", "-3"], "--skew"),
         (["compare", "-t", "dgx-h100", "-n", "1", "--traffic", "zipf", "--plot", "p.svg"], "--plot"),
         (["bucket", "-t", "mi300x", "-n", "1", "--traffic", "zipf", "-b", "bogus"], "--backend"),

@@ -262,3 +262,16 @@ def test_a_file_past_the_largest_plan_is_refused_while_it_is_read(tmp_path, caps
     rc, err, _ = run(capsys, [cmd, str(big)])
     assert rc == 2 and "larger than 1 MiB" in err, err
     one_clear_line(err)
+
+
+def test_a_plan_with_a_key_twice_is_refused(tmp_path, capsys):
+    """A hand-edited plan that says ``nranks`` twice: JSON would keep the last silently; refused, as topology
+    and matrix files are."""
+    import a2acc
+
+    prog = a2acc.plan(load_topology("dgx-h100", 1), generate("uniform", 8, 1 << 20, 1), "direct")
+    bad = tmp_path / "p.json"
+    bad.write_text(prog.to_json().replace('{"format"', '{"nranks":3,"format"', 1))
+    rc, err, _ = run(capsys, ["verify", str(bad)])
+    assert rc == 2 and "'nranks' appears twice" in err
+    one_clear_line(err)
