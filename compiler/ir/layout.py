@@ -382,10 +382,12 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
         raise _mfail(
             path, "format/version", (fmt, ver), f"expected {MANIFEST_FORMAT} version {MANIFEST_VERSION}"
         )
+    at = "ngpus"  # the field being read, named if it is missing or of the wrong kind
     try:
         n = int(doc["ngpus"])
         if not 1 <= n <= MAX_LAYOUT_RANKS:
             raise _mfail(path, "ngpus", n, f"must be in 1..{MAX_LAYOUT_RANKS}")
+        at = "counts"
         if not isinstance(doc["counts"], list) or len(doc["counts"]) != n:
             raise _mfail(path, "counts", "shape", f"must be an {n} x {n} matrix of integers >= 0")
         counts = [[int(x) for x in row] for row in doc["counts"]]
@@ -394,6 +396,7 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
         if sum(map(sum, counts)) > MAX_LAYOUT_CHUNKS:
             raise _mfail(path, "counts", sum(map(sum, counts)), f"at most {MAX_LAYOUT_CHUNKS} chunks in all")
         lay = ChunkLayout.of(counts)
+        at = "ranks"
         ranks = doc["ranks"]
         if not isinstance(ranks, list) or sorted(int(e["rank"]) for e in ranks) != list(range(n)):
             raise _mfail(path, "ranks", "rank ids", f"must list ranks 0..{n - 1} once each (ngpus={n})")
@@ -408,26 +411,43 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
                     "offsets",
                     "input/output offsets must be the contiguous layout of counts",
                 )
-        buffer_chunks = int(doc.get("buffer_chunks") or doc.get("nchunksperloop") or lay.buffer_chunks)
+        at = "buffer_chunks"
+        key = "buffer_chunks" if "buffer_chunks" in doc else "nchunksperloop"
+        raw = doc.get(key)
+        buffer_chunks = lay.buffer_chunks if key not in doc else raw
+        if isinstance(buffer_chunks, bool) or not isinstance(buffer_chunks, int):
+            raise _mfail(path, key, raw, "an integer: the chunks of each rank's buffers")
         need = int(max(lay.input_sizes.max(), lay.output_sizes.max()))
         if buffer_chunks < need:
-            raise _mfail(path, "buffer_chunks", buffer_chunks, f"must hold the largest rank's {need} chunks")
+            raise _mfail(path, key, buffer_chunks, f"must hold the largest rank's {need} chunks")
+        at = "target_options"
         target_options = doc.get("target_options") or {}
         if not isinstance(target_options, dict):
             raise _mfail(path, "target_options", target_options, "an object of option names and values")
+        at = "unit_rules"
+        rules = doc["unit_rules"]
+        if not isinstance(rules, dict):
+            raise _mfail(path, "unit_rules", rules, "an object (chunk_bytes, call, dtypes, selection)")
+        at = "unit_rules.chunk_bytes"
+        chunk_bytes = rules["chunk_bytes"]
+        if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or not 1 <= chunk_bytes <= 2**50:
+            raise _mfail(
+                path, "unit_rules.chunk_bytes", chunk_bytes, "an integer number of bytes in 1..2**50"
+            )
+        at = "algo_name"
         return Manifest(
             target=str(doc.get("target", "msccl-xml")),
             file=str(doc.get("file", doc.get("xml", ""))),
             algo_name=str(doc["algo_name"]),
             ngpus=n,
             buffer_chunks=buffer_chunks,
-            chunk_bytes=int(doc["unit_rules"]["chunk_bytes"]),
+            chunk_bytes=chunk_bytes,
             counts=counts,
             traffic_bytes=doc.get("traffic_bytes"),
-            call=str(doc["unit_rules"].get("call", "")),
+            call=str(rules.get("call", "")),
             options=tuple(sorted((str(k), str(v)) for k, v in target_options.items())),
-            dtypes=_read_dtypes(doc["unit_rules"].get("dtypes"), path),
-            selection=str(doc["unit_rules"].get("selection", "")),
+            dtypes=_read_dtypes(rules.get("dtypes"), path),
+            selection=str(rules.get("selection", "")),
         )
     except (
         KeyError,
@@ -435,7 +455,24 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
         ValueError,
         AttributeError,
     ) as exc:  # (a list or number where an object goes)
-        raise _mfail(path, "", "manifest", f"missing or malformed field ({exc})") from exc
+        what = (
+            "missing" if isinstance(exc, KeyError) and at.split(".")[-1] == str(exc.args[0]) else "malformed"
+        )
+        shown = doc.get(at, "(absent)") if "." not in at else "manifest"
+        raise _mfail(path, at, shown, f"{what}; {_MANIFEST_FIELDS[at]}") from exc
+
+
+#: what each field of a manifest holds, for the error that finds it missing or of another kind
+_MANIFEST_FIELDS = {
+    "ngpus": f"an integer in 1..{MAX_LAYOUT_RANKS}",
+    "counts": "an ngpus x ngpus matrix of integers >= 0 (chunks from each rank to each rank)",
+    "ranks": "a list of one {rank, input, output} object per rank",
+    "buffer_chunks": "an integer: the chunks of each rank's buffers",
+    "target_options": "an object of option names and values",
+    "unit_rules": "an object (chunk_bytes, call, dtypes, selection)",
+    "unit_rules.chunk_bytes": "an integer number of bytes in 1..2**50",
+    "algo_name": "the algorithm's name, a string",
+}
 
 
 def _read_dtypes(raw: Any, path: str) -> tuple[str, ...]:

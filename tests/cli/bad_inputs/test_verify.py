@@ -50,6 +50,17 @@ def _manifest(tmp_path):
         (lambda d: d.update(ngpus=10**9), "ngpus"),
         (lambda d: d.update(target_options="x"), "target_options"),
         (lambda d: d.update(target_options=[1]), "target_options"),
+        # a field missing or of another kind is named, with what it holds (not a Python message)
+        (lambda d: d.update(unit_rules=None), "unit_rules: value None is invalid; an object"),
+        (lambda d: d.update(ngpus=None), "ngpus: value None is invalid; malformed; an integer in 1.."),
+        (lambda d: d.pop("ranks"), "ranks: value '(absent)' is invalid; missing; a list of one"),
+        (lambda d: d.update(buffer_chunks=None), "buffer_chunks: value None is invalid; an integer"),
+        (
+            lambda d: d.update(buffer_chunks=0),
+            "buffer_chunks: value 0 is invalid; must hold",
+        ),  # not recomputed
+        (lambda d: d["unit_rules"].update(chunk_bytes=0), "unit_rules.chunk_bytes: value 0 is invalid"),
+        (lambda d: d["unit_rules"].update(chunk_bytes=-1), "unit_rules.chunk_bytes: value -1 is invalid"),
     ],
 )
 def test_bad_manifests(tmp_path, capsys, mutate, fragment):
