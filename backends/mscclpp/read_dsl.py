@@ -499,13 +499,61 @@ def _gpu(ev: _Eval, r: int) -> Gpu:
     return Gpu(r, ev.chunks, ev.chunks, ev.scratch[r], tuple(tbs), groups, rbs, tuple(ev.sems[r]))
 
 
+def _is_main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__": main()`` and nothing else."""
+    return (
+        isinstance(node, ast.If)
+        and ast.dump(node.test) == ast.dump(ast.parse('__name__ == "__main__"', mode="eval").body)
+        and not node.orelse
+        and len(node.body) == 1
+        and ast.dump(node.body[0]) == ast.dump(ast.parse("main()").body[0])
+    )
+
+
+def _inert_def(node: ast.FunctionDef) -> bool:
+    """A definition that runs nothing as it is defined: no decorators, no default values, annotations that
+    are names or constants (each of those is evaluated when the ``def`` runs)."""
+    args = node.args
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, *filter(None, (args.vararg, args.kwarg))]
+    notes = [node.returns, *(a.annotation for a in every)]
+    return (
+        not node.decorator_list
+        and not args.defaults
+        and not any(args.kw_defaults)
+        and all(n is None or isinstance(n, (ast.Name, ast.Constant)) for n in notes)
+    )
+
+
+def _unread_statements(tree: ast.Module) -> list[str]:
+    """Top-level statements the reader neither evaluates nor can prove harmless: running the file (as its
+    header tells users to) would execute them, so a file holding one is not verified. Allowed: the docstring,
+    imports (checked on their own), assignments to names (evaluated), function definitions that run nothing
+    as they are defined (only ``main`` is run), a module-level ``with CollectiveProgram(...)`` block
+    (evaluated) and the ``if __name__ == "__main__": main()`` guard."""
+    out = []
+    for i, node in enumerate(tree.body):
+        if (
+            (i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+            or isinstance(node, (ast.Import, ast.ImportFrom, ast.With))
+            or (isinstance(node, ast.FunctionDef) and _inert_def(node))
+            or (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets))
+            or _is_main_guard(node)
+        ):
+            continue
+        out.append(
+            f"line {node.lineno}: a top-level {type(node).__name__.lower()} statement the reader does not "
+            "evaluate: running this file would execute it unchecked"
+        )
+    return out
+
+
 def read_dsl(text: str, src: str = "<program>") -> DslResult:
     """Parse, check imports, evaluate and assemble; ``plan`` is None when the source cannot be evaluated."""
     try:
         tree = ast.parse(text, src)
     except SyntaxError as exc:
         return DslResult(None, [f"{src}: not valid Python ({exc.msg}, line {exc.lineno})"])
-    errs = [f"{src}: {e}" for e in import_errors(tree)]
+    errs = [f"{src}: {e}" for e in (*import_errors(tree), *_unread_statements(tree))]
     ev = _Eval()
     try:
         for node in tree.body:

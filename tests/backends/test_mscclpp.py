@@ -279,6 +279,18 @@ def test_dsl_target_checks_its_own_text():
     assert read_dsl(text).plan == js.model.plan
     broken = text.replace("print(JSON())", "print(JSON())\n        import os")
     assert not DSL_T.check(dataclasses.replace(lowered, files={name: broken})).ok
+    # code the reader does not evaluate but running the file would: not verified (exit 1), said where
+    for extra in (
+        '__import__("os").system("true")\n',
+        "@__import__('os').system\ndef f():\n    pass\n",
+        "def g(x=__import__('os').system('true')):\n    pass\n",
+        "for i in range(2):\n    pass\n",
+        'if __name__ == "__main__":\n    main()\n    main()\n',
+    ):
+        rep = DSL_T.check(dataclasses.replace(lowered, files={name: text + extra}))
+        assert not rep.ok and any("running this file would execute it" in e for e in rep.errors), extra
+    harmless = text + "def helper(n: int) -> None:\n    pass\n"
+    assert DSL_T.check(dataclasses.replace(lowered, files={name: harmless})).ok
     # sizes the reader would allocate by are refused before it does (NRANKS = 10**9 was an out-of-memory error)
     for old, new, why in (
         ("NRANKS = 16\n", "NRANKS = 1000000000\n", "num_ranks=1000000000; the DSL reader holds 1 to 16384"),
