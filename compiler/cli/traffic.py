@@ -44,7 +44,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="lognormal: the sigma whose draws give the entries off the diagonal this Gini coefficient "
         "(measured MoE routing: 0.10-0.38)",
     )
-    gen.add_argument("--align", type=int, default=16, help="round entries to multiples of this many bytes")
+    gen.add_argument(
+        "--align",
+        default="16",
+        help="round entries to multiples of this many bytes (K/M/G suffixes, like --size)",
+    )
     add_moe_args(gen)
     add_workload_args(gen)
     gen.add_argument(
@@ -81,12 +85,13 @@ def _gen(args: argparse.Namespace) -> int:
     else:
         n = load_topology(args.topology, args.servers).nranks
     size = parse_size(args.size, field="--size") if args.size is not None else None
+    align = parse_size(str(args.align), source="traffic gen", field="--align")
     if args.gini is not None and args.kind != "lognormal":
         raise InputError("traffic gen", "--gini", args.gini, "sets the lognormal generator's spread only")
     if args.kind in WORKLOADS:
-        if not 1 <= args.align <= 1 << 30:
+        if not 1 <= align <= 1 << 30:
             raise InputError("traffic gen", "--align", args.align, "1 to 2**30 bytes")
-        m, what = workload_from_args(args, args.kind, n, size, args.align)
+        m, what = workload_from_args(args, args.kind, n, size, align)
     else:
         spec = MoeSpec(args.tokens, args.experts, args.top_k, args.hidden, args.dtype_bytes, args.skew)
         m = generate(
@@ -97,7 +102,7 @@ def _gen(args: argparse.Namespace) -> int:
             skew=args.skew,
             sigma=args.sigma,
             gini_target=args.gini,
-            align=args.align,
+            align=align,
             moe=spec,
         )
         what = f"{args.kind} seed {args.seed}"

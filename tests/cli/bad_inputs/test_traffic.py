@@ -255,3 +255,17 @@ def test_a_matrix_of_the_wrong_rank_count_is_refused_from_its_header(tmp_path, c
         tracemalloc.stop()
     assert rc == 2 and "16 x 16" in err and peak < 64 << 20, peak
     one_clear_line(err)
+
+
+def test_align_takes_a_size_like_every_other_size_option(tmp_path, capsys):
+    out = tmp_path / "a.npy"
+    assert (
+        main(["traffic", "gen", "zipf", "--ranks", "16", "--size", "64M", "--align", "2M", "-o", str(out)])
+        == 0
+    )
+    assert (np.load(out) % (2 << 20) == 0).all()
+    rc, err, _ = run(
+        capsys, ["traffic", "gen", "zipf", "--ranks", "16", "--align", "2Q", "-o", str(tmp_path / "b")]
+    )
+    assert rc == 2 and "--align" in err and not (tmp_path / "b").exists()
+    one_clear_line(err)
