@@ -65,7 +65,13 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
     any entry is read (a memory-mapped ``.npy`` is refused from its header alone)."""
     try:
         arr = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
+        if (
+            isinstance(raw, list) and arr.dtype.kind not in "iuf"
+        ):  # (only then: a Python pass over every entry)
+            _name_a_bad_entry(raw, source)
     except (ValueError, TypeError) as exc:
+        if isinstance(raw, list):
+            _name_a_bad_entry(raw, source)
         raise TrafficMatrixError(
             source, "matrix", "ragged or non-numeric", f"need an N x N numeric matrix ({exc})"
         ) from exc
@@ -97,6 +103,35 @@ def _first(mask: npt.NDArray[np.bool_]) -> tuple[int, int]:
     """(row, column) of the first True entry of ``mask``."""
     i, j = (int(x) for x in np.argwhere(mask)[0])
     return i, j
+
+
+#: the most entries of a JSON matrix looked through for the first one that is no number of bytes (a 4096-rank
+#: matrix); past it, numpy's reading of the whole names the kind of entry found instead
+MAX_NAMED_ENTRIES = 1 << 24
+
+
+def _name_a_bad_entry(rows: list[Any], source: str) -> None:
+    """The first entry of a JSON matrix that is not a number of bytes, by its place: a string, a null, or an
+    integer past int64 (numpy would keep the whole matrix as strings or objects and name only that kind)."""
+    seen = 0
+    for i, row in enumerate(rows):
+        if not isinstance(row, list):
+            return  # the shape check names it
+        seen += len(row)
+        if seen > MAX_NAMED_ENTRIES:
+            return
+        for j, x in enumerate(row):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise TrafficMatrixError(
+                    source,
+                    f"entry [{i}][{j}]",
+                    x,
+                    "a number of bytes (an integer, not a string, boolean or null)",
+                )
+            if isinstance(x, int) and not 0 <= x <= MAX_RANK_BYTES:
+                raise TrafficMatrixError(
+                    source, f"entry [{i}][{j}]", x, f"a number of bytes from 0 to {MAX_RANK_BYTES} (2**50)"
+                )
 
 
 def _check_entries(arr: npt.NDArray[Any], source: str) -> None:

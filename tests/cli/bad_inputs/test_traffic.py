@@ -269,3 +269,21 @@ def test_align_takes_a_size_like_every_other_size_option(tmp_path, capsys):
     )
     assert rc == 2 and "--align" in err and not (tmp_path / "b").exists()
     one_clear_line(err)
+
+
+@pytest.mark.parametrize(
+    ("rows", "field", "value"),
+    [
+        ([[10**30, 1], [2, 3]], "entry [0][0]", "1000000000000000000000000000000"),  # past int64: objects
+        ([[1, 2], [3, None]], "entry [1][1]", "None"),
+        ([[1, "a"], [2, 3]], "entry [0][1]", "'a'"),
+        ([[-(10**24), 1], [2, 3]], "entry [0][0]", "-1000000000000000000000000"),
+    ],
+)
+def test_a_json_entry_that_is_no_number_of_bytes_is_named_by_its_place(tmp_path, capsys, rows, field, value):
+    """numpy reads such a matrix as strings or objects: the error names the entry, not the kind of array."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(rows))
+    rc, err, _ = run(capsys, ["traffic", "show", str(path)])
+    assert rc == 2 and f"{field}: value {value} is invalid" in err, err
+    one_clear_line(err)
