@@ -499,14 +499,18 @@ def _gpu(ev: _Eval, r: int) -> Gpu:
     return Gpu(r, ev.chunks, ev.chunks, ev.scratch[r], tuple(tbs), groups, rbs, tuple(ev.sems[r]))
 
 
+_MAIN_TEST = ast.dump(ast.parse('__name__ == "__main__"', mode="eval").body)
+_MAIN_CALL = ast.dump(ast.parse("main()").body[0])
+
+
 def _is_main_guard(node: ast.stmt) -> bool:
     """``if __name__ == "__main__": main()`` and nothing else."""
     return (
         isinstance(node, ast.If)
-        and ast.dump(node.test) == ast.dump(ast.parse('__name__ == "__main__"', mode="eval").body)
+        and ast.dump(node.test) == _MAIN_TEST
         and not node.orelse
         and len(node.body) == 1
-        and ast.dump(node.body[0]) == ast.dump(ast.parse("main()").body[0])
+        and ast.dump(node.body[0]) == _MAIN_CALL
     )
 
 

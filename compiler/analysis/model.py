@@ -327,9 +327,8 @@ def _check_layout(data: Any, src: str) -> tuple[object, str, dict[Any, Any] | No
     if not isinstance(name, str) or not name:
         raise ModelFileError(src, "name", name, "a non-empty string")
     inc_raw = data.get("incast", {})
-    if (
-        inc_raw is False
-    ):  # `incast: off` (YAML reads an unquoted off as false): no incast loss, as --incast off
+    # `incast: off` (YAML reads an unquoted off as false): no incast loss, as --incast off
+    if inc_raw is False:
         return transport, name, None
     if not isinstance(inc_raw, dict):
         raise ModelFileError(

@@ -38,18 +38,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _read(path: str) -> str:
     """The file's text, refused past the largest plan file read (no executor file a2acc checks is larger)."""
-    from a2acc.fileio import TooLarge, read_text, size_words
-    from a2acc.ir.serial import MAX_PLAN_FILE_BYTES
+    from a2acc.ir.serial import read_plan_text
 
     try:
-        return read_text(path, MAX_PLAN_FILE_BYTES)
-    except TooLarge:
-        raise PlanFormatError(
-            path,
-            "",
-            path,
-            f"larger than {size_words(MAX_PLAN_FILE_BYTES)}: not a file a2acc writes or checks",
-        ) from None
+        return read_plan_text(path, "a file a2acc writes or checks")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanFormatError(path, "", path, f"cannot read the file ({exc.__class__.__name__})") from exc
 

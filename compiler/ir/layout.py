@@ -413,10 +413,9 @@ def manifest_from_json(text: str, path: str = "<manifest>") -> Manifest:
                 )
         at = "buffer_chunks"
         key = "buffer_chunks" if "buffer_chunks" in doc else "nchunksperloop"
-        raw = doc.get(key)
-        buffer_chunks = lay.buffer_chunks if key not in doc else raw
+        buffer_chunks = doc.get(key, lay.buffer_chunks)
         if isinstance(buffer_chunks, bool) or not isinstance(buffer_chunks, int):
-            raise _mfail(path, key, raw, "an integer: the chunks of each rank's buffers")
+            raise _mfail(path, key, buffer_chunks, "an integer: the chunks of each rank's buffers")
         need = int(max(lay.input_sizes.max(), lay.output_sizes.max()))
         if buffer_chunks < need:
             raise _mfail(path, key, buffer_chunks, f"must hold the largest rank's {need} chunks")

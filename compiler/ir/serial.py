@@ -389,14 +389,21 @@ def _ops_by_row(raw_ops: list[Any], want_fields: list[str], version: int, src: s
 MAX_PLAN_FILE_BYTES = 1 << 30
 
 
+def read_plan_text(path: str | Path, what: str = "a plan a2acc writes") -> str:
+    """A file's text, refused past :data:`MAX_PLAN_FILE_BYTES` while it is read (``what``: what such a file is
+    not). ``OSError`` and ``UnicodeDecodeError`` are the caller's to report."""
+    try:
+        return read_text(path, MAX_PLAN_FILE_BYTES)
+    except TooLarge:
+        raise PlanFormatError(
+            str(path), "", Path(path).name, f"larger than {size_words(MAX_PLAN_FILE_BYTES)}: not {what}"
+        ) from None
+
+
 def load_program(path: str | Path) -> Program:
     p = Path(path)
     try:
-        text = read_text(p, MAX_PLAN_FILE_BYTES)
-    except TooLarge:
-        raise PlanFormatError(
-            str(p), "", p.name, f"larger than {size_words(MAX_PLAN_FILE_BYTES)}: not a plan a2acc writes"
-        ) from None
+        text = read_plan_text(p)
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror
         raise PlanFormatError(

@@ -65,16 +65,15 @@ def validate_matrix(raw: Any, source: str, expect_ranks: int | None = None) -> M
     any entry is read (a memory-mapped ``.npy`` is refused from its header alone)."""
     try:
         arr = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
-        if (
-            isinstance(raw, list) and arr.dtype.kind not in "iuf"
-        ):  # (only then: a Python pass over every entry)
-            _name_a_bad_entry(raw, source)
+        unread = None
     except (ValueError, TypeError) as exc:
-        if isinstance(raw, list):
-            _name_a_bad_entry(raw, source)
+        unread = exc
+    if isinstance(raw, list) and (unread or arr.dtype.kind not in "iuf"):  # only then a pass over every entry
+        _name_a_bad_entry(raw, source)
+    if unread is not None:
         raise TrafficMatrixError(
-            source, "matrix", "ragged or non-numeric", f"need an N x N numeric matrix ({exc})"
-        ) from exc
+            source, "matrix", "ragged or non-numeric", f"need an N x N numeric matrix ({unread})"
+        ) from unread
     _check_shape(arr, source)
     if expect_ranks is not None and arr.shape[0] != expect_ranks:  # before any entry is read or converted
         raise TrafficMatrixError(
